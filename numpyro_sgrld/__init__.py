@@ -1,0 +1,33 @@
+"""numpyro-sgrld: stochastic-gradient MCMC kernels for NumPyro models.
+
+Every kernel is a :class:`numpyro.infer.mcmc.MCMCKernel`: ``MCMC(SGLD(model, step_size=...))``
+runs on ordinary NumPyro models with ``numpyro.plate(..., subsample_size=n)``.
+"""
+
+from numpyro_sgrld import integrators, metrics, schedules
+from numpyro_sgrld._adapter import SGMCMCKernel, SGState
+from numpyro_sgrld.gradients import minibatch_potential
+from numpyro_sgrld.kernels import SGHMC, SGLD, LangevinKernel, SGHMCState
+from numpyro_sgrld.schedules import constant, cyclical, polynomial_decay
+from numpyro_sgrld.subsample import SubsamplePlate, find_subsample_plates, full_batch
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SGLD",
+    "SGHMC",
+    "LangevinKernel",
+    "SGMCMCKernel",
+    "SGState",
+    "SGHMCState",
+    "full_batch",
+    "find_subsample_plates",
+    "SubsamplePlate",
+    "minibatch_potential",
+    "constant",
+    "polynomial_decay",
+    "cyclical",
+    "schedules",
+    "metrics",
+    "integrators",
+]

@@ -1,0 +1,329 @@
+"""The NumPyro adapter shared by every stochastic-gradient kernel.
+
+This is the only NumPyro-aware piece: it initialises the model, finds its subsample plates,
+draws minibatch indices every step, asks the gradient estimator for :math:`\\nabla\\hat U` and
+hands it to the kernel's transition (metric + integrator).
+"""
+
+from functools import partial
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import random
+from numpyro import handlers
+from numpyro.distributions.transforms import biject_to
+from numpyro.infer.initialization import init_to_uniform
+from numpyro.infer.mcmc import MCMCKernel
+from numpyro.infer.util import ParamInfo, constrain_fn, initialize_model, transform_fn
+from numpyro.util import identity, is_prng_key
+
+from numpyro_sgrld._tree import tree_all_finite, tree_norm, tree_where
+from numpyro_sgrld.gradients import minibatch_potential, value_and_grad_estimator
+from numpyro_sgrld.schedules import as_schedule
+from numpyro_sgrld.subsample import (
+    as_jax_array,
+    check_batching,
+    draw_indices,
+    full_batch,
+    init_batching,
+    trace_with_plates,
+)
+
+__all__ = ["SGState", "SGMCMCKernel"]
+
+
+class SGState(NamedTuple):
+    """State of every stochastic-gradient kernel.
+
+    - **i** – iteration counter (0 before the first step); the schedule is evaluated at ``i``.
+    - **z** – the current position: a dict of unconstrained latent values.
+    - **sampler_state** – the kernel's own state (metric statistics, momentum, ...).
+    - **batch_state** – the minibatch sampler's state (``None`` when drawing with replacement).
+    - **potential_energy** – the *minibatch estimate* :math:`\\hat U` at the position the last
+      step started from (one step behind ``z``: it comes free with that step's gradient). It is
+      an unbiased but noisy estimate of the full-data potential, not ``-log p(z | data)``.
+    - **grad_norm** – Euclidean norm of that step's minibatch gradient :math:`\\nabla\\hat U`.
+    - **step_size** – the step size :math:`h_i` used by the last step.
+    - **diverging** – True when the last step produced a non-finite state (or a non-positive
+      step size); the step was then rejected and ``z`` is the previous position.
+    - **rng_key** – random key for the next step.
+    """
+
+    i: Any
+    z: Any
+    sampler_state: Any
+    batch_state: Any
+    potential_energy: Any
+    grad_norm: Any
+    step_size: Any
+    diverging: Any
+    rng_key: Any
+
+
+def _check_continuous(model_trace):
+    for name, site in model_trace.items():
+        if site["type"] == "sample" and not site["is_observed"] and site["fn"].support.is_discrete:
+            raise ValueError(
+                f"Latent site '{name}' is discrete ({type(site['fn']).__name__}); "
+                "stochastic-gradient kernels need continuous latent variables. Marginalise it "
+                "out in the model (for a mixture, use dist.MixtureSameFamily), or sample it with "
+                "numpyro.infer.DiscreteHMCGibbs or MixedHMC."
+            )
+
+
+def _constraining_transforms(model_trace):
+    """Constraining transforms of the latent sites, and whether postprocessing must replay the
+    model (deterministic sites, or supports that depend on other latent values)."""
+    transforms, replay = {}, False
+    for name, site in model_trace.items():
+        if site["type"] == "deterministic":
+            replay = True
+        elif site["type"] == "sample" and not site["is_observed"]:
+            support = site["fn"].support
+            transforms[name] = biject_to(support)
+            for bound in ("lower_bound", "upper_bound"):
+                if hasattr(support, bound) and not isinstance(
+                    getattr(support, bound), (int, float)
+                ):
+                    replay = True
+    return transforms, replay
+
+
+def _check_temperature(temperature):
+    if not (
+        isinstance(temperature, (int, float)) and temperature >= 0 and temperature < float("inf")
+    ):
+        raise ValueError(f"`temperature` must be a finite number >= 0, got {temperature!r}.")
+    return float(temperature)
+
+
+def _check_num_data(num_data):
+    if num_data is not None and not (isinstance(num_data, int) and num_data >= 1):
+        raise ValueError(f"`num_data` must be a positive integer or None, got {num_data!r}.")
+    return num_data
+
+
+class SGMCMCKernel(MCMCKernel):
+    """Base class of the stochastic-gradient kernels: a :class:`numpyro.infer.mcmc.MCMCKernel`.
+
+    Subclasses define :meth:`_init_sampler` and :meth:`_transition`; everything NumPyro-related
+    (initialisation, subsampling, chains, postprocessing) lives here.
+
+    :param model: a NumPyro model (first positional, as for ``NUTS``). Every
+        ``numpyro.plate(name, N, subsample_size=n)`` in it is redrawn every step.
+    :param step_size: :math:`h`, a float > 0 or a schedule ``t -> h_t`` (see
+        :mod:`numpyro_sgrld.schedules`). Required: SG kernels do not adapt it.
+    :param potential_fn: instead of ``model``, a potential ``z -> U(z)`` on an unconstrained
+        pytree; ``init_params`` is then required and minibatching is the caller's business.
+    :param temperature: :math:`T` (1 samples the posterior; 0 gives stochastic gradient descent).
+    :param num_data: :math:`N`, used by adaptive metrics to form the per-datum gradient
+        :math:`\\bar g = \\nabla\\hat U / N`. Defaults to the size of the largest subsample
+        plate, or 1 without one.
+    :param batching: ``"replacement"`` (default: independent uniform indices every step) or
+        ``"epoch"`` (shuffle once per epoch and sweep without replacement).
+    :param init_strategy: a NumPyro init strategy, as for ``NUTS`` (ignored when
+        ``init_params`` are given to ``MCMC.run``; those are unconstrained values).
+    """
+
+    sample_field = "z"
+    default_fields = ("z", "diverging")
+
+    def __init__(
+        self,
+        model=None,
+        step_size=None,
+        *,
+        potential_fn=None,
+        temperature=1.0,
+        num_data=None,
+        batching="replacement",
+        init_strategy=init_to_uniform,
+    ):
+        if (model is None) == (potential_fn is None):
+            raise ValueError("Give exactly one of `model` or `potential_fn`.")
+        if step_size is None:
+            raise ValueError(
+                "`step_size` is required (a float > 0 or a schedule): stochastic-gradient "
+                "kernels do not adapt it. As a start, try 1/(N * largest Hessian eigenvalue "
+                "per datum) and shrink it until the answer stops changing."
+            )
+        self._model = model
+        self._potential_fn = potential_fn
+        self._schedule = as_schedule(step_size)
+        self._temperature = _check_temperature(temperature)
+        self._num_data_arg = _check_num_data(num_data)
+        self._batching = check_batching(batching)
+        self._init_strategy = init_strategy
+        self._plates = ()
+        self._prepared_model = None
+        self._inv_transforms = None
+        self._replay = False
+        self._sample_fn = None
+
+    # ------------------------------------------------------------------ subclass hooks
+    def _init_sampler(self, key, z):
+        """The kernel's own initial state at position ``z``."""
+        raise NotImplementedError
+
+    def _transition(self, key, z, sampler_state, grad, grad_fn, step_size, i):
+        """One step from ``z`` given the minibatch gradient ``grad``; returns
+        ``(z, sampler_state)``. ``grad_fn(z)`` re-evaluates the gradient on the same minibatch
+        (for correction terms)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def model(self):
+        return self._model
+
+    @property
+    def step_size(self):
+        """The step-size schedule ``t -> h_t``."""
+        return self._schedule
+
+    @property
+    def temperature(self):
+        return self._temperature
+
+    @property
+    def subsample_plates(self):
+        """The subsample plates found in the model (set by :meth:`init`)."""
+        return self._plates
+
+    @property
+    def num_data(self):
+        """:math:`N`: the ``num_data`` argument, else the largest subsample plate's size, else 1."""
+        if self._num_data_arg is not None:
+            return self._num_data_arg
+        return max((p.size for p in self._plates), default=1)
+
+    # ------------------------------------------------------------------ NumPyro interface
+    def _setup_model(self, rng_key, init_params, model_args, model_kwargs):
+        model_trace, self._plates = trace_with_plates(self._model, model_args, model_kwargs)
+        _check_continuous(model_trace)
+        info = initialize_model(
+            rng_key,
+            self._model,
+            init_strategy=self._init_strategy,
+            dynamic_args=True,
+            model_args=model_args,
+            model_kwargs=model_kwargs,
+        )
+        fixed = {
+            name: site["value"]
+            for name, site in info.model_trace.items()
+            if site["type"] in ("param", "mutable")
+        }
+        self._prepared_model = (
+            handlers.substitute(self._model, data=fixed) if fixed else self._model
+        )
+        self._inv_transforms, self._replay = _constraining_transforms(info.model_trace)
+        if init_params is None:
+            return info.param_info.z
+        return init_params.z if isinstance(init_params, ParamInfo) else init_params
+
+    def _potential(self, model_args, model_kwargs):
+        if self._model is None:
+            return lambda z, idx: self._potential_fn(z)
+        # NumPy arrays in the model arguments become JAX arrays, so that the model can index
+        # them with the (traced) minibatch indices, e.g. ``X[idx]``.
+        model_args, model_kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
+        return minibatch_potential(self._prepared_model, model_args, model_kwargs)
+
+    def _init_one(self, z, rng_key, model_args, model_kwargs):
+        key_next, key_sampler, key_batch, key_idx = random.split(rng_key, 4)
+        batch_state = init_batching(key_batch, self._plates, self._batching)
+        idx, _ = draw_indices(key_idx, self._plates, batch_state)
+        value, grad = value_and_grad_estimator(self._potential(model_args, model_kwargs))(z, idx)
+        return SGState(
+            i=jnp.zeros((), jnp.int32),
+            z=z,
+            sampler_state=self._init_sampler(key_sampler, z),
+            batch_state=batch_state,
+            potential_energy=value,
+            grad_norm=tree_norm(grad),
+            step_size=jnp.asarray(self._schedule(0), jnp.result_type(float)),
+            diverging=jnp.zeros((), bool),
+            rng_key=key_next,
+        )
+
+    def _sample_one(self, state, model_args, model_kwargs):
+        potential = self._potential(model_args, model_kwargs)
+        key_next, key_idx, key_step = random.split(state.rng_key, 3)
+        idx, batch_state = draw_indices(key_idx, self._plates, state.batch_state)
+        value, grad = value_and_grad_estimator(potential)(state.z, idx)
+        grad_fn = jax.grad(partial(_swap_args, potential, idx))
+        step_size = jnp.asarray(self._schedule(state.i), jnp.result_type(float))
+        z, sampler_state = self._transition(
+            key_step, state.z, state.sampler_state, grad, grad_fn, step_size, state.i
+        )
+        ok = (
+            tree_all_finite(z)
+            & tree_all_finite(sampler_state)
+            & (step_size > 0)
+            & jnp.isfinite(step_size)
+        )
+        return SGState(
+            i=state.i + 1,
+            z=tree_where(ok, z, state.z),
+            sampler_state=tree_where(ok, sampler_state, state.sampler_state),
+            batch_state=batch_state,
+            potential_energy=value,
+            grad_norm=tree_norm(grad),
+            step_size=step_size,
+            diverging=~ok,
+            rng_key=key_next,
+        )
+
+    def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
+        model_kwargs = {} if model_kwargs is None else model_kwargs
+        vectorized = not is_prng_key(rng_key)
+        if vectorized:
+            rng_key, key_init = jnp.swapaxes(jax.vmap(random.split)(rng_key), 0, 1)
+        else:
+            rng_key, key_init = random.split(rng_key)
+        if self._model is not None:
+            init_params = self._setup_model(key_init, init_params, model_args, model_kwargs)
+        elif init_params is None:
+            raise ValueError(
+                "`init_params` must be given when the kernel is built from `potential_fn`: "
+                "pass `init_params=` (an unconstrained pytree) to `MCMC.run`."
+            )
+        init_one = partial(self._init_one, model_args=model_args, model_kwargs=model_kwargs)
+        if vectorized:
+            self._sample_fn = jax.vmap(self._sample_one, in_axes=(0, None, None))
+            return jax.vmap(init_one)(init_params, rng_key)
+        self._sample_fn = self._sample_one
+        return init_one(init_params, rng_key)
+
+    def sample(self, state, model_args, model_kwargs):
+        return self._sample_fn(state, model_args, model_kwargs)
+
+    def postprocess_fn(self, model_args, model_kwargs):
+        """Constrained values (and deterministic sites, computed on the *full* data, as
+        ``NUTS(full_batch(model))`` returns them)."""
+        if self._model is None:
+            return identity
+        model_args, model_kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs or {}))
+        if self._replay:
+            return partial(
+                constrain_fn,
+                full_batch(self._prepared_model),
+                model_args,
+                model_kwargs,
+                return_deterministic=True,
+            )
+        return partial(transform_fn, self._inv_transforms)
+
+    def get_diagnostics_str(self, state):
+        return "h={:.2e} |grad|={:.2e} U_batch={:.4g}{}".format(
+            float(state.step_size),
+            float(state.grad_norm),
+            float(state.potential_energy),
+            " DIVERGING" if bool(state.diverging) else "",
+        )
+
+
+def _swap_args(potential, idx, z):
+    return potential(z, idx)

@@ -1,0 +1,40 @@
+"""Small pytree helpers shared by metrics, integrators and the adapter."""
+
+import jax
+import jax.numpy as jnp
+from jax import random
+
+
+def tree_dot(a, b):
+    """Global inner product ``sum_leaves <a, b>`` of two trees of the same structure."""
+    products = jax.tree.leaves(jax.tree.map(jnp.vdot, a, b))
+    return sum(products[1:], products[0]) if products else jnp.zeros(())
+
+
+def tree_norm(a):
+    """Global Euclidean norm of a tree."""
+    return jnp.sqrt(tree_dot(a, a))
+
+
+def tree_all_finite(a):
+    """True when every entry of every leaf is finite."""
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(a)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.array(True)
+
+
+def tree_normal(key, like):
+    """Standard normal noise with the structure, shapes and dtypes of ``like``."""
+    leaves, treedef = jax.tree.flatten(like)
+    keys = random.split(key, max(len(leaves), 1))
+    noise = [random.normal(k, jnp.shape(x), jnp.result_type(x)) for k, x in zip(keys, leaves)]
+    return jax.tree.unflatten(treedef, noise)
+
+
+def tree_where(pred, on_true, on_false):
+    """Leaf-wise ``jnp.where`` with a scalar predicate."""
+    return jax.tree.map(lambda x, y: jnp.where(pred, x, y), on_true, on_false)
+
+
+def tree_axpy(a, x, y):
+    """``a * x + y`` leaf-wise, ``a`` a scalar."""
+    return jax.tree.map(lambda u, v: a * u + v, x, y)

@@ -1,0 +1,181 @@
+r"""Subsample plates: finding them, drawing minibatch indices, and switching them off.
+
+A model written with ``numpyro.plate(name, N, subsample_size=n)`` scales the log-likelihood of
+the ``n`` selected points by ``N / n``, so the potential on a minibatch, :math:`\hat U`, is an
+unbiased estimate of the full-data potential :math:`U`. The SG kernels draw fresh indices every
+step and substitute them into the model (``handlers.substitute(model, data={name: idx})``);
+:func:`full_batch` substitutes ``arange(N)`` instead and drops the scaling, which gives the exact
+model for NUTS, ``Predictive`` and ``log_likelihood``.
+"""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax, random
+from numpyro import handlers
+from numpyro.primitives import Messenger
+
+__all__ = ["full_batch", "SubsamplePlate", "find_subsample_plates"]
+
+BATCHING_CHOICES = ("replacement", "epoch")
+
+
+class _FullBatch(Messenger):
+    """Handler that turns every subsample plate into a plate over all its data."""
+
+    def __call__(self, *args, **kwargs):
+        # NumPy arrays cannot be indexed by the (traced, under jit) full index set: hand the
+        # model JAX arrays instead.
+        args, kwargs = jax.tree.map(as_jax_array, (args, kwargs))
+        return super().__call__(*args, **kwargs)
+
+    def process_message(self, msg):
+        if msg["type"] == "plate" and msg.get("value") is None:
+            size = msg["args"][0]
+            msg["args"] = (size, None)
+            msg["value"] = jnp.arange(size)
+
+
+def as_jax_array(x):
+    """NumPy arrays become JAX arrays (so that traced indices can index them); others pass."""
+    return jnp.asarray(x) if isinstance(x, np.ndarray) else x
+
+
+def full_batch(model):
+    """The same model with subsampling switched off: every plate uses all ``N`` data points.
+
+    ``numpyro.plate(name, N, subsample_size=n)`` becomes ``numpyro.plate(name, N)``: the plate
+    yields ``arange(N)``, ``numpyro.subsample`` returns the whole data, and no ``N / n`` scaling
+    is applied. Use it for the exact baseline and for full-data evaluation::
+
+        MCMC(NUTS(full_batch(model)), num_warmup=500, num_samples=2000).run(key, X, y)
+        Predictive(full_batch(model), samples)(key, X)
+        numpyro.infer.log_likelihood(full_batch(model), samples, X, y)
+
+    Plates whose indices are already substituted by an outer handler are left alone. NumPy
+    arrays among the model's arguments are passed to it as JAX arrays.
+    """
+    return _FullBatch(model)
+
+
+class SubsamplePlate(NamedTuple):
+    """A plate with ``subsample_size < size`` found in the model."""
+
+    name: str
+    size: int
+    subsample_size: int
+
+
+class _PlateRecorder(Messenger):
+    """Records plates and gives each subsample plate a placeholder index set.
+
+    The placeholder keeps NumPyro from drawing indices (which needs a random key, and would
+    fail obscurely for a subsample larger than the plate) while the model is traced.
+    """
+
+    def __init__(self, fn=None):
+        self.plates = {}
+        super().__init__(fn)
+
+    def process_message(self, msg):
+        if msg["type"] != "plate" or msg.get("value") is not None:
+            return
+        size, subsample_size = msg["args"]
+        self.plates[msg["name"]] = (size, subsample_size)
+        msg["value"] = jnp.arange(min(size, subsample_size))
+
+
+def trace_with_plates(model, model_args=(), model_kwargs=None):
+    """Trace ``model`` once (seeded, subsample plates given placeholder indices).
+
+    Returns ``(trace, plates)``, ``plates`` a tuple of :class:`SubsamplePlate` for the plates
+    with ``subsample_size < size``. Raises ``ValueError`` for a plate whose
+    ``subsample_size`` exceeds its size.
+    """
+    model_kwargs = {} if model_kwargs is None else model_kwargs
+    recorder = _PlateRecorder(handlers.seed(model, rng_seed=0))
+    with handlers.block():
+        model_trace = handlers.trace(recorder).get_trace(*model_args, **model_kwargs)
+    plates = []
+    for name, (size, subsample_size) in recorder.plates.items():
+        if subsample_size > size:
+            raise ValueError(
+                f"Plate '{name}' has subsample_size={subsample_size} larger than its size {size}. "
+                f"Use a subsample_size of at most {size} (or omit it to use all the data)."
+            )
+        if subsample_size < size:
+            plates.append(SubsamplePlate(name, int(size), int(subsample_size)))
+    return model_trace, tuple(plates)
+
+
+def find_subsample_plates(model, model_args=(), model_kwargs=None):
+    """The subsample plates of ``model`` (several, nested or not), as :class:`SubsamplePlate`."""
+    return trace_with_plates(model, model_args, model_kwargs)[1]
+
+
+class EpochState(NamedTuple):
+    """Without-replacement batching: a permutation of ``arange(N)`` and a read position."""
+
+    permutation: jnp.ndarray
+    position: jnp.ndarray
+
+
+def init_batching(key, plates, batching):
+    """Initial batching state: ``None`` for sampling with replacement, else one
+    :class:`EpochState` per plate."""
+    if batching == "replacement":
+        return None
+    keys = random.split(key, max(len(plates), 1))
+    return tuple(
+        EpochState(random.permutation(k, plate.size), jnp.zeros((), jnp.int32))
+        for k, plate in zip(keys, plates)
+    )
+
+
+def _next_epoch_batch(key, plate, state):
+    n, size = plate.subsample_size, plate.size
+    # The last incomplete batch of an epoch is dropped; the next epoch reshuffles, so every
+    # point is used equally often in the long run.
+    permutation, position = lax.cond(
+        state.position + n > size,
+        lambda: (random.permutation(key, size), jnp.zeros((), jnp.int32)),
+        lambda: (state.permutation, state.position),
+    )
+    idx = lax.dynamic_slice_in_dim(permutation, position, n)
+    return idx, EpochState(permutation, position + n)
+
+
+def draw_indices(key, plates, batching_state):
+    """Fresh minibatch indices ``{plate_name: idx}`` and the new batching state.
+
+    With replacement (``batching_state is None``) each index is an independent uniform draw
+    from ``0..N-1`` (``random.randint``: O(n) work, not a permutation of all N).
+    """
+    keys = random.split(key, max(len(plates), 1))
+    if batching_state is None:
+        idx = {
+            plate.name: random.randint(k, (plate.subsample_size,), 0, plate.size)
+            for k, plate in zip(keys, plates)
+        }
+        return idx, None
+    idx, new_state = {}, []
+    for k, plate, state in zip(keys, plates, batching_state):
+        idx[plate.name], s = _next_epoch_batch(k, plate, state)
+        new_state.append(s)
+    return idx, tuple(new_state)
+
+
+def full_indices(plates):
+    """Substitution that selects every data point (``arange(N)``) for each plate."""
+    return {plate.name: jnp.arange(plate.size) for plate in plates}
+
+
+def check_batching(batching):
+    if batching not in BATCHING_CHOICES:
+        raise ValueError(
+            f"Unknown batching={batching!r}; use 'replacement' (independent uniform indices "
+            "every step, the default) or 'epoch' (shuffle and sweep without replacement)."
+        )
+    return batching
