@@ -1,7 +1,10 @@
 r"""Gradient estimators: ``(position, minibatch) -> (value, grad)``.
 
 The default estimator differentiates NumPyro's own minibatch potential
-:math:`\hat U(\theta) = -\log p(\theta) - \frac{N}{n}\sum_{i \in \text{batch}} \log p(y_i \mid \theta)`
+
+.. math::
+    \hat U(\theta) = -\log p(\theta) - \frac{N}{n}\sum_{i \in B} \log p(y_i \mid \theta)
+
 (the ``N/n`` scaling comes from ``numpyro.plate(..., subsample_size=n)``), evaluated on the
 unconstrained space with the Jacobians of the constraining transforms included. Control variates
 or other estimators can be added as other functions of the same signature.

@@ -36,7 +36,8 @@ class polynomial_decay(NamedTuple):
     r"""Polynomial decay :math:`h_t = a (b + t)^{-\gamma}` (Welling & Teh 2011).
 
     ``a`` > 0, ``b`` > 0 (so that :math:`h_0` is finite) and ``gamma`` ≥ 0; Welling & Teh use
-    :math:`\gamma \in (0.5, 1]`, for which :math:`\sum h_t = \infty` and :math:`\sum h_t^2 < \infty`.
+    :math:`\gamma \in (0.5, 1]`, for which :math:`\sum h_t = \infty` and
+    :math:`\sum h_t^2 < \infty`.
     """
 
     a: float
@@ -50,8 +51,9 @@ class polynomial_decay(NamedTuple):
 class cyclical(NamedTuple):
     r"""Cyclical cosine schedule of Zhang et al. (2020), "Cyclical SG-MCMC", Eq. (1).
 
-    .. math:: h_t = \frac{h_0}{2}\left[\cos\left(\frac{\pi\,\mathrm{mod}(t, L)}{L}\right) + 1\right],
-              \qquad L = \lceil K / M \rceil,
+    .. math::
+        h_t = \frac{h_0}{2}\left[\cos\left(\frac{\pi\,\mathrm{mod}(t, L)}{L}\right) + 1\right],
+        \qquad L = \lceil K / M \rceil,
 
     with ``K = num_steps`` (total steps), ``M = num_cycles``. The step size never reaches zero:
     its smallest value is :math:`h_0 (1 + \cos(\pi (L-1)/L))/2 > 0`.

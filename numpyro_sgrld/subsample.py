@@ -83,8 +83,14 @@ class _PlateRecorder(Messenger):
         if msg["type"] != "plate" or msg.get("value") is not None:
             return
         size, subsample_size = msg["args"]
+        if subsample_size > size:
+            raise ValueError(
+                f"Plate '{msg['name']}' has subsample_size={subsample_size} larger than its "
+                f"size {size}. Use a subsample_size of at most {size} (or omit it to use all "
+                "the data)."
+            )
         self.plates[msg["name"]] = (size, subsample_size)
-        msg["value"] = jnp.arange(min(size, subsample_size))
+        msg["value"] = jnp.arange(subsample_size)
 
 
 def trace_with_plates(model, model_args=(), model_kwargs=None):
@@ -98,16 +104,11 @@ def trace_with_plates(model, model_args=(), model_kwargs=None):
     recorder = _PlateRecorder(handlers.seed(model, rng_seed=0))
     with handlers.block():
         model_trace = handlers.trace(recorder).get_trace(*model_args, **model_kwargs)
-    plates = []
-    for name, (size, subsample_size) in recorder.plates.items():
-        if subsample_size > size:
-            raise ValueError(
-                f"Plate '{name}' has subsample_size={subsample_size} larger than its size {size}. "
-                f"Use a subsample_size of at most {size} (or omit it to use all the data)."
-            )
-        if subsample_size < size:
-            plates.append(SubsamplePlate(name, int(size), int(subsample_size)))
-    return model_trace, tuple(plates)
+    plates = tuple(
+        SubsamplePlate(name, int(size), int(subsample_size))
+        for name, (size, subsample_size) in recorder.plates.items()
+    )
+    return model_trace, plates
 
 
 def find_subsample_plates(model, model_args=(), model_kwargs=None):

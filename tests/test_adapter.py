@@ -1,0 +1,286 @@
+"""The NumPyro adapter: potentials, plates, batching, postprocessing, state handling."""
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+from jax import random
+from numpyro.infer import MCMC, NUTS, Predictive, log_likelihood
+from numpyro.infer.util import constrain_fn, log_density
+
+from numpyro_sgrld import SGHMC, SGLD, find_subsample_plates, full_batch, minibatch_potential
+from numpyro_sgrld.subsample import draw_indices, init_batching
+
+
+def _data(n=50, d=3, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)).astype(np.float32)
+    y = (X @ np.arange(1.0, d + 1) + rng.normal(size=n)).astype(np.float32)
+    return X, y
+
+
+def regression(X, y=None, subsample_size=10):
+    w = numpyro.sample("w", dist.Normal(0, 1).expand([X.shape[1]]).to_event(1))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(2.0))
+    with numpyro.plate("data", X.shape[0], subsample_size=subsample_size) as idx:
+        mu = numpyro.deterministic("mu", X[idx] @ w)
+        numpyro.sample("y", dist.Normal(mu, sigma), obs=None if y is None else y[idx])
+
+
+def test_minibatch_potential_matches_hand_computation():
+    X, y = _data()
+    N, n = X.shape[0], 10
+    idx = jnp.array([3, 3, 7, 0, 49, 12, 5, 5, 5, 30])
+    z = {"w": jnp.array([0.3, -0.2, 1.0]), "sigma": jnp.array(0.4)}  # unconstrained: log sigma
+    sigma = np.exp(0.4)
+    w = np.array([0.3, -0.2, 1.0])
+    Xi, yi = X[np.asarray(idx)], y[np.asarray(idx)]
+    loglik = dist.Normal(Xi @ w, sigma).log_prob(yi).sum()
+    logprior = (
+        dist.Normal(0, 1).log_prob(w).sum() + dist.HalfNormal(2.0).log_prob(sigma) + 0.4
+    )  # + log|d sigma / d log sigma|
+    expected = -(logprior + N / n * loglik)
+    got = minibatch_potential(regression, (X, y))(z, {"data": idx})
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    # the kernel differentiates exactly this function
+    kernel = SGLD(regression, step_size=1e-3)
+    MCMC(kernel, num_warmup=0, num_samples=1, progress_bar=False).run(random.PRNGKey(0), X, y)
+    got_kernel = kernel._potential((X, y), {})(z, {"data": idx})
+    np.testing.assert_allclose(got_kernel, expected, rtol=1e-5)
+
+
+def test_recorded_potential_is_the_minibatch_estimate_of_the_step():
+    X, y = _data()
+    kernel = SGLD(regression, step_size=1e-3)
+    state = kernel.init(random.PRNGKey(1), 0, None, (X, y), {})
+    new = kernel.sample(state, (X, y), {})
+    _, key_idx, _ = random.split(state.rng_key, 3)
+    idx, _ = draw_indices(key_idx, kernel.subsample_plates, state.batch_state)
+    expected = minibatch_potential(regression, (X, y))(state.z, idx)
+    np.testing.assert_allclose(new.potential_energy, expected, rtol=1e-6)
+    grad = jax.grad(minibatch_potential(regression, (X, y)))(state.z, idx)
+    expected_norm = np.sqrt(sum(float(jnp.sum(g**2)) for g in jax.tree.leaves(grad)))
+    np.testing.assert_allclose(new.grad_norm, expected_norm, rtol=1e-5)
+
+
+def test_find_plates_several_and_nested():
+    def model(a, b):
+        s = numpyro.sample("s", dist.Normal())
+        with numpyro.plate("groups", 40, subsample_size=8, dim=-2) as g:
+            with numpyro.plate("items", 30, subsample_size=5, dim=-1) as i:
+                numpyro.sample("x", dist.Normal(s, 1), obs=a[g][:, i])
+        with numpyro.plate("other", 100, subsample_size=10) as k:
+            numpyro.sample("y", dist.Normal(s, 1), obs=b[k])
+        with numpyro.plate("full", 7):
+            numpyro.sample("u", dist.Normal(s, 1), obs=jnp.zeros(7))
+
+    a, b = jnp.ones((40, 30)), jnp.ones(100)
+    plates = find_subsample_plates(model, (a, b))
+    assert {(p.name, p.size, p.subsample_size) for p in plates} == {
+        ("groups", 40, 8),
+        ("items", 30, 5),
+        ("other", 100, 10),
+    }
+    kernel = SGLD(model, step_size=1e-3)
+    mcmc = MCMC(kernel, num_warmup=5, num_samples=5, progress_bar=False)
+    mcmc.run(random.PRNGKey(0), a, b)
+    assert kernel.num_data == 100
+    assert SGLD(model, step_size=1e-3, num_data=7).num_data == 7
+
+    # the scaling of nested plates: each factor N/n applies
+    idx = {"groups": jnp.arange(8), "items": jnp.arange(5), "other": jnp.arange(10)}
+    z = {"s": jnp.array(0.5)}
+    expected = -(
+        dist.Normal().log_prob(0.5)
+        + (40 / 8) * (30 / 5) * dist.Normal(0.5, 1).log_prob(1.0) * 40
+        + (100 / 10) * dist.Normal(0.5, 1).log_prob(1.0) * 10
+        + dist.Normal(0.5, 1).log_prob(0.0) * 7
+    )
+    np.testing.assert_allclose(minibatch_potential(model, (a, b))(z, idx), expected, rtol=1e-5)
+
+
+def test_num_data_is_one_without_plate():
+    kernel = SGLD(lambda: numpyro.sample("x", dist.Normal()), step_size=0.1)
+    MCMC(kernel, num_warmup=1, num_samples=1, progress_bar=False).run(random.PRNGKey(0))
+    assert kernel.num_data == 1 and kernel.subsample_plates == ()
+
+
+def test_epoch_batching_sweeps_without_replacement():
+    X, y = _data(n=50)
+    kernel = SGLD(partial(regression, subsample_size=10), step_size=1e-4, batching="epoch")
+    state = kernel.init(random.PRNGKey(0), 0, None, (X, y), {})
+    batch_state = state.batch_state
+    seen = []
+    for k in random.split(random.PRNGKey(1), 10):
+        idx, batch_state = draw_indices(k, kernel.subsample_plates, batch_state)
+        seen.append(np.asarray(idx["data"]))
+    for epoch in (seen[:5], seen[5:]):
+        np.testing.assert_array_equal(np.sort(np.concatenate(epoch)), np.arange(50))
+    assert not np.array_equal(np.concatenate(seen[:5]), np.concatenate(seen[5:]))
+    # the uneven case drops the remainder of each epoch and never repeats within one
+    plates = find_subsample_plates(partial(regression, subsample_size=15), (X, y))
+    batch_state = init_batching(random.PRNGKey(2), plates, "epoch")
+    for k in random.split(random.PRNGKey(3), 3):
+        idx, batch_state = draw_indices(k, plates, batch_state)
+        seen.append(np.asarray(idx["data"]))
+    assert len(np.unique(np.concatenate(seen[-3:]))) == 45
+
+
+def test_replacement_batching_is_uniform():
+    plates = find_subsample_plates(partial(regression, subsample_size=10), _data(n=50))
+    idx, state = draw_indices(random.PRNGKey(0), plates, None)
+    assert state is None and idx["data"].shape == (10,)
+    draws = jax.vmap(lambda k: draw_indices(k, plates, None)[0]["data"])(
+        random.split(random.PRNGKey(1), 5000)
+    )
+    counts = np.bincount(np.asarray(draws).ravel(), minlength=50)
+    expected = 5000 * 10 / 50
+    chi2 = ((counts - expected) ** 2 / expected).sum()
+    assert chi2 < 49 + 4 * np.sqrt(2 * 49)  # chi-square with 49 dof, 4 sd
+
+
+def test_full_batch_is_the_unscaled_full_data_model():
+    X, y = _data()
+    params = {"w": jnp.array([0.1, 0.2, 0.3]), "sigma": jnp.array(1.5)}
+    got, tr = log_density(full_batch(regression), (X, y), {}, params)
+    w = np.array([0.1, 0.2, 0.3])
+    expected = (
+        dist.Normal(0, 1).log_prob(w).sum()
+        + dist.HalfNormal(2.0).log_prob(1.5)
+        + dist.Normal(X @ w, 1.5).log_prob(y).sum()
+    )
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    assert tr["mu"]["value"].shape == (50,)
+    samples = {"w": jnp.ones((4, 3)), "sigma": jnp.ones(4)}
+    assert Predictive(full_batch(regression), samples)(random.PRNGKey(0), X)["y"].shape == (4, 50)
+    assert log_likelihood(full_batch(regression), samples, X, y)["y"].shape == (4, 50)
+
+
+def test_postprocess_returns_constrained_values_and_full_data_deterministics():
+    X, y = _data()
+    mcmc = MCMC(SGLD(regression, step_size=1e-3), num_warmup=10, num_samples=20, progress_bar=False)
+    mcmc.run(random.PRNGKey(0), X, y, extra_fields=("z.w", "z.sigma"))
+    samples = mcmc.get_samples()
+    fields = mcmc.get_extra_fields()
+    z = {"w": fields["z.w"], "sigma": fields["z.sigma"]}
+    assert samples["w"].shape == (20, 3) and samples["mu"].shape == (20, 50)
+    assert np.all(samples["sigma"] > 0)
+    expected = jax.vmap(
+        lambda u: constrain_fn(full_batch(regression), (X, y), {}, u, return_deterministic=True)
+    )(z)
+    for site in ("w", "sigma", "mu"):
+        np.testing.assert_allclose(samples[site], expected[site], rtol=1e-6)
+    # the same keys as NUTS on the full model
+    nuts = MCMC(NUTS(full_batch(regression)), num_warmup=5, num_samples=5, progress_bar=False)
+    nuts.run(random.PRNGKey(0), X, y)
+    assert set(nuts.get_samples()) == set(samples)
+
+
+def test_postprocess_without_deterministic_sites_does_not_replay_the_model():
+    def model(y):
+        sigma = numpyro.sample("sigma", dist.LogNormal(0, 1))
+        with numpyro.plate("data", y.shape[0], subsample_size=5) as idx:
+            numpyro.sample("y", dist.Normal(0, sigma), obs=y[idx])
+
+    kernel = SGLD(model, step_size=1e-3)
+    mcmc = MCMC(kernel, num_warmup=5, num_samples=5, progress_bar=False)
+    mcmc.run(random.PRNGKey(0), jnp.ones(20), extra_fields=("z.sigma",))
+    assert not kernel._replay
+    np.testing.assert_allclose(
+        mcmc.get_samples()["sigma"], np.exp(mcmc.get_extra_fields()["z.sigma"]), rtol=1e-6
+    )
+
+
+def test_non_finite_steps_are_flagged_and_rejected():
+    # exp(theta^4) grows so fast that a big step overflows: the chain must not move to inf/nan
+    def model():
+        theta = numpyro.sample("theta", dist.Normal(0, 1))
+        numpyro.factor("wall", -jnp.exp(theta**2))
+
+    mcmc = MCMC(SGLD(model, step_size=0.5), num_warmup=0, num_samples=200, progress_bar=False)
+    mcmc.run(random.PRNGKey(0), extra_fields=("potential_energy",))
+    theta = mcmc.get_samples()["theta"]
+    diverging = mcmc.get_extra_fields()["diverging"]
+    assert np.all(np.isfinite(theta))
+    assert diverging.sum() > 0
+    # a rejected step leaves the position unchanged
+    moved = np.concatenate([[True], np.diff(np.asarray(theta)) != 0])
+    assert not np.any(moved[np.asarray(diverging)])
+
+
+def test_extra_fields_and_thinning():
+    X, y = _data()
+    mcmc = MCMC(
+        SGHMC(regression, step_size=1e-4),
+        num_warmup=10,
+        num_samples=40,
+        thinning=4,
+        progress_bar=False,
+    )
+    mcmc.run(
+        random.PRNGKey(0),
+        X,
+        y,
+        extra_fields=("potential_energy", "grad_norm", "step_size", "sampler_state.momentum"),
+    )
+    fields = mcmc.get_extra_fields()
+    assert mcmc.get_samples()["w"].shape == (10, 3)
+    assert fields["potential_energy"].shape == (10,)
+    assert fields["diverging"].dtype == bool
+    np.testing.assert_allclose(fields["step_size"], 1e-4)
+    assert fields["sampler_state.momentum"]["w"].shape == (10, 3)
+    assert np.all(fields["grad_norm"] > 0)
+
+
+def test_init_params_and_init_strategy():
+    from numpyro.infer import init_to_value
+
+    X, y = _data()
+    kernel = SGLD(regression, step_size=1e-12, init_strategy=init_to_value(values={"sigma": 2.0}))
+    state = kernel.init(random.PRNGKey(0), 0, None, (X, y), {})
+    np.testing.assert_allclose(state.z["sigma"], np.log(2.0), rtol=1e-6)
+    init = {"w": jnp.array([1.0, 2.0, 3.0]), "sigma": jnp.array(0.0)}
+    mcmc = MCMC(SGLD(regression, step_size=1e-12), num_warmup=0, num_samples=1, progress_bar=False)
+    mcmc.run(random.PRNGKey(0), X, y, init_params=init)
+    np.testing.assert_allclose(mcmc.get_samples()["w"][0], [1.0, 2.0, 3.0], atol=1e-4)
+
+
+def test_potential_fn_interface():
+    def potential(z):
+        return 0.5 * jnp.sum(z["x"] ** 2)
+
+    mcmc = MCMC(
+        SGLD(potential_fn=potential, step_size=0.1),
+        num_warmup=100,
+        num_samples=2000,
+        progress_bar=False,
+    )
+    mcmc.run(random.PRNGKey(0), init_params={"x": jnp.zeros(2)})
+    assert mcmc.get_samples()["x"].shape == (2000, 2)
+
+
+def test_schedules_drive_the_step_size():
+    from numpyro_sgrld import cyclical, polynomial_decay
+
+    def model():
+        numpyro.sample("x", dist.Normal())
+
+    for schedule in (polynomial_decay(0.1, 1.0, 0.55), cyclical(0.1, num_steps=40, num_cycles=2)):
+        mcmc = MCMC(
+            SGLD(model, step_size=schedule), num_warmup=0, num_samples=40, progress_bar=False
+        )
+        mcmc.run(random.PRNGKey(0), extra_fields=("step_size",))
+        np.testing.assert_allclose(
+            mcmc.get_extra_fields()["step_size"], schedule(jnp.arange(40)), rtol=1e-6
+        )
+
+
+def test_progress_bar_diagnostics_string():
+    X, y = _data()
+    kernel = SGLD(regression, step_size=1e-3)
+    state = kernel.init(random.PRNGKey(0), 0, None, (X, y), {})
+    text = kernel.get_diagnostics_str(kernel.sample(state, (X, y), {}))
+    assert "h=1.00e-03" in text and "|grad|=" in text

@@ -1,0 +1,103 @@
+"""Bad input gets a clear error that names the problem and the fix."""
+
+import jax.numpy as jnp
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from jax import random
+from numpyro.infer import MCMC
+
+from numpyro_sgrld import SGHMC, SGLD, polynomial_decay
+
+
+def gaussian():
+    numpyro.sample("x", dist.Normal())
+
+
+def _run(kernel, *args):
+    MCMC(kernel, num_warmup=1, num_samples=1, progress_bar=False).run(random.PRNGKey(0), *args)
+
+
+def test_discrete_latent_site():
+    def model():
+        numpyro.sample("k", dist.Bernoulli(0.5))
+        numpyro.sample("x", dist.Normal())
+
+    with pytest.raises(ValueError, match="Latent site 'k' is discrete.*Marginalise"):
+        _run(SGLD(model, step_size=0.1))
+
+
+@pytest.mark.parametrize("bad", [0.0, -1e-3, float("nan"), float("inf"), "0.1", True])
+def test_bad_step_size(bad):
+    with pytest.raises(ValueError, match="step_size"):
+        SGLD(gaussian, step_size=bad)
+
+
+def test_missing_step_size():
+    with pytest.raises(ValueError, match="`step_size` is required"):
+        SGLD(gaussian)
+
+
+def test_schedule_with_non_positive_values():
+    with pytest.raises(ValueError, match="schedule must return finite values > 0.*t = \\[100"):
+        SGLD(gaussian, step_size=lambda t: 1e-3 * (100 - t))
+    with pytest.raises(ValueError, match="polynomial_decay.a"):
+        SGLD(gaussian, step_size=polynomial_decay(a=-1.0))
+    with pytest.raises(ValueError, match="polynomial_decay.b"):
+        SGLD(gaussian, step_size=polynomial_decay(a=1.0, b=0.0))
+
+
+def test_subsample_larger_than_plate():
+    def model(y):
+        with numpyro.plate("data", 10, subsample_size=20) as idx:
+            numpyro.sample("y", dist.Normal(), obs=y[idx])
+
+    with pytest.raises(
+        ValueError,
+        match="Plate 'data' has subsample_size=20 larger than its "
+        "size 10. Use a subsample_size of at most 10",
+    ):
+        _run(SGLD(model, step_size=0.1), jnp.zeros(10))
+
+
+@pytest.mark.parametrize("friction", [0.0, -0.1, 1.5])
+def test_friction_out_of_range(friction):
+    with pytest.raises(ValueError, match=r"`friction` must be in \(0, 1\]"):
+        SGHMC(gaussian, step_size=0.1, friction=friction)
+
+
+@pytest.mark.parametrize("noise_estimate", [0.1, 0.5, -0.01])
+def test_noise_estimate_not_below_friction(noise_estimate):
+    with pytest.raises(ValueError, match="0 <= noise_estimate < friction"):
+        SGHMC(gaussian, step_size=0.1, friction=0.1, noise_estimate=noise_estimate)
+
+
+def test_potential_fn_without_init_params():
+    with pytest.raises(ValueError, match="`init_params` must be given"):
+        _run(SGLD(potential_fn=lambda z: jnp.sum(z**2), step_size=0.1))
+
+
+def test_model_and_potential_fn_exclusive():
+    with pytest.raises(ValueError, match="exactly one of `model` or `potential_fn`"):
+        SGLD(gaussian, potential_fn=lambda z: z, step_size=0.1)
+    with pytest.raises(ValueError, match="exactly one of `model` or `potential_fn`"):
+        SGLD(step_size=0.1)
+
+
+def test_unknown_batching():
+    with pytest.raises(ValueError, match="Unknown batching='shuffle'.*'replacement'.*'epoch'"):
+        SGLD(gaussian, step_size=0.1, batching="shuffle")
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"temperature": -1.0}, "temperature"),
+        ({"num_data": 0}, "num_data"),
+        ({"initial_momentum": "big"}, "initial_momentum"),
+        ({"resample_momentum_every": 0}, "resample_momentum_every"),
+    ],
+)
+def test_other_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        SGHMC(gaussian, step_size=0.1, **kwargs)
