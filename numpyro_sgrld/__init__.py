@@ -4,10 +4,20 @@ Every kernel is a :class:`numpyro.infer.mcmc.MCMCKernel`: ``MCMC(SGLD(model, ste
 runs on ordinary NumPyro models with ``numpyro.plate(..., subsample_size=n)``.
 """
 
-from numpyro_sgrld import integrators, metrics, schedules
+from numpyro_sgrld import correction, integrators, metrics, schedules
 from numpyro_sgrld._adapter import SGMCMCKernel, SGState
 from numpyro_sgrld.gradients import minibatch_potential
-from numpyro_sgrld.kernels import SGHMC, SGLD, LangevinKernel, SGHMCState
+from numpyro_sgrld.kernels import (
+    PSGLD,
+    SGHMC,
+    SGLD,
+    AdamSGLD,
+    LangevinKernel,
+    MongeSGLD,
+    SGHMCState,
+    ShampooSGLD,
+    WenzelSGLD,
+)
 from numpyro_sgrld.schedules import constant, cyclical, polynomial_decay
 from numpyro_sgrld.subsample import SubsamplePlate, find_subsample_plates, full_batch
 
@@ -16,6 +26,11 @@ __version__ = "0.1.0"
 __all__ = [
     "SGLD",
     "SGHMC",
+    "PSGLD",
+    "MongeSGLD",
+    "ShampooSGLD",
+    "WenzelSGLD",
+    "AdamSGLD",
     "LangevinKernel",
     "SGMCMCKernel",
     "SGState",
@@ -30,4 +45,5 @@ __all__ = [
     "schedules",
     "metrics",
     "integrators",
+    "correction",
 ]

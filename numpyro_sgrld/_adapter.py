@@ -166,6 +166,9 @@ class SGMCMCKernel(MCMCKernel):
         """The kernel's own initial state at position ``z``."""
         raise NotImplementedError
 
+    def _prepare(self):
+        """Called by :meth:`init` once the plates (and so ``num_data``) are known."""
+
     def _transition(self, key, z, sampler_state, grad, grad_fn, step_size, i):
         """One step from ``z`` given the minibatch gradient ``grad``; returns
         ``(z, sampler_state)``. ``grad_fn(z)`` re-evaluates the gradient on the same minibatch
@@ -290,6 +293,7 @@ class SGMCMCKernel(MCMCKernel):
                 "`init_params` must be given when the kernel is built from `potential_fn`: "
                 "pass `init_params=` (an unconstrained pytree) to `MCMC.run`."
             )
+        self._prepare()
         init_one = partial(self._init_one, model_args=model_args, model_kwargs=model_kwargs)
         if vectorized:
             self._sample_fn = jax.vmap(self._sample_one, in_axes=(0, None, None))

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from numpyro_sgrld._tree import tree_normal
 
-__all__ = ["langevin", "sghmc"]
+__all__ = ["langevin", "sghmc", "adaptive_drift_langevin"]
 
 
 def langevin(key, position, grad, preconditioner, step_size, temperature):
@@ -52,3 +52,18 @@ def sghmc(key, position, momentum, grad, step_size, friction, noise_estimate, te
     )
     position = jax.tree.map(lambda x, v: x + v, position, momentum)
     return position, momentum
+
+
+def adaptive_drift_langevin(key, position, grad, extra_drift, step_size, temperature):
+    r"""Langevin step with an extra drift term (AdamSGLD; Kim, Song & Liang 2022).
+
+    .. math::
+        \theta \leftarrow \theta - h\,(\nabla\hat U + a) + \sqrt{2hT}\,\xi,
+
+    ``extra_drift`` :math:`a` (e.g. :math:`a\,m / (\sqrt{V} + \lambda)`), identity metric.
+    """
+    xi = tree_normal(key, position)
+    scale = jnp.sqrt(2.0 * step_size * temperature)
+    return jax.tree.map(
+        lambda x, g, a, n: x - step_size * (g + a) + scale * n, position, grad, extra_drift, xi
+    )

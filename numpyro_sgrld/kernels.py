@@ -1,5 +1,6 @@
 r"""Public stochastic-gradient kernels: thin classes that pick a metric and an integrator."""
 
+from functools import partial
 from typing import Any, NamedTuple
 
 import jax
@@ -8,10 +9,31 @@ from jax import random
 
 from numpyro_sgrld._adapter import SGMCMCKernel
 from numpyro_sgrld._tree import tree_normal, tree_where
-from numpyro_sgrld.integrators import langevin, sghmc
-from numpyro_sgrld.metrics import identity
+from numpyro_sgrld.correction import check_correction, correction_drift
+from numpyro_sgrld.integrators import adaptive_drift_langevin, langevin, sghmc
+from numpyro_sgrld.metrics import (
+    Metric,
+    _check_decay,
+    _check_nonnegative,
+    identity,
+    monge,
+    rmsprop,
+    shampoo,
+    wenzel,
+)
 
-__all__ = ["LangevinKernel", "SGLD", "SGHMC", "SGHMCState"]
+__all__ = [
+    "LangevinKernel",
+    "SGLD",
+    "SGHMC",
+    "SGHMCState",
+    "PSGLD",
+    "MongeSGLD",
+    "ShampooSGLD",
+    "WenzelSGLD",
+    "AdamSGLD",
+    "AdamState",
+]
 
 
 class LangevinKernel(SGMCMCKernel):
@@ -20,20 +42,49 @@ class LangevinKernel(SGMCMCKernel):
     .. math::
         \theta \leftarrow \theta - h\,D\nabla\hat U + h\,\Gamma + \sqrt{2hT}\,D^{1/2}\xi.
 
-    The kernel's ``sampler_state`` is the metric's state. Keyword arguments are those of
-    :class:`~numpyro_sgrld._adapter.SGMCMCKernel`.
+    ``metric`` is a :class:`~numpyro_sgrld.metrics.Metric`, or a function ``num_data -> Metric``
+    (called once the model's data size is known). ``correction`` (``None``, ``"exact"``,
+    ``"hutchinson"``) adds the Γ drift (:mod:`numpyro_sgrld.correction`); only metrics with a
+    ``decay`` support it. The kernel's ``sampler_state`` is the metric's state. Other keyword
+    arguments are those of :class:`~numpyro_sgrld._adapter.SGMCMCKernel`.
     """
 
-    def __init__(self, model=None, step_size=None, *, metric, **kwargs):
+    def __init__(self, model=None, step_size=None, *, metric, correction=None, **kwargs):
         super().__init__(model, step_size, **kwargs)
-        self._metric = metric
+        self._metric_arg = metric
+        probe = self._build_metric(1)  # validates the metric's parameters now
+        self._correction = check_correction(
+            correction, probe.decay, type(self).__name__, self._correction_hint()
+        )
+        self._metric = probe
+
+    def _correction_hint(self):
+        return ": this metric has no moving-average statistic to differentiate"
+
+    def _build_metric(self, num_data):
+        if isinstance(self._metric_arg, Metric):
+            return self._metric_arg
+        return self._metric_arg(num_data)
+
+    @property
+    def correction(self):
+        return self._correction
+
+    def _prepare(self):
+        self._metric = self._build_metric(self.num_data)
 
     def _init_sampler(self, key, z):
         return self._metric.init(z)
 
     def _transition(self, key, z, sampler_state, grad, grad_fn, step_size, i):
-        preconditioner, sampler_state = self._metric.update(grad, sampler_state, z)
-        return langevin(key, z, grad, preconditioner, step_size, self._temperature), sampler_state
+        preconditioner, new_state = self._metric.update(grad, sampler_state, z)
+        if self._correction is not None:
+            key, key_probe = random.split(key)
+            gamma = correction_drift(
+                self._correction, key_probe, z, grad_fn, self._metric, sampler_state
+            )
+            preconditioner = preconditioner._replace(correction=gamma)
+        return langevin(key, z, grad, preconditioner, step_size, self._temperature), new_state
 
 
 class SGLD(LangevinKernel):
@@ -206,3 +257,330 @@ class SGHMC(SGMCMCKernel):
             self._temperature,
         )
         return z, SGHMCState(momentum)
+
+
+_COMMON = """    :param model: NumPyro model (or ``potential_fn=``).
+    :param step_size: :math:`h`, float > 0 or a schedule (:mod:`numpyro_sgrld.schedules`).
+    :param kwargs: ``temperature``, ``num_data``, ``batching``, ``init_strategy``,
+        ``potential_fn`` (see :class:`~numpyro_sgrld._adapter.SGMCMCKernel`)."""
+
+
+def _example(name, args):
+    return f"""
+    Example::
+
+        >>> import jax, numpyro, numpyro.distributions as dist
+        >>> from numpyro.infer import MCMC
+        >>> from numpyro_sgrld import {name}
+        >>> def model():
+        ...     numpyro.sample("theta", dist.Normal(0.0, 1.0).expand([3]).to_event(1))
+        >>> mcmc = MCMC({name}(model, {args}), num_warmup=100, num_samples=200,
+        ...             progress_bar=False)
+        >>> mcmc.run(jax.random.PRNGKey(0))
+        >>> mcmc.get_samples()["theta"].shape
+        (200, 3)
+    """
+
+
+class PSGLD(LangevinKernel):
+    __doc__ = (
+        r"""Preconditioned SGLD with the RMSprop metric (Li, Chen, Carlson & Carin 2016).
+
+    .. math::
+        V \leftarrow \alpha V + (1-\alpha)\,\bar g\odot\bar g, \quad
+        D = \mathrm{diag}\big(1/(\lambda + \sqrt{V / (1-\alpha^t)})\big), \\
+        \theta \leftarrow \theta - h\,D\nabla\hat U + h\,\Gamma + \sqrt{2hT}\,D^{1/2}\xi,
+
+    :math:`\bar g = \nabla\hat U/N` the per-datum gradient (prior included, as in TFP,
+    bnn_priors and Yu et al.; Li et al.'s paper leaves the prior out).
+
+    Parameter mapping: ``decay`` :math:`\alpha` (Li et al.'s :math:`\alpha`), ``eps``
+    :math:`\lambda`, ``bias_correction`` the :math:`1/(1-\alpha^t)` factor (on by default).
+
+    **Known bias** (Rensmeyer & Niggemann 2023). Li et al. drop Γ, so even as
+    :math:`h \to 0` the chain samples :math:`\propto p(\theta)/D(\theta)`; on
+    :math:`\mathcal N(0,1)` with a short moving average that is
+    :math:`\propto \varphi(\theta)(\lambda + |\theta|)`. ``correction="exact"`` or
+    ``"hutchinson"`` adds Γ and restores :math:`p` in the small-step limit
+    (:mod:`numpyro_sgrld.correction`; closed form
+    :math:`\Gamma_i = -D_{ii}^2\,\bar g_i H_{ii}/\sqrt{V_i}`).
+
+    **State size:** one number per parameter (and a step counter).
+
+"""
+        + _COMMON
+        + """
+    :param decay: :math:`\\alpha \\in [0, 1)`, default 0.99.
+    :param eps: :math:`\\lambda \\ge 0`, default 1e-8.
+    :param correction: ``None`` (default), ``"exact"`` or ``"hutchinson"``.
+    :param bias_correction: divide V by :math:`1 - \\alpha^t` (default True).
+"""
+        + _example("PSGLD", "step_size=1e-2")
+    )
+
+    def __init__(
+        self,
+        model=None,
+        step_size=None,
+        *,
+        decay=0.99,
+        eps=1e-8,
+        correction=None,
+        bias_correction=True,
+        **kwargs,
+    ):
+        metric = partial(rmsprop, decay, eps, bias_correction=bias_correction)
+        super().__init__(
+            model, step_size, metric=_by_num_data(metric), correction=correction, **kwargs
+        )
+
+
+class MongeSGLD(LangevinKernel):
+    __doc__ = (
+        r"""SGRLD in the Monge metric (Yu et al. 2023; Hartmann et al. 2022).
+
+    One rank-one metric over all latent sites together:
+
+    .. math::
+        V \leftarrow \lambda V + (1-\lambda)\bar g, \quad G = I + \alpha^2 V V^\top, \quad
+        D = G^{-1} = I - \frac{\alpha^2 V V^\top}{1 + \alpha^2\|V\|^2}, \\
+        \theta \leftarrow \theta - h\,D\nabla\hat U + h\,\Gamma + \sqrt{2hT}\,D^{1/2}\xi,
+
+    applied without forming a matrix (element-wise work and three dot products per step).
+
+    Parameter mapping to Yu et al.: ``alpha2`` :math:`\alpha^2` (the metric's strength; 0 gives
+    SGLD), ``decay`` :math:`\lambda`, ``step_size`` :math:`h = \mathrm{lr}/N`;
+    ``max_drift_norm`` is the safeguard of their funnel code (1e3 there): when
+    :math:`\|D\nabla\hat U\|` exceeds it, that step uses a scaled identity metric.
+
+    **Known bias** (Rensmeyer & Niggemann 2023): without Γ the small-step limit is
+    :math:`\propto p/D`; on :math:`\mathcal N(0,1)` it is
+    :math:`\propto\varphi(\theta)(1 + \alpha^2\theta^2)`. ``correction`` adds Γ (closed form
+    :math:`\Gamma = -c[HV + \mathrm{tr}(H)V - 2c(V^\top H V)V]`,
+    :math:`c = \alpha^2/(1+\alpha^2\|V\|^2)`).
+
+    **State size:** one number per parameter.
+
+"""
+        + _COMMON
+        + """
+    :param alpha2: :math:`\\alpha^2 \\ge 0`, default 1.0.
+    :param decay: :math:`\\lambda \\in [0, 1)`, default 0.9.
+    :param correction: ``None`` (default), ``"exact"`` or ``"hutchinson"``.
+    :param max_drift_norm: safeguard threshold, default ``None`` (off).
+"""
+        + _example("MongeSGLD", "step_size=1e-2, alpha2=1.0")
+    )
+
+    def __init__(
+        self,
+        model=None,
+        step_size=None,
+        *,
+        alpha2=1.0,
+        decay=0.9,
+        correction=None,
+        max_drift_norm=None,
+        **kwargs,
+    ):
+        metric = partial(monge, alpha2, decay, max_drift_norm=max_drift_norm)
+        super().__init__(
+            model, step_size, metric=_by_num_data(metric), correction=correction, **kwargs
+        )
+
+
+class ShampooSGLD(LangevinKernel):
+    __doc__ = (
+        r"""SGRLD in the Shampoo metric (Yu et al. 2023; Gupta et al. 2018; Anil et al. 2021).
+
+    Per latent site and block, Kronecker-factored statistics of the per-datum gradient, one
+    factor per tensor mode (:func:`numpyro_sgrld.metrics.shampoo`):
+
+    .. math::
+        L_i \leftarrow \alpha L_i + (1-\alpha)G_{(i)}G_{(i)}^\top, \quad
+        N_i = (L_i + \epsilon\lambda_{max}(L_i) I)^{-1/(4k)}, \\
+        \theta \leftarrow \theta - h\,(\nabla\hat U \times_1 N_1^2 \cdots \times_k N_k^2)
+               + \sqrt{2hT}\,(\xi \times_1 N_1 \cdots \times_k N_k).
+
+    For a weight matrix :math:`D = L^{-1/4}\otimes R^{-1/4}`; vectors and biases get the full
+    matrix :math:`L^{-1/2}` (as in Yu et al.'s funnel; their network code left vectors
+    unpreconditioned). Roots are recomputed every ``update_interval`` steps (identity before the
+    first); dimensions are merged up to, and split into blocks of, ``block_size``.
+
+    Parameter mapping to Yu et al.: ``decay`` :math:`\alpha` (their :math:`\beta`), ``eps``
+    :math:`\epsilon` (1e-6 in their funnel), ``update_interval`` (100; 1 in the funnel).
+
+    **Known bias** (Rensmeyer & Niggemann 2023): without Γ the small-step limit on
+    :math:`\mathcal N(0,1)` (1-D, interval 1, :math:`\epsilon\to 0`) is
+    :math:`\propto\varphi(\theta)|\theta|`. ``correction`` is available when
+    ``update_interval == 1`` (the metric must follow the current statistic); the exact form
+    differentiates through symmetric eigendecompositions, which is ill-defined at repeated
+    eigenvalues, so prefer it for small models.
+
+    **State size:** per block and mode, three :math:`n_i\times n_i` matrices
+    (:math:`n_i \le` ``block_size``).
+
+"""
+        + _COMMON
+        + """
+    :param decay: :math:`\\alpha \\in [0, 1)`, default 0.99.
+    :param eps: :math:`\\epsilon \\ge 0`, default 1e-8.
+    :param update_interval: steps between root recomputations, default 100.
+    :param block_size: largest block dimension, default 128.
+    :param correction: ``None`` (default); ``"exact"`` or ``"hutchinson"`` need
+        ``update_interval=1``.
+"""
+        + _example("ShampooSGLD", "step_size=1e-2, update_interval=10")
+    )
+
+    def __init__(
+        self,
+        model=None,
+        step_size=None,
+        *,
+        decay=0.99,
+        eps=1e-8,
+        update_interval=100,
+        block_size=128,
+        correction=None,
+        **kwargs,
+    ):
+        self._interval = update_interval
+        metric = partial(shampoo, decay, eps, update_interval, block_size)
+        super().__init__(
+            model, step_size, metric=_by_num_data(metric), correction=correction, **kwargs
+        )
+
+    def _correction_hint(self):
+        return (
+            f" with update_interval={self._interval}: the Γ correction needs the metric to "
+            "follow the current gradient statistic, so set update_interval=1"
+        )
+
+
+class WenzelSGLD(LangevinKernel):
+    __doc__ = (
+        r"""SGLD with Wenzel et al.'s (2020) layer-wise preconditioner (as in bnn_priors and
+    Yu et al. 2023).
+
+    One scale per latent site p, refreshed every ``update_interval`` steps:
+
+    .. math::
+        s_p \leftarrow \alpha s_p + (1-\alpha)\,\mathrm{mean}(\bar g_p^2), \quad
+        D_p = \big((s_p + \epsilon)/\min_q(s_q + \epsilon)\big)^{-1/2}, \\
+        \theta_p \leftarrow \theta_p - h D_p\nabla_p\hat U + \sqrt{2hT D_p}\,\xi_p.
+
+    Being constant between refreshes, the metric adds no Γ term while it is held fixed; the
+    refreshes themselves depend on the chain's past, a small adaptation bias that vanishes when
+    the statistic settles.
+
+    **State size:** two numbers per site.
+
+"""
+        + _COMMON
+        + """
+    :param decay: :math:`\\alpha \\in [0, 1)`, default 0.99.
+    :param eps: :math:`\\epsilon \\ge 0`, default 1e-8.
+    :param update_interval: steps between refreshes; default ``None`` = one epoch
+        (``N/n`` of the largest subsample plate, 1 without one).
+"""
+        + _example("WenzelSGLD", "step_size=1e-2")
+    )
+
+    def __init__(
+        self, model=None, step_size=None, *, decay=0.99, eps=1e-8, update_interval=None, **kwargs
+    ):
+        self._interval = update_interval
+        self._decay, self._eps = decay, eps
+        super().__init__(model, step_size, metric=self._wenzel_metric, **kwargs)
+
+    def _epoch_length(self):
+        if not self._plates:
+            return 1
+        largest = max(self._plates, key=lambda p: p.size)
+        return max(1, round(largest.size / largest.subsample_size))
+
+    def _wenzel_metric(self, num_data):
+        interval = self._interval if self._interval is not None else self._epoch_length()
+        return wenzel(self._decay, self._eps, interval, num_data)
+
+
+class AdamState(NamedTuple):
+    """AdamSGLD's moving averages of the gradient (``m``) and its square (``v``)."""
+
+    m: Any
+    v: Any
+
+
+class AdamSGLD(SGMCMCKernel):
+    (
+        r"""SGLD with an adaptive drift (Kim, Song & Liang 2022, "Stochastic gradient Langevin
+    dynamics with adaptive drifts").
+
+    .. math::
+        m \leftarrow \beta_1 m + (1-\beta_1)\nabla\hat U, \quad
+        V \leftarrow \beta_2 V + (1-\beta_2)\nabla\hat U\odot\nabla\hat U, \\
+        \theta \leftarrow \theta - h\Big(\nabla\hat U + a\,\frac{m}{\sqrt V + \lambda}\Big)
+               + \sqrt{2hT}\,\xi,
+
+    on the full minibatch gradient, both averages starting at 0. Not a Riemannian method: the
+    noise is not preconditioned. (The paper's text was not available to us; this follows a
+    public implementation citing it and Rensmeyer & Niggemann's description.)
+
+    Parameter mapping: ``drift_scale`` :math:`a`, ``beta1`` :math:`\beta_1`, ``beta2``
+    :math:`\beta_2`, ``eps`` :math:`\lambda`.
+
+    **Known bias** (Rensmeyer & Niggemann 2023): the extra drift changes the stationary law,
+    with no Γ-type fix; on :math:`\mathcal N(0,1)` with short averages the small-step limit is
+    :math:`\propto\varphi(\theta)\,e^{-a|\theta|}(|\theta|+\lambda)^{a\lambda}` — a distribution
+    pulled towards the mode. Use it as an optimiser-flavoured sampler, not for calibrated
+    uncertainty.
+
+    **State size:** two numbers per parameter.
+
+"""
+        + _COMMON
+        + """
+    :param drift_scale: :math:`a \\ge 0`, default 1.
+    :param beta1: :math:`\\beta_1 \\in [0, 1)`, default 0.9.
+    :param beta2: :math:`\\beta_2 \\in [0, 1)`, default 0.999.
+    :param eps: :math:`\\lambda \\ge 0`, default 1e-8.
+"""
+        + _example("AdamSGLD", "step_size=1e-2")
+    )
+
+    def __init__(
+        self,
+        model=None,
+        step_size=None,
+        *,
+        drift_scale=1.0,
+        beta1=0.9,
+        beta2=0.999,
+        eps=1e-8,
+        **kwargs,
+    ):
+        super().__init__(model, step_size, **kwargs)
+        self._drift_scale = _check_nonnegative(drift_scale, "drift_scale")
+        self._beta1 = _check_decay(beta1, "beta1")
+        self._beta2 = _check_decay(beta2, "beta2")
+        self._eps = _check_nonnegative(eps, "eps")
+
+    def _init_sampler(self, key, z):
+        zeros = jax.tree.map(jnp.zeros_like, z)
+        return AdamState(zeros, zeros)
+
+    def _transition(self, key, z, sampler_state, grad, grad_fn, step_size, i):
+        b1, b2 = self._beta1, self._beta2
+        m = jax.tree.map(lambda a, g: b1 * a + (1 - b1) * g, sampler_state.m, grad)
+        v = jax.tree.map(lambda a, g: b2 * a + (1 - b2) * g * g, sampler_state.v, grad)
+        extra = jax.tree.map(
+            lambda mm, vv: self._drift_scale * mm / (jnp.sqrt(vv) + self._eps), m, v
+        )
+        z = adaptive_drift_langevin(key, z, grad, extra, step_size, self._temperature)
+        return z, AdamState(m, v)
+
+
+def _by_num_data(factory):
+    """A metric factory ``num_data -> Metric`` from a partial missing ``num_data``."""
+    return lambda num_data: factory(num_data=num_data)

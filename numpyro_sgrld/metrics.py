@@ -6,24 +6,47 @@ A metric is a pair of pure functions shaped like an optax ``GradientTransformati
     update(grad, state, position) -> (Preconditioner, state)
 
 ``state`` is a ``NamedTuple`` of arrays only, so it crosses ``jit``, ``vmap`` and ``pmap``.
+``grad`` is the minibatch gradient :math:`\nabla\hat U`; adaptive metrics build their
+statistics from the per-datum gradient :math:`\bar g = \nabla\hat U / N` (``num_data`` = N), so
+that ``decay``, ``eps`` and ``alpha2`` mean the same whatever the data size. Statistics are
+updated with the current gradient *before* they are used.
+
 The returned :class:`Preconditioner` applies the inverse metric :math:`D = G^{-1}` to a tree
-(the drift), :math:`D^{1/2}` to the noise, and carries the correction drift
-:math:`\Gamma_i = \sum_j \partial D_{ij} / \partial\theta_j` when it is computed (``None``
-otherwise). No metric ever forms a ``d x d`` matrix.
+(the drift) and :math:`D^{1/2}` to the noise; no metric ever forms a ``d x d`` matrix.
+``update`` is a differentiable function of ``grad``, which is what the Γ correction
+(:mod:`numpyro_sgrld.correction`) differentiates; ``Metric.decay`` is the weight :math:`\alpha`
+of the previous statistic in the moving average (``None`` when the correction does not apply).
 """
 
+import math
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-__all__ = ["Metric", "Preconditioner", "identity"]
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from numpyro_sgrld._tree import tree_dot, tree_norm
+
+__all__ = [
+    "Metric",
+    "Preconditioner",
+    "identity",
+    "rmsprop",
+    "monge",
+    "shampoo",
+    "wenzel",
+    "shampoo_block_shapes",
+]
 
 
 class Preconditioner(NamedTuple):
-    """The metric at the current step: ``drift(v) = D v``, ``noise(xi) = D^{1/2} xi``."""
+    """The metric at the current step: ``drift(v) = D v``, ``noise(xi) = D^{1/2} xi``, and the
+    correction drift Γ when it was computed (``None`` otherwise)."""
 
     drift: Callable
     noise: Callable
-    correction: object | None = None
+    correction: Any | None = None
 
 
 class Metric(NamedTuple):
@@ -31,14 +54,34 @@ class Metric(NamedTuple):
 
     init: Callable
     update: Callable
-
-
-class IdentityState(NamedTuple):
-    """The identity metric has no state."""
+    decay: float | None = None
 
 
 def _same(tree):
     return tree
+
+
+def _check_decay(decay, name="decay"):
+    if not (isinstance(decay, (int, float)) and 0 <= decay < 1):
+        raise ValueError(f"`{name}` must be in [0, 1), got {decay!r}.")
+    return float(decay)
+
+
+def _check_nonnegative(value, name):
+    if not (isinstance(value, (int, float)) and 0 <= value < math.inf):
+        raise ValueError(f"`{name}` must be a finite number >= 0, got {value!r}.")
+    return float(value)
+
+
+def _check_interval(value, name="update_interval"):
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+    return value
+
+
+# --------------------------------------------------------------------------- identity
+class IdentityState(NamedTuple):
+    """The identity metric has no state."""
 
 
 def identity() -> Metric:
@@ -49,5 +92,346 @@ def identity() -> Metric:
 
     def update(grad, state, position):
         return Preconditioner(drift=_same, noise=_same), state
+
+    return Metric(init, update)
+
+
+# --------------------------------------------------------------------------- RMSprop
+class RMSpropState(NamedTuple):
+    """``square_avg``: :math:`V` (same tree as the position); ``count``: steps taken."""
+
+    square_avg: Any
+    count: Any
+
+
+def rmsprop(decay=0.99, eps=1e-8, num_data=1, bias_correction=True) -> Metric:
+    r"""The diagonal RMSprop metric of pSGLD (Li et al. 2016).
+
+    .. math::
+        V \leftarrow \alpha V + (1 - \alpha)\,\bar g \odot \bar g, \quad
+        \hat V = V / (1 - \alpha^t), \quad
+        D = \mathrm{diag}\big(1 / (\lambda + \sqrt{\hat V})\big), \quad D^{1/2} = \sqrt{D}.
+
+    ``decay`` :math:`\alpha`, ``eps`` :math:`\lambda`, ``bias_correction`` the Adam-style
+    :math:`1/(1-\alpha^t)` (so the first steps are not huge). State: one number per parameter.
+    """
+    decay, eps = _check_decay(decay), _check_nonnegative(eps, "eps")
+
+    def init(position):
+        return RMSpropState(jax.tree.map(jnp.zeros_like, position), jnp.zeros((), jnp.int32))
+
+    def update(grad, state, position):
+        count = state.count + 1
+        square_avg = jax.tree.map(
+            lambda v, g: decay * v + (1 - decay) * (g / num_data) ** 2, state.square_avg, grad
+        )
+        scale = 1.0 / (1.0 - decay ** count.astype(jnp.float32)) if bias_correction else 1.0
+        diag = jax.tree.map(lambda v: 1.0 / (eps + jnp.sqrt(scale * v)), square_avg)
+        precond = Preconditioner(
+            drift=lambda t: jax.tree.map(jnp.multiply, diag, t),
+            noise=lambda t: jax.tree.map(lambda d, x: jnp.sqrt(d) * x, diag, t),
+        )
+        return precond, RMSpropState(square_avg, count)
+
+    return Metric(init, update, decay)
+
+
+# --------------------------------------------------------------------------- Monge
+class MongeState(NamedTuple):
+    """``avg``: the moving average :math:`V` of the per-datum gradient (tree of the position)."""
+
+    avg: Any
+
+
+def _monge_noise_coefficient(alpha2, sq_norm):
+    # f = ((1 + a s)^(-1/2) - 1) / s = -a / (sqrt(1 + a s) (1 + sqrt(1 + a s))): no 0/0 at s = 0
+    root = jnp.sqrt(1.0 + alpha2 * sq_norm)
+    return -alpha2 / (root * (1.0 + root))
+
+
+def monge(alpha2=1.0, decay=0.9, num_data=1, max_drift_norm=None) -> Metric:
+    r"""The Monge metric of Yu et al. (2023) / Hartmann et al. (2022), one over all sites.
+
+    .. math::
+        V \leftarrow \lambda V + (1 - \lambda)\bar g, \qquad
+        G = I + \alpha^2 V V^\top, \\
+        D\nabla\hat U = \nabla\hat U - \frac{\alpha^2\langle V, \nabla\hat U\rangle}
+                                          {1 + \alpha^2\|V\|^2} V, \qquad
+        D^{1/2}\xi = \xi + f\langle V, \xi\rangle V, \quad
+        f = \frac{(1 + \alpha^2\|V\|^2)^{-1/2} - 1}{\|V\|^2}.
+
+    Inner products run over every leaf (one metric for all latent sites together): O(d) time
+    and memory, element-wise work and three global dot products. ``alpha2`` :math:`\alpha^2`
+    (0 gives SGLD), ``decay`` :math:`\lambda`. Safeguard (Yu et al.'s funnel code): when
+    :math:`\|D\nabla\hat U\| >` ``max_drift_norm``, that step uses
+    :math:`D = (\text{max\_drift\_norm}/\|\nabla\hat U\|) I`. State: one number per parameter.
+    """
+    alpha2 = _check_nonnegative(alpha2, "alpha2")
+    decay = _check_decay(decay)
+    if max_drift_norm is not None and not (
+        isinstance(max_drift_norm, (int, float)) and max_drift_norm > 0
+    ):
+        raise ValueError(f"`max_drift_norm` must be None or > 0, got {max_drift_norm!r}.")
+
+    def init(position):
+        return MongeState(jax.tree.map(jnp.zeros_like, position))
+
+    def update(grad, state, position):
+        avg = jax.tree.map(lambda v, g: decay * v + (1 - decay) * g / num_data, state.avg, grad)
+        sq_norm = tree_dot(avg, avg)
+        c = alpha2 / (1.0 + alpha2 * sq_norm)
+        f = _monge_noise_coefficient(alpha2, sq_norm)
+
+        def drift(t):
+            coef = c * tree_dot(avg, t)
+            return jax.tree.map(lambda x, v: x - coef * v, t, avg)
+
+        def noise(t):
+            coef = f * tree_dot(avg, t)
+            return jax.tree.map(lambda x, v: x + coef * v, t, avg)
+
+        if max_drift_norm is None:
+            return Preconditioner(drift, noise), MongeState(avg)
+
+        # Safeguard: whether it fires depends on the gradient, so decide once per step.
+        fire = tree_norm(drift(grad)) > max_drift_norm
+        scale = jnp.where(fire, max_drift_norm / tree_norm(grad), 1.0)
+
+        def safe_drift(t):
+            return jax.tree.map(lambda a, b: jnp.where(fire, scale * b, a), drift(t), t)
+
+        def safe_noise(t):
+            root = jnp.sqrt(scale)
+            return jax.tree.map(lambda a, b: jnp.where(fire, root * b, a), noise(t), t)
+
+        return Preconditioner(safe_drift, safe_noise), MongeState(avg)
+
+    return Metric(init, update, decay)
+
+
+# --------------------------------------------------------------------------- Shampoo
+def _merge_dims(shape, block_size):
+    dims = [d for d in shape if d != 1] or [1]
+    merged = [dims[0]]
+    for d in dims[1:]:
+        if merged[-1] * d <= block_size:
+            merged[-1] *= d
+        else:
+            merged.append(d)
+    return tuple(merged)
+
+
+def shampoo_block_shapes(shape, block_size=128):
+    """How Shampoo sees a tensor of ``shape``: ``(merged_shape, block_shape, num_blocks)``.
+
+    Size-1 dimensions are dropped, consecutive dimensions merged while their product stays
+    ``<= block_size``; a dimension larger than ``block_size`` is split into blocks of
+    ``block_size`` (the last one zero-padded: padding rows of the statistics are zero, so the
+    Kronecker factors stay block-diagonal and the padding never mixes with real entries).
+    A scalar is a vector of length 1.
+    """
+    merged = _merge_dims(tuple(shape), block_size)
+    block = tuple(min(d, block_size) for d in merged)
+    counts = tuple(-(-d // b) for d, b in zip(merged, block))
+    return merged, block, counts
+
+
+def _to_blocks(x, merged, block, counts):
+    x = jnp.reshape(x, merged)
+    x = jnp.pad(x, [(0, c * b - d) for d, b, c in zip(merged, block, counts)])
+    x = jnp.reshape(x, [s for c, b in zip(counts, block) for s in (c, b)])
+    k = len(merged)
+    x = jnp.transpose(x, [2 * i for i in range(k)] + [2 * i + 1 for i in range(k)])
+    return jnp.reshape(x, (-1,) + block)
+
+
+def _from_blocks(blocks, shape, merged, block, counts):
+    k = len(merged)
+    x = jnp.reshape(blocks, counts + block)
+    x = jnp.transpose(x, [j for i in range(k) for j in (i, k + i)])
+    x = jnp.reshape(x, [c * b for c, b in zip(counts, block)])
+    x = x[tuple(slice(0, d) for d in merged)]
+    return jnp.reshape(x, shape)
+
+
+def _mode_product(x, matrix, mode):
+    """:math:`x \\times_{mode} M`: multiply the mode-``mode`` fibres of ``x`` by ``M``."""
+    return jnp.moveaxis(jnp.tensordot(matrix, x, axes=(1, mode)), 0, mode)
+
+
+def _unfold_gram(x, mode):
+    unfolded = jnp.reshape(jnp.moveaxis(x, mode, 0), (x.shape[mode], -1))
+    return unfolded @ unfolded.T
+
+
+def _inverse_root(stat, eps, power):
+    """:math:`(L + \\epsilon\\lambda_{max}(L) I)^{-1/power}` of a symmetric PSD matrix."""
+    w, q = jnp.linalg.eigh(stat)
+    w = jnp.maximum(w, 0.0)
+    ridge = eps * jnp.max(w)
+    tiny = jnp.finfo(w.dtype).tiny
+    root = jnp.where(jnp.max(w) > 0, jnp.maximum(w + ridge, tiny) ** (-1.0 / power), 1.0)
+    return (q * root) @ q.T
+
+
+class ShampooState(NamedTuple):
+    """Per leaf, tuples over modes of arrays ``(num_blocks, n_i, n_i)``: the statistics
+    ``stats`` (:math:`L_i`), the noise roots ``roots`` (:math:`N_i`) and the drift factors
+    ``precs`` (:math:`P_i = N_i^2`); ``count`` counts steps."""
+
+    stats: Any
+    roots: Any
+    precs: Any
+    count: Any
+
+
+def shampoo(decay=0.99, eps=1e-8, update_interval=100, block_size=128, num_data=1) -> Metric:
+    r"""The Shampoo metric of Yu et al. (2023) (Gupta et al. 2018; Anil et al. 2021).
+
+    Per latent site and per block (see :func:`shampoo_block_shapes`), a rank-k tensor with
+    Kronecker factors, one per mode i:
+
+    .. math::
+        L_i \leftarrow \alpha L_i + (1 - \alpha)\, G_{(i)} G_{(i)}^\top
+        \quad(L_i = \epsilon I \text{ at start}), \\
+        N_i = (L_i + \epsilon\,\lambda_{max}(L_i)\,I)^{-1/(4k)}, \quad P_i = N_i^2, \\
+        D\nabla\hat U = \nabla\hat U \times_1 P_1 \cdots \times_k P_k, \qquad
+        D^{1/2}\xi = \xi \times_1 N_1 \cdots \times_k N_k,
+
+    :math:`G_{(i)}` the mode-i unfolding of the per-datum gradient block. The roots are
+    recomputed (symmetric eigendecompositions) every ``update_interval`` steps, behind
+    ``lax.cond``; before the first recomputation the metric is the identity. For a matrix this
+    is :math:`D = L^{-1/4} \otimes R^{-1/4}`; vectors and biases (k = 1) get the full-matrix
+    :math:`L^{-1/2}`, as in Yu et al.'s funnel experiment (their network code left vectors
+    unpreconditioned). The ridge :math:`\epsilon\lambda_{max}` is added at the root only, not
+    into :math:`L_i` (unlike the authors' code). State: three :math:`n_i \times n_i` matrices per
+    block and mode, at most :math:`3\cdot 128^2` numbers each.
+    """
+    decay = _check_decay(decay)
+    eps = _check_nonnegative(eps, "eps")
+    update_interval = _check_interval(update_interval)
+    block_size = _check_interval(block_size, "block_size")
+
+    def layout(x):
+        return shampoo_block_shapes(jnp.shape(x), block_size)
+
+    def init(position):
+        def leaf_init(x):
+            _, block, counts = layout(x)
+            nb = math.prod(counts)
+            eye = [
+                jnp.broadcast_to(jnp.eye(b, dtype=jnp.result_type(x)), (nb, b, b)) for b in block
+            ]
+            return tuple(eps * e for e in eye), tuple(eye), tuple(eye)
+
+        parts = jax.tree.map(leaf_init, position)
+        is_triple = lambda t: isinstance(t, tuple) and len(t) == 3  # noqa: E731
+        pick = lambda j: jax.tree.map(lambda t: t[j], parts, is_leaf=is_triple)  # noqa: E731
+        return ShampooState(pick(0), pick(1), pick(2), jnp.zeros((), jnp.int32))
+
+    def update(grad, state, position):
+        count = state.count + 1
+        recompute = count % update_interval == 0
+        leaves, treedef = jax.tree.flatten(grad)
+        stats_l = treedef.flatten_up_to(state.stats)
+        roots_l = treedef.flatten_up_to(state.roots)
+        precs_l = treedef.flatten_up_to(state.precs)
+        layouts = [layout(g) for g in leaves]
+        new_stats, new_roots, new_precs = [], [], []
+        for g, stats, roots, precs, (merged, block, counts) in zip(
+            leaves, stats_l, roots_l, precs_l, layouts
+        ):
+            blocks = _to_blocks(g / num_data, merged, block, counts)
+            k = len(block)
+            stats = tuple(
+                decay * s + (1 - decay) * jax.vmap(_unfold_gram, (0, None))(blocks, i)
+                for i, s in enumerate(stats)
+            )
+
+            def fresh(stats=stats, k=k):
+                roots = tuple(
+                    jax.vmap(_inverse_root, (0, None, None))(s, eps, 4 * k) for s in stats
+                )
+                return roots, tuple(r @ r for r in roots)
+
+            roots, precs = lax.cond(recompute, fresh, lambda r=roots, p=precs: (r, p))
+            new_stats.append(stats)
+            new_roots.append(roots)
+            new_precs.append(precs)
+
+        def apply(factors_l):
+            def fn(tree):
+                out = []
+                for x, factors, (merged, block, counts) in zip(
+                    treedef.flatten_up_to(tree), factors_l, layouts
+                ):
+                    blocks = _to_blocks(x, merged, block, counts)
+                    for i, m in enumerate(factors):
+                        blocks = jax.vmap(_mode_product, (0, 0, None))(blocks, m, i)
+                    out.append(_from_blocks(blocks, jnp.shape(x), merged, block, counts))
+                return jax.tree.unflatten(treedef, out)
+
+            return fn
+
+        new_state = ShampooState(
+            jax.tree.unflatten(treedef, new_stats),
+            jax.tree.unflatten(treedef, new_roots),
+            jax.tree.unflatten(treedef, new_precs),
+            count,
+        )
+        return Preconditioner(apply(new_precs), apply(new_roots)), new_state
+
+    # The correction differentiates D through the current statistic: only meaningful when the
+    # roots follow the statistic every step.
+    return Metric(init, update, decay if update_interval == 1 else None)
+
+
+# --------------------------------------------------------------------------- Wenzel
+class WenzelState(NamedTuple):
+    """``avg``: per-site running mean square :math:`s_p`; ``scale``: the current
+    :math:`D_p`; ``count``: steps taken."""
+
+    avg: Any
+    scale: Any
+    count: Any
+
+
+def wenzel(decay=0.99, eps=1e-8, update_interval=1, num_data=1) -> Metric:
+    r"""Wenzel et al.'s (2020) layer-wise metric, as in bnn_priors and Yu et al. (2023).
+
+    One scalar per latent site p:
+
+    .. math::
+        s_p \leftarrow \alpha s_p + (1 - \alpha)\,\mathrm{mean}(\bar g_p^2), \quad
+        M_p = s_p + \epsilon, \quad D_p = (M_p / \min_q M_q)^{-1/2},
+
+    :math:`s_p` starting at ones; :math:`D_p` is refreshed every ``update_interval`` steps (one
+    epoch, ``N/n``, in the kernel) and is 1 before the first refresh. State: two numbers per
+    site.
+    """
+    decay = _check_decay(decay)
+    eps = _check_nonnegative(eps, "eps")
+    update_interval = _check_interval(update_interval)
+
+    def init(position):
+        ones = jax.tree.map(lambda x: jnp.ones((), jnp.result_type(x)), position)
+        return WenzelState(ones, ones, jnp.zeros((), jnp.int32))
+
+    def update(grad, state, position):
+        count = state.count + 1
+        avg = jax.tree.map(
+            lambda s, g: decay * s + (1 - decay) * jnp.mean((g / num_data) ** 2), state.avg, grad
+        )
+        mass = jax.tree.map(lambda s: s + eps, avg)
+        smallest = jnp.min(jnp.stack(jax.tree.leaves(mass)))
+        fresh = jax.tree.map(lambda m: (m / smallest) ** -0.5, mass)
+        scale = jax.tree.map(
+            lambda new, old: jnp.where(count % update_interval == 0, new, old), fresh, state.scale
+        )
+        precond = Preconditioner(
+            drift=lambda t: jax.tree.map(lambda d, x: d * x, scale, t),
+            noise=lambda t: jax.tree.map(lambda d, x: jnp.sqrt(d) * x, scale, t),
+        )
+        return precond, WenzelState(avg, scale, count)
 
     return Metric(init, update)
