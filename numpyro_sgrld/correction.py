@@ -1,8 +1,9 @@
 r"""The Γ correction drift of Rensmeyer & Niggemann (2023) for adaptive metrics.
 
 A Riemannian Langevin step needs the drift
-:math:`\Gamma_i = \sum_j \partial D_{ij}/\partial\theta_j` besides :math:`-D\nabla U`; pSGLD,
-Monge and Shampoo SGRLD drop it, which moves their small-step stationary density from :math:`p` to roughly :math:`p / D` (or :math:`p\,D^{-\alpha}` when only
+:math:`\Gamma_i = \sum_j \partial D_{ij}/\partial\theta_j` besides :math:`-D\nabla U`;
+pSGLD, Monge and Shampoo SGRLD drop it, which moves their small-step stationary density from
+:math:`p` to roughly :math:`p / D` (or :math:`p\,D^{-\alpha}` when only
 the current gradient's share of the moving average is differentiated). The fix computes Γ of
 the metric as a function of the current gradient statistic:
 
