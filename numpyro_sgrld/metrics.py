@@ -20,6 +20,7 @@ of the previous statistic in the moving average (``None`` when the correction do
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 
 import jax
@@ -264,14 +265,42 @@ def _unfold_gram(x, mode):
     return unfolded @ unfolded.T
 
 
-def _inverse_root(stat, eps, power):
-    """:math:`(L + \\epsilon\\lambda_{max}(L) I)^{-1/power}` of a symmetric PSD matrix."""
+def _root_eigen(stat, eps, power):
+    """Eigenvectors of ``stat``, the ridged eigenvalues ``m`` and ``m^(-1/power)``."""
     w, q = jnp.linalg.eigh(stat)
     w = jnp.maximum(w, 0.0)
-    ridge = eps * jnp.max(w)
-    tiny = jnp.finfo(w.dtype).tiny
-    root = jnp.where(jnp.max(w) > 0, jnp.maximum(w + ridge, tiny) ** (-1.0 / power), 1.0)
+    top = jnp.max(w)
+    m = jnp.maximum(w + eps * top, jnp.finfo(w.dtype).tiny)
+    root = jnp.where(top > 0, m ** (-1.0 / power), 1.0)
+    return q, m, root, top
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(1, 2))
+def _inverse_root(stat, eps, power):
+    """:math:`(L + \\epsilon\\lambda_{max}(L) I)^{-1/power}` of a symmetric PSD matrix.
+
+    Differentiated with the Daleckii–Krein formula rather than through ``eigh``, so that the
+    derivative (needed by the Γ correction) stays finite at repeated eigenvalues.
+    """
+    q, _, root, _ = _root_eigen(stat, eps, power)
     return (q * root) @ q.T
+
+
+@_inverse_root.defjvp
+def _inverse_root_jvp(eps, power, primals, tangents):
+    (stat,), (dstat,) = primals, tangents
+    q, m, root, top = _root_eigen(stat, eps, power)
+    b = q.T @ dstat @ q
+    # the ridge eps * lambda_max moves with the top eigenvalue: d lambda_max = q_top' dL q_top
+    b = b + eps * b[-1, -1] * jnp.eye(b.shape[0], dtype=b.dtype)
+    diff_m = m[:, None] - m[None, :]
+    diff_f = root[:, None] - root[None, :]
+    mid = 0.5 * (m[:, None] + m[None, :])
+    slope = (-1.0 / power) * mid ** (-1.0 / power - 1.0)
+    close = jnp.abs(diff_m) <= 1e-6 * jnp.maximum(mid, jnp.finfo(m.dtype).tiny)
+    divided = jnp.where(close, slope, diff_f / jnp.where(close, 1.0, diff_m))
+    tangent = jnp.where(top > 0, q @ (divided * b) @ q.T, jnp.zeros_like(stat))
+    return (q * root) @ q.T, tangent
 
 
 class ShampooState(NamedTuple):

@@ -1,0 +1,272 @@
+"""Metrics and the Γ correction against hand computations and closed forms."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import random
+from jax.flatten_util import ravel_pytree
+from scipy.linalg import eigh
+
+from numpyro_sgrld import metrics
+from numpyro_sgrld.correction import correction_drift
+
+jax.config.update("jax_enable_x64", False)
+
+
+def _tree(key, shapes):
+    keys = random.split(key, len(shapes))
+    return {name: random.normal(k, shape) for k, (name, shape) in zip(keys, shapes.items())}
+
+
+SHAPES = {"a": (3,), "b": (2, 2), "c": ()}
+
+
+def _flat(tree):
+    return np.asarray(ravel_pytree(tree)[0], np.float64)
+
+
+# ----------------------------------------------------------------------------- Monge
+def _monge_at(V, alpha2):
+    """The Monge preconditioner whose moving average is exactly V (decay 0, N = 1)."""
+    metric = metrics.monge(alpha2=alpha2, decay=0.0)
+    precond, state = metric.update(V, metric.init(V), V)
+    return precond
+
+
+@pytest.mark.parametrize("alpha2", [0.1, 1.0, 25.0])
+def test_monge_sherman_morrison_identities(alpha2):
+    V, v, w = (_tree(k, SHAPES) for k in random.split(random.PRNGKey(0), 3))
+    precond = _monge_at(V, alpha2)
+    Vf = _flat(V)
+    G = np.eye(Vf.size) + alpha2 * np.outer(Vf, Vf)
+    D = np.linalg.inv(G)
+    # element-wise form == dense matrix form
+    np.testing.assert_allclose(_flat(precond.drift(v)), D @ _flat(v), rtol=2e-5, atol=1e-6)
+    # (D^{1/2})^2 = D
+    np.testing.assert_allclose(
+        _flat(precond.noise(precond.noise(w))), _flat(precond.drift(w)), rtol=2e-5, atol=1e-6
+    )
+    # D G = I
+    Gw = jax.tree.map(lambda x, vv: x + alpha2 * float(Vf @ _flat(w)) * vv, w, V)
+    np.testing.assert_allclose(_flat(precond.drift(Gw)), _flat(w), rtol=2e-5, atol=1e-5)
+
+
+def test_monge_noise_coefficient_limit_at_zero():
+    precond = _monge_at(jax.tree.map(jnp.zeros_like, _tree(random.PRNGKey(0), SHAPES)), 2.0)
+    v = _tree(random.PRNGKey(1), SHAPES)
+    np.testing.assert_allclose(_flat(precond.noise(v)), _flat(v), rtol=1e-6)
+
+
+def test_monge_safeguard_uses_scaled_identity():
+    # V = grad / N is tiny, so D is nearly I and |D grad| = |grad| = 50 exceeds the threshold
+    metric = metrics.monge(alpha2=1.0, decay=0.0, num_data=10**6, max_drift_norm=1.0)
+    grad = {"x": jnp.array([30.0, 40.0])}
+    precond, _ = metric.update(grad, metric.init(grad), grad)
+    np.testing.assert_allclose(precond.drift(grad)["x"], np.array([30.0, 40.0]) / 50, rtol=1e-6)
+    np.testing.assert_allclose(
+        precond.noise(grad)["x"], np.array([30.0, 40.0]) / np.sqrt(50), rtol=1e-6
+    )
+    loose = metrics.monge(alpha2=1.0, decay=0.0, num_data=10**6, max_drift_norm=100.0)
+    precond, _ = loose.update(grad, loose.init(grad), grad)
+    np.testing.assert_allclose(precond.drift(grad)["x"], [30.0, 40.0], rtol=1e-4)
+
+
+# ----------------------------------------------------------------------------- RMSprop
+def test_rmsprop_against_hand_computation():
+    metric = metrics.rmsprop(decay=0.9, eps=1e-3, num_data=10)
+    g1, g2 = {"x": jnp.array([1.0, -20.0])}, {"x": jnp.array([3.0, 5.0])}
+    state = metric.init(g1)
+    _, state = metric.update(g1, state, g1)
+    precond, state = metric.update(g2, state, g1)
+    V = 0.9 * 0.1 * (np.array([1.0, -20.0]) / 10) ** 2 + 0.1 * (np.array([3.0, 5.0]) / 10) ** 2
+    D = 1 / (1e-3 + np.sqrt(V / (1 - 0.9**2)))
+    v = {"x": jnp.array([2.0, 7.0])}
+    np.testing.assert_allclose(precond.drift(v)["x"], D * np.array([2.0, 7.0]), rtol=1e-5)
+    np.testing.assert_allclose(precond.noise(v)["x"], np.sqrt(D) * np.array([2.0, 7.0]), rtol=1e-5)
+    no_bc = metrics.rmsprop(decay=0.9, eps=1e-3, num_data=10, bias_correction=False)
+    precond, _ = no_bc.update(g1, no_bc.init(g1), g1)
+    expected = 1 / (1e-3 + np.sqrt(0.1 * (np.array([1.0, -20.0]) / 10) ** 2))
+    np.testing.assert_allclose(precond.drift({"x": jnp.ones(2)})["x"], expected, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- Wenzel
+def test_wenzel_against_hand_computation():
+    metric = metrics.wenzel(decay=0.5, eps=0.0, update_interval=2, num_data=2)
+    grad = {"w": jnp.array([[2.0, 4.0], [0.0, 2.0]]), "b": jnp.array([1.0, 1.0])}
+    state = metric.init(grad)
+    precond, state = metric.update(grad, state, grad)
+    ones = jax.tree.map(jnp.ones_like, grad)
+    for leaf in jax.tree.leaves(precond.drift(ones)):  # before the first refresh: identity
+        np.testing.assert_allclose(leaf, 1.0)
+    precond, state = metric.update(grad, state, grad)
+    s_w = 0.25 * 1 + 0.75 * np.mean((np.array([2.0, 4.0, 0.0, 2.0]) / 2) ** 2)
+    s_b = 0.25 * 1 + 0.75 * np.mean((np.array([1.0, 1.0]) / 2) ** 2)
+    smallest = min(s_w, s_b)
+    out = precond.drift(ones)
+    np.testing.assert_allclose(out["w"], (s_w / smallest) ** -0.5, rtol=1e-6)
+    np.testing.assert_allclose(out["b"], (s_b / smallest) ** -0.5, rtol=1e-6)
+    np.testing.assert_allclose(precond.noise(ones)["w"], (s_w / smallest) ** -0.25, rtol=1e-6)
+
+
+# ----------------------------------------------------------------------------- Shampoo
+def _inv_root(L, eps, power):
+    w, q = eigh(np.asarray(L, np.float64))
+    w = np.maximum(w, 0)
+    return (q * (w + eps * w.max()) ** (-1.0 / power)) @ q.T
+
+
+def test_shampoo_block_shapes():
+    assert metrics.shampoo_block_shapes((2, 1, 3, 5)) == ((30,), (30,), (1,))
+    assert metrics.shampoo_block_shapes((784, 400)) == ((784, 400), (128, 128), (7, 4))
+    assert metrics.shampoo_block_shapes((3, 3, 64, 128)) == ((9, 64, 128), (9, 64, 128), (1, 1, 1))
+    assert metrics.shampoo_block_shapes(()) == ((1,), (1,), (1,))
+
+
+def test_shampoo_matrix_site_equals_explicit_kronecker_product():
+    eps, decay = 1e-3, 0.5
+    # block_size 5 keeps the 3 x 5 matrix a matrix (3 * 5 > 5: no merging, no splitting)
+    metric = metrics.shampoo(decay=decay, eps=eps, update_interval=1, block_size=5, num_data=4)
+    g = {"W": random.normal(random.PRNGKey(0), (3, 5)), "v": random.normal(random.PRNGKey(1), (4,))}
+    precond, _ = metric.update(g, metric.init(g), g)
+    G = np.asarray(g["W"], np.float64) / 4
+    L = decay * eps * np.eye(3) + (1 - decay) * G @ G.T
+    R = decay * eps * np.eye(5) + (1 - decay) * G.T @ G
+    PL, PR = (
+        _inv_root(L, eps, 8) @ _inv_root(L, eps, 8),
+        _inv_root(R, eps, 8) @ _inv_root(R, eps, 8),
+    )
+    D = np.kron(PL, PR)  # acts on the row-major vec of a 3x5 matrix
+    x = {"W": random.normal(random.PRNGKey(2), (3, 5)), "v": jnp.ones(4)}
+    got = np.asarray(precond.drift(x)["W"], np.float64).ravel()
+    np.testing.assert_allclose(got, D @ np.asarray(x["W"]).ravel(), rtol=1e-3, atol=1e-4)
+    noise = np.asarray(precond.noise(x)["W"], np.float64)
+    NL, NR = _inv_root(L, eps, 8), _inv_root(R, eps, 8)
+    np.testing.assert_allclose(noise, NL @ np.asarray(x["W"]) @ NR, rtol=1e-3, atol=1e-4)
+    # a vector gets the full-matrix inverse square root
+    gv = np.asarray(g["v"], np.float64) / 4
+    Lv = decay * eps * np.eye(4) + (1 - decay) * np.outer(gv, gv)
+    np.testing.assert_allclose(
+        precond.drift(x)["v"], _inv_root(Lv, eps, 2) @ np.ones(4), rtol=1e-3, atol=1e-3
+    )
+
+
+def test_shampoo_blocks_are_independent_tensors():
+    eps = 1e-2
+    metric = metrics.shampoo(decay=0.0, eps=eps, update_interval=1, block_size=4)
+    g = {"v": random.normal(random.PRNGKey(0), (10,))}
+    precond, _ = metric.update(g, metric.init(g), g)
+    x = {"v": random.normal(random.PRNGKey(1), (10,))}
+    got = np.asarray(precond.drift(x)["v"])
+    gv, xv = np.asarray(g["v"], np.float64), np.asarray(x["v"], np.float64)
+    for lo, hi in ((0, 4), (4, 8), (8, 10)):
+        P = _inv_root(np.outer(gv[lo:hi], gv[lo:hi]), eps, 2)
+        np.testing.assert_allclose(got[lo:hi], P @ xv[lo:hi], rtol=2e-3, atol=2e-3)
+
+
+def test_shampoo_is_identity_until_the_first_root_update():
+    metric = metrics.shampoo(decay=0.9, eps=1e-4, update_interval=3)
+    g = {"W": random.normal(random.PRNGKey(0), (3, 2))}
+    state = metric.init(g)
+    for step in range(1, 4):
+        precond, state = metric.update(g, state, g)
+        out = precond.drift(g)["W"]
+        if step < 3:
+            np.testing.assert_allclose(out, g["W"])
+        else:
+            assert not np.allclose(out, g["W"])
+
+
+# ----------------------------------------------------------------------------- Γ
+def _quadratic(seed, d=5, num_data=7):
+    rng = np.random.default_rng(seed)
+    A = rng.normal(size=(d, d))
+    A = jnp.asarray(A @ A.T / d + np.eye(d), jnp.float32)
+    b = jnp.asarray(rng.normal(size=d), jnp.float32)
+
+    def unravel(x):
+        return {"p": x[:2], "q": x[2:]}
+
+    def grad_fn(theta):  # gradient of N * (x'Ax/2 + b'x): per-datum gradient A x + b, H = A
+        x = ravel_pytree(theta)[0]
+        return unravel(num_data * (A @ x + b))
+
+    theta = unravel(jnp.asarray(rng.normal(size=d), jnp.float32))
+    prev = unravel(jnp.asarray(rng.normal(size=d) ** 2, jnp.float32))
+    return np.asarray(A, np.float64), grad_fn, theta, prev, num_data
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_exact_correction_matches_psgld_closed_form(seed):
+    A, grad_fn, theta, prev, N = _quadratic(seed)
+    metric = metrics.rmsprop(decay=0.7, eps=0.1, num_data=N, bias_correction=False)
+    state = metrics.RMSpropState(prev, jnp.zeros((), jnp.int32))
+    gamma = _flat(correction_drift("exact", None, theta, grad_fn, metric, state))
+    g = _flat(grad_fn(theta)) / N
+    V = 0.7 * _flat(prev) + 0.3 * g**2
+    D = 1 / (0.1 + np.sqrt(V))
+    expected = -(D**2) * g * np.diag(A) / np.sqrt(V)
+    np.testing.assert_allclose(gamma, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_exact_correction_matches_monge_closed_form(seed):
+    A, grad_fn, theta, prev, N = _quadratic(seed)
+    alpha2, decay = 0.8, 0.6
+    metric = metrics.monge(alpha2=alpha2, decay=decay, num_data=N)
+    gamma = _flat(correction_drift("exact", None, theta, grad_fn, metric, metrics.MongeState(prev)))
+    V = decay * _flat(prev) + (1 - decay) * _flat(grad_fn(theta)) / N
+    c = alpha2 / (1 + alpha2 * V @ V)
+    expected = -c * (A @ V + np.trace(A) * V - 2 * c * (V @ A @ V) * V)
+    np.testing.assert_allclose(gamma, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["rmsprop", "monge", "shampoo"])
+def test_hutchinson_is_unbiased_for_exact(name):
+    A, grad_fn, theta, prev, N = _quadratic(3)
+    if name == "rmsprop":
+        metric = metrics.rmsprop(decay=0.7, eps=0.1, num_data=N)
+        state = metrics.RMSpropState(prev, jnp.array(3, jnp.int32))
+    elif name == "monge":
+        metric = metrics.monge(alpha2=0.8, decay=0.6, num_data=N)
+        state = metrics.MongeState(prev)
+    else:
+        metric = metrics.shampoo(decay=0.5, eps=0.1, update_interval=1, num_data=N)
+        state = metric.init(theta)
+    exact = _flat(correction_drift("exact", None, theta, grad_fn, metric, state))
+    draws = jax.vmap(
+        lambda k: ravel_pytree(correction_drift("hutchinson", k, theta, grad_fn, metric, state))[0]
+    )(random.split(random.PRNGKey(0), 20000))
+    draws = np.asarray(draws, np.float64)
+    se = draws.std(0) / np.sqrt(draws.shape[0])
+    assert np.all(np.abs(draws.mean(0) - exact) <= 4 * se + 1e-6), (draws.mean(0), exact, se)
+    assert np.any(draws.std(0) > 0)  # the estimator is random (otherwise the test is vacuous)
+
+
+# ----------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize(
+    "factory",
+    [
+        lambda: metrics.rmsprop(decay=1.0),
+        lambda: metrics.rmsprop(decay=-0.1),
+        lambda: metrics.monge(decay=1.5),
+        lambda: metrics.shampoo(decay=1.0),
+        lambda: metrics.wenzel(decay=2.0),
+    ],
+)
+def test_decay_outside_unit_interval(factory):
+    with pytest.raises(ValueError, match=r"`decay` must be in \[0, 1\)"):
+        factory()
+
+
+def test_other_bad_metric_parameters():
+    with pytest.raises(ValueError, match="eps"):
+        metrics.rmsprop(eps=-1.0)
+    with pytest.raises(ValueError, match="alpha2"):
+        metrics.monge(alpha2=-1.0)
+    with pytest.raises(ValueError, match="max_drift_norm"):
+        metrics.monge(max_drift_norm=0.0)
+    with pytest.raises(ValueError, match="update_interval"):
+        metrics.shampoo(update_interval=0)
+    with pytest.raises(ValueError, match="block_size"):
+        metrics.shampoo(block_size=0)
