@@ -9,7 +9,18 @@ import pytest
 from jax import random
 from numpyro.infer import MCMC
 
-from numpyro_sgrld import SGHMC, SGLD, LangevinKernel, integrators, metrics
+from numpyro_sgrld import (
+    PSGLD,
+    SGHMC,
+    SGLD,
+    AdamSGLD,
+    LangevinKernel,
+    MongeSGLD,
+    ShampooSGLD,
+    WenzelSGLD,
+    integrators,
+    metrics,
+)
 from numpyro_sgrld._tree import tree_normal
 
 TREE = {"a": jnp.arange(3.0), "b": {"c": jnp.ones((2, 2)), "d": jnp.array(0.5)}}
@@ -124,3 +135,86 @@ def test_sghmc_momentum_resampling_happens_on_schedule():
     mcmc.run(random.PRNGKey(0), extra_fields=("sampler_state.momentum",))
     mom = mcmc.get_extra_fields()["sampler_state.momentum"]["scalar"]
     assert mom.shape == (7,) and np.all(np.isfinite(mom))
+
+
+ALL_KERNELS = {
+    "psgld": lambda m: PSGLD(m, step_size=1e-3),
+    "psgld-exact": lambda m: PSGLD(m, step_size=1e-3, eps=0.1, correction="exact"),
+    "psgld-hutchinson": lambda m: PSGLD(m, step_size=1e-3, eps=0.1, correction="hutchinson"),
+    "monge": lambda m: MongeSGLD(m, step_size=1e-3, max_drift_norm=100.0),
+    "monge-hutchinson": lambda m: MongeSGLD(m, step_size=1e-3, correction="hutchinson"),
+    "shampoo": lambda m: ShampooSGLD(m, step_size=1e-3, update_interval=3, block_size=3),
+    "shampoo-exact": lambda m: ShampooSGLD(
+        m, step_size=1e-3, eps=0.1, update_interval=1, correction="exact"
+    ),
+    "wenzel": lambda m: WenzelSGLD(m, step_size=1e-3),
+    "adam": lambda m: AdamSGLD(m, step_size=1e-3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ALL_KERNELS))
+def test_every_kernel_on_several_shapes_and_chain_methods(name):
+    out = {}
+    for method in ("sequential", "vectorized"):
+        mcmc = MCMC(
+            ALL_KERNELS[name](_pytree_model),
+            num_warmup=5,
+            num_samples=15,
+            num_chains=2,
+            chain_method=method,
+            progress_bar=False,
+        )
+        mcmc.run(random.PRNGKey(1))
+        out[method] = mcmc.get_samples(group_by_chain=True)
+    assert out["vectorized"]["matrix"].shape == (2, 15, 2, 4)
+    for site in out["sequential"]:
+        assert np.all(np.isfinite(out["vectorized"][site]))
+        np.testing.assert_allclose(
+            out["sequential"][site], out["vectorized"][site], rtol=2e-4, atol=2e-5
+        )
+
+
+def test_shampoo_on_a_site_larger_than_a_block():
+    def model():
+        numpyro.sample("W", dist.Normal().expand([9, 7]).to_event(2))
+        numpyro.sample("b", dist.Normal().expand([11]).to_event(1))
+
+    mcmc = MCMC(
+        ShampooSGLD(model, step_size=1e-2, update_interval=2, block_size=4),
+        num_warmup=10,
+        num_samples=10,
+        progress_bar=False,
+    )
+    mcmc.run(random.PRNGKey(0), extra_fields=("sampler_state",))
+    state = mcmc.last_state.sampler_state
+    assert [s.shape for s in state.stats["W"]] == [(6, 4, 4), (6, 4, 4)]  # 3 x 2 blocks
+    assert [s.shape for s in state.stats["b"]] == [(3, 4, 4)]
+    assert np.all(np.isfinite(mcmc.get_samples()["W"]))
+
+
+def test_correction_errors():
+    with pytest.raises(ValueError, match="update_interval=100.*set update_interval=1"):
+        ShampooSGLD(_pytree_model, step_size=0.1, correction="exact")
+    with pytest.raises(ValueError, match="Unknown correction='fast'"):
+        PSGLD(_pytree_model, step_size=0.1, correction="fast")
+    with pytest.raises(ValueError, match="cannot apply correction"):
+        LangevinKernel(
+            _pytree_model, step_size=0.1, metric=metrics.wenzel(), correction="hutchinson"
+        )
+    with pytest.raises(ValueError, match=r"`decay` must be in \[0, 1\)"):
+        MongeSGLD(_pytree_model, step_size=0.1, decay=1.0)
+    with pytest.raises(ValueError, match=r"`beta2` must be in \[0, 1\)"):
+        AdamSGLD(_pytree_model, step_size=0.1, beta2=1.0)
+
+
+def test_wenzel_refreshes_once_per_epoch():
+    def model(y):
+        s = numpyro.sample("s", dist.Normal())
+        with numpyro.plate("data", 100, subsample_size=25) as idx:
+            numpyro.sample("y", dist.Normal(s, 1), obs=y[idx])
+
+    kernel = WenzelSGLD(model, step_size=1e-3)
+    MCMC(kernel, num_warmup=1, num_samples=1, progress_bar=False).run(
+        random.PRNGKey(0), np.zeros(100)
+    )
+    assert kernel._epoch_length() == 4
