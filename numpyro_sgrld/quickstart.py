@@ -47,7 +47,7 @@ def run_quickstart(num_samples=20000, num_chains=4, seed=0, progress_bar=True):
         )
         start = time.perf_counter()
         mcmc.run(random.PRNGKey(seed + 1), X, y)
-        w = np.asarray(mcmc.get_samples()["w"], np.float64)
+        w = np.asarray(mcmc.get_samples()["w"], np.float64)  # waits for the run to finish
         seconds = time.perf_counter() - start
         rows.append(
             {
