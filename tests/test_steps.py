@@ -89,6 +89,7 @@ def _pytree_model():
     numpyro.sample("vector", dist.Normal().expand([3]).to_event(1))
     numpyro.sample("matrix", dist.Normal().expand([2, 4]).to_event(2))
     numpyro.sample("positive", dist.Gamma(2.0, 1.0))
+    numpyro.sample("tensor", dist.Normal().expand([2, 3, 2]).to_event(3))
 
 
 @pytest.mark.parametrize(
