@@ -4,7 +4,7 @@ Every kernel is a :class:`numpyro.infer.mcmc.MCMCKernel`: ``MCMC(SGLD(model, ste
 runs on ordinary NumPyro models with ``numpyro.plate(..., subsample_size=n)``.
 """
 
-from numpyro_sgrld import correction, integrators, metrics, schedules
+from numpyro_sgrld import correction, diagnostics, integrators, metrics, schedules
 from numpyro_sgrld._adapter import SGMCMCKernel, SGState
 from numpyro_sgrld.gradients import minibatch_potential
 from numpyro_sgrld.kernels import (
@@ -46,4 +46,5 @@ __all__ = [
     "metrics",
     "integrators",
     "correction",
+    "diagnostics",
 ]

@@ -42,8 +42,9 @@ class LangevinKernel(SGMCMCKernel):
     .. math::
         \theta \leftarrow \theta - h\,D\nabla\hat U + h\,\Gamma + \sqrt{2hT}\,D^{1/2}\xi.
 
-    ``metric`` is a :class:`~numpyro_sgrld.metrics.Metric`, or a function ``num_data -> Metric``
-    (called once the model's data size is known). ``correction`` (``None``, ``"exact"``,
+    ``metric`` is a :class:`~numpyro_sgrld.metrics.Metric`, or a factory called as
+    ``metric(num_data=N)`` once the model's data size is known (e.g.
+    ``functools.partial(metrics.rmsprop, 0.99, 1e-8)``). ``correction`` (``None``, ``"exact"``,
     ``"hutchinson"``) adds the Γ drift (:mod:`numpyro_sgrld.correction`); only metrics with a
     ``decay`` support it. The kernel's ``sampler_state`` is the metric's state. Other keyword
     arguments are those of :class:`~numpyro_sgrld._adapter.SGMCMCKernel`.
@@ -64,7 +65,7 @@ class LangevinKernel(SGMCMCKernel):
     def _build_metric(self, num_data):
         if isinstance(self._metric_arg, Metric):
             return self._metric_arg
-        return self._metric_arg(num_data)
+        return self._metric_arg(num_data=num_data)
 
     @property
     def correction(self):
@@ -330,9 +331,7 @@ class PSGLD(LangevinKernel):
         **kwargs,
     ):
         metric = partial(rmsprop, decay, eps, bias_correction=bias_correction)
-        super().__init__(
-            model, step_size, metric=_by_num_data(metric), correction=correction, **kwargs
-        )
+        super().__init__(model, step_size, metric=metric, correction=correction, **kwargs)
 
 
 class MongeSGLD(LangevinKernel):
@@ -384,9 +383,7 @@ class MongeSGLD(LangevinKernel):
         **kwargs,
     ):
         metric = partial(monge, alpha2, decay, max_drift_norm=max_drift_norm)
-        super().__init__(
-            model, step_size, metric=_by_num_data(metric), correction=correction, **kwargs
-        )
+        super().__init__(model, step_size, metric=metric, correction=correction, **kwargs)
 
 
 class ShampooSGLD(LangevinKernel):
@@ -447,9 +444,7 @@ class ShampooSGLD(LangevinKernel):
     ):
         self._interval = update_interval
         metric = partial(shampoo, decay, eps, update_interval, block_size)
-        super().__init__(
-            model, step_size, metric=_by_num_data(metric), correction=correction, **kwargs
-        )
+        super().__init__(model, step_size, metric=metric, correction=correction, **kwargs)
 
     def _correction_hint(self):
         return (
@@ -579,8 +574,3 @@ class AdamSGLD(SGMCMCKernel):
         )
         z = adaptive_drift_langevin(key, z, grad, extra, step_size, self._temperature)
         return z, AdamState(m, v)
-
-
-def _by_num_data(factory):
-    """A metric factory ``num_data -> Metric`` from a partial missing ``num_data``."""
-    return lambda num_data: factory(num_data=num_data)
