@@ -4,9 +4,18 @@ Every kernel is a :class:`numpyro.infer.mcmc.MCMCKernel`: ``MCMC(SGLD(model, ste
 runs on ordinary NumPyro models with ``numpyro.plate(..., subsample_size=n)``.
 """
 
-from numpyro_sgrld import correction, diagnostics, integrators, metrics, schedules
+from numpyro_sgrld import (
+    correction,
+    diagnostics,
+    integrators,
+    metrics,
+    predictive,
+    priors,
+    schedules,
+)
 from numpyro_sgrld._adapter import SGMCMCKernel, SGState
 from numpyro_sgrld.gradients import minibatch_potential
+from numpyro_sgrld.haiku import random_haiku_module
 from numpyro_sgrld.kernels import (
     PSGLD,
     SGHMC,
@@ -47,4 +56,7 @@ __all__ = [
     "integrators",
     "correction",
     "diagnostics",
+    "predictive",
+    "priors",
+    "random_haiku_module",
 ]

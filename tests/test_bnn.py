@@ -1,0 +1,234 @@
+"""Haiku networks with priors, predictive evaluation, and a BNN on digits."""
+
+from functools import partial
+
+import haiku as hk
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from jax import random
+from numpyro import handlers
+from numpyro.infer import MCMC
+from numpyro.infer.util import log_density, potential_energy
+from numpyro_sgrld.models.bnn import load_digits, mlp_classifier
+from scipy import stats
+
+from numpyro_sgrld import PSGLD, SGLD, priors
+from numpyro_sgrld.haiku import random_haiku_module
+from numpyro_sgrld.predictive import (
+    classification_metrics,
+    expected_calibration_error,
+    regression_metrics,
+)
+
+NET = hk.transform(lambda x: hk.nets.MLP([4, 3])(x))
+
+
+def _base(fn):
+    while hasattr(fn, "base_dist"):
+        fn = fn.base_dist
+    return fn
+
+
+def _trace(model, *args):
+    return handlers.trace(handlers.seed(model, 0)).get_trace(*args)
+
+
+def test_sites_are_named_and_shaped_like_the_haiku_parameters():
+    def model(x):
+        return random_haiku_module("net", NET, (2, 5), dist.Normal(0, 1))(x)
+
+    tr = _trace(model, jnp.ones((2, 5)))
+    params = NET.init(random.PRNGKey(0), jnp.ones((2, 5)))
+    expected = {
+        f"net/{m.replace('~/', '')}/{p}": v.shape for m, e in params.items() for p, v in e.items()
+    }
+    got = {k: v["value"].shape for k, v in tr.items() if v["type"] == "sample"}
+    assert got == expected
+    assert "net/mlp/linear_0/w" in got and got["net/mlp/linear_0/w"] == (5, 4)
+    # apply uses the sampled values
+    values = {
+        m: {p: tr[f"net/{m.replace('~/', '')}/{p}"]["value"] for p in e} for m, e in params.items()
+    }
+    np.testing.assert_allclose(
+        handlers.seed(model, 0)(jnp.ones((2, 5))),
+        NET.apply(values, None, jnp.ones((2, 5))),
+        rtol=1e-6,
+    )
+
+
+def test_dict_and_callable_priors():
+    prior = {
+        "net/mlp/linear_0/w": dist.Normal(0, 2.0),
+        "mlp/~/linear_0/b": dist.Laplace(),
+        "net/mlp/linear_1/w": dist.Normal(0, 3.0),
+        "net/mlp/linear_1/b": dist.Normal(),
+    }
+    tr = _trace(lambda x: random_haiku_module("net", NET, (1, 5), prior)(x), jnp.ones((1, 5)))
+    assert _base(tr["net/mlp/linear_0/w"]["fn"]).scale == 2.0
+    assert isinstance(_base(tr["net/mlp/linear_0/b"]["fn"]), dist.Laplace)
+    with pytest.raises(KeyError, match="No prior for parameter 'net/mlp/linear_0/b'"):
+        _trace(
+            lambda x: random_haiku_module(
+                "net", NET, (1, 5), {"net/mlp/linear_0/w": dist.Normal()}
+            )(x),
+            jnp.ones((1, 5)),
+        )
+
+
+def test_gaussian_he_prior_scales():
+    tr = _trace(
+        lambda x: random_haiku_module("n", NET, (1, 5), priors.gaussian())(x), jnp.ones((1, 5))
+    )
+    assert _base(tr["n/mlp/linear_0/w"]["fn"]).scale == pytest.approx(1.41 / np.sqrt(5))
+    assert _base(tr["n/mlp/linear_1/w"]["fn"]).scale == pytest.approx(1.41 / 2)
+    assert _base(tr["n/mlp/linear_0/b"]["fn"]).scale == 1.0
+
+
+def _values(model, seed=0):
+    tr = _trace(model, jnp.ones((1, 5)))
+    return {k: v["value"] for k, v in tr.items() if v["type"] == "sample"}
+
+
+def test_layer_horseshoe_density_and_jacobian():
+    def model(x):
+        return random_haiku_module("n", NET, (1, 5), priors.horseshoe("layer"))(x)
+
+    values = _values(model)
+    got, _ = log_density(model, (jnp.ones((1, 5)),), {}, values)
+    expected = 0.0
+    for name, value in values.items():
+        if name.endswith("_scale"):
+            expected += stats.halfcauchy.logpdf(value)
+        else:
+            m = 1.41 / np.sqrt(np.prod(value.shape[:-1])) if value.ndim >= 2 else 1.0
+            expected += stats.norm.logpdf(value, scale=m * values[f"{name}_scale"]).sum()
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    # the unconstrained potential adds log|ds/du| = u = log s for every scale
+    unconstrained = {k: (jnp.log(v) if k.endswith("_scale") else v) for k, v in values.items()}
+    pe = potential_energy(model, (jnp.ones((1, 5)),), {}, unconstrained)
+    jacobian = sum(np.log(v) for k, v in values.items() if k.endswith("_scale"))
+    np.testing.assert_allclose(-pe, expected + jacobian, rtol=1e-5)
+
+
+def test_unit_horseshoe_density_and_jacobian():
+    def model(x):
+        return random_haiku_module("n", NET, (1, 5), priors.horseshoe("unit", global_scale=0.5))(x)
+
+    values = _values(model)
+    expected, jacobian = 0.0, 0.0
+    for name, value in values.items():
+        value = np.asarray(value, np.float64)
+        if name.endswith("_global"):
+            expected += stats.halfcauchy.logpdf(value, scale=0.5)
+            jacobian += np.log(value)
+        elif name.endswith("_local"):
+            expected += stats.halfcauchy.logpdf(value).sum()
+            jacobian += np.log(value).sum()
+        elif name.endswith("_raw"):
+            expected += stats.norm.logpdf(value).sum()
+        else:  # biases
+            expected += stats.norm.logpdf(value).sum()
+    got, tr = log_density(model, (jnp.ones((1, 5)),), {}, values)
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    w = tr["n/mlp/linear_0/w"]["value"]
+    np.testing.assert_allclose(
+        w,
+        1.41
+        / np.sqrt(5)
+        * values["n/mlp/linear_0/w_global"]
+        * values["n/mlp/linear_0/w_local"]
+        * values["n/mlp/linear_0/w_raw"],
+        rtol=1e-5,
+    )
+    positive = ("_global", "_local")
+    unconstrained = {k: (jnp.log(v) if k.endswith(positive) else v) for k, v in values.items()}
+    pe = potential_energy(model, (jnp.ones((1, 5)),), {}, unconstrained)
+    np.testing.assert_allclose(-pe, expected + jacobian, rtol=1e-5)
+
+
+def test_transform_with_state_network_keeps_state_as_mutable():
+    net = hk.transform_with_state(
+        lambda x: hk.nets.MLP([3])(hk.BatchNorm(True, True, 0.5)(x, is_training=True))
+    )
+
+    def model(x):
+        return random_haiku_module("n", net, (4, 2), priors.gaussian())(x)
+
+    tr = _trace(model, jnp.arange(8.0).reshape(4, 2))
+    assert tr["n$state"]["type"] == "mutable"
+    state = tr["n$state"]["value"]["state"]
+    assert np.any(np.asarray(state["batch_norm/~/mean_ema"]["hidden"]) != 0)  # updated
+    assert {k for k, v in tr.items() if v["type"] == "sample"} == {
+        "n/batch_norm/offset",
+        "n/batch_norm/scale",
+        "n/mlp/linear_0/b",
+        "n/mlp/linear_0/w",
+    }
+
+
+def test_expected_calibration_error_by_hand():
+    probs = np.array([[0.95, 0.05], [0.95, 0.05], [0.6, 0.4], [0.3, 0.7]])
+    labels = np.array([0, 1, 0, 1])
+    # bins: 0.95 (2 points, acc 0.5), 0.6 (acc 1), 0.7 (acc 1)
+    expected = 0.5 * abs(0.5 - 0.95) + 0.25 * abs(1 - 0.6) + 0.25 * abs(1 - 0.7)
+    assert expected_calibration_error(probs, labels) == pytest.approx(expected)
+
+
+def test_classification_metrics_by_hand():
+    def model(X, y=None):
+        W = numpyro.sample("W", dist.Normal().expand([2, 3]).to_event(2))
+        with numpyro.plate("data", X.shape[0], subsample_size=2) as idx:
+            logits = X[idx] @ W
+            if y is None:
+                numpyro.deterministic("logits", logits)
+            numpyro.sample("y", dist.Categorical(logits=logits), obs=None if y is None else y[idx])
+
+    rng = np.random.default_rng(0)
+    W = rng.normal(size=(5, 2, 3)).astype(np.float32)
+    X = rng.normal(size=(7, 2)).astype(np.float32)
+    y = np.array([0, 1, 2, 0, 1, 2, 0])
+    out = classification_metrics(model, {"W": jnp.asarray(W)}, X, y, batch_size=3)
+    logits = np.einsum("nd,sdk->snk", X.astype(np.float64), W)
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    mean = p.mean(0)
+    np.testing.assert_allclose(out["probs"], mean, rtol=1e-4)
+    assert out["log_prob"] == pytest.approx(np.mean(np.log(mean[np.arange(7), y])), rel=1e-4)
+    assert out["accuracy"] == pytest.approx(np.mean(mean.argmax(1) == y))
+    assert out["ece"] == pytest.approx(expected_calibration_error(mean, y), abs=1e-6)
+
+
+def test_regression_metrics_by_hand():
+    mean = np.array([[1.0, 2.0], [3.0, 2.5]])
+    scale = np.array([[0.5], [1.0]])
+    y = np.array([2.0, 2.0])
+    out = regression_metrics(mean, scale, y)
+    dens = np.array(
+        [
+            [stats.norm.pdf(2, 1, 0.5), stats.norm.pdf(2, 2, 0.5)],
+            [stats.norm.pdf(2, 3, 1.0), stats.norm.pdf(2, 2.5, 1.0)],
+        ]
+    )
+    assert out["test_ll"] == pytest.approx(np.mean(np.log(dens.mean(0))))
+    assert out["rmse"] == pytest.approx(np.sqrt(np.mean((mean.mean(0) - y) ** 2)))
+
+
+@pytest.mark.parametrize(
+    "kernel", [partial(SGLD, step_size=1e-4), partial(PSGLD, step_size=1e-5)], ids=["sgld", "psgld"]
+)
+def test_horseshoe_bnn_on_digits(kernel):
+    pytest.importorskip("sklearn")
+    X_train, y_train, X_test, y_test = load_digits()
+    model = partial(
+        mlp_classifier, hidden=(100,), prior=priors.horseshoe("layer"), subsample_size=100
+    )
+    mcmc = MCMC(kernel(model), num_warmup=10000, num_samples=4000, thinning=40, progress_bar=False)
+    mcmc.run(random.PRNGKey(0), X_train, y_train)
+    samples = jax.block_until_ready(mcmc.get_samples())
+    assert not mcmc.get_extra_fields()["diverging"].any()
+    metrics = classification_metrics(model, samples, X_test, y_test)
+    assert metrics["accuracy"] >= 0.95, metrics
