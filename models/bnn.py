@@ -42,3 +42,37 @@ def load_digits(test_fraction=0.2, seed=0):
     n_test = int(round(test_fraction * len(y)))
     test, train = order[:n_test], order[n_test:]
     return jnp.asarray(X[train]), jnp.asarray(y[train]), jnp.asarray(X[test]), jnp.asarray(y[test])
+
+
+def mlp_regressor(
+    X,
+    y=None,
+    *,
+    hidden=(50,),
+    prior=None,
+    noise_scale=None,
+    noise_prior_scale=1.0,
+    subsample_size=None,
+):
+    """ReLU MLP regressor, ``y ~ Normal(net(x), sigma)``.
+
+    Start SG kernels from prior draws (``init_strategy=init_to_sample``): NumPyro's default
+    ``init_to_uniform`` puts every weight in (-2, 2), far out in the tails of a He-scaled prior,
+    where the first gradients are huge.
+
+    ``noise_scale`` fixes sigma; by default it is learned with ``sigma ~ HalfNormal(
+    noise_prior_scale)``. The predictive mean is the deterministic site ``"mean"`` and the noise
+    scale ``"sigma"`` when ``y`` is None.
+    """
+    apply = random_haiku_module(
+        "net", _mlp([*hidden, 1]), (1, X.shape[1]), prior or priors.gaussian()
+    )
+    if noise_scale is None:
+        sigma = numpyro.sample("sigma", dist.HalfNormal(noise_prior_scale))
+    else:
+        sigma = numpyro.deterministic("sigma", jnp.asarray(noise_scale))
+    with numpyro.plate("data", X.shape[0], subsample_size=subsample_size) as idx:
+        mean = apply(X[idx])[..., 0]
+        if y is None:
+            numpyro.deterministic("mean", mean)
+        numpyro.sample("y", dist.Normal(mean, sigma), obs=None if y is None else y[idx])

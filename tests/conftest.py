@@ -13,3 +13,13 @@ def german_credit():
         return load_german_credit()
     except DataNotFoundError as err:
         pytest.skip(f"German credit data not available: {err}")
+
+
+@pytest.fixture(scope="session")
+def uci_concrete():
+    from numpyro_sgrld.models.uci import load_uci_split
+
+    try:
+        return load_uci_split("concrete", 0)
+    except DataNotFoundError as err:
+        pytest.skip(f"UCI data not available: {err}")

@@ -11,9 +11,9 @@ import numpyro.distributions as dist
 import pytest
 from jax import random
 from numpyro import handlers
-from numpyro.infer import MCMC
+from numpyro.infer import MCMC, init_to_sample
 from numpyro.infer.util import log_density, potential_energy
-from numpyro_sgrld.models.bnn import load_digits, mlp_classifier
+from numpyro_sgrld.models.bnn import load_digits, mlp_classifier, mlp_regressor
 from scipy import stats
 
 from numpyro_sgrld import PSGLD, SGLD, priors
@@ -21,6 +21,7 @@ from numpyro_sgrld.haiku import random_haiku_module
 from numpyro_sgrld.predictive import (
     classification_metrics,
     expected_calibration_error,
+    predict_sites,
     regression_metrics,
 )
 
@@ -232,3 +233,27 @@ def test_horseshoe_bnn_on_digits(kernel):
     assert not mcmc.get_extra_fields()["diverging"].any()
     metrics = classification_metrics(model, samples, X_test, y_test)
     assert metrics["accuracy"] >= 0.95, metrics
+
+
+def test_bnn_regressor_on_a_uci_split(uci_concrete):
+    split = uci_concrete
+    model = partial(mlp_regressor, hidden=(50,), subsample_size=32)
+    mcmc = MCMC(
+        PSGLD(model, step_size=1e-5, init_strategy=init_to_sample),
+        num_warmup=10000,
+        num_samples=10000,
+        thinning=100,
+        progress_bar=False,
+    )
+    mcmc.run(random.PRNGKey(0), split.X_train, split.y_train)
+    samples = mcmc.get_samples()
+    mean = predict_sites(model, samples, split.X_test, ["mean"])["mean"]
+    out = regression_metrics(
+        mean * split.y_std + split.y_mean,
+        np.asarray(samples["sigma"])[:, None] * split.y_std,
+        split.y_test,
+    )
+    # the constant predictor (training mean and sd) is the floor a sensible model must beat
+    baseline = np.mean(stats.norm.logpdf(np.asarray(split.y_test), split.y_mean, split.y_std))
+    assert np.isfinite(out["test_ll"]) and out["test_ll"] > baseline + 0.5, (out, baseline)
+    assert out["rmse"] < 0.6 * split.y_std, out
