@@ -25,17 +25,20 @@ __all__ = [
 ]
 
 
-def predict_sites(model, samples, X, sites, *, batch_size=1000, rng_key=None, **model_kwargs):
-    """Values of deterministic ``sites`` of ``full_batch(model)(X_chunk, **model_kwargs)`` for
-    every draw, concatenated over chunks of test points (leading axes: draws, points)."""
+def _chunks(model, samples, X, sites, batch_size, rng_key, model_kwargs):
+    """Yield ``{site: draws x chunk x ...}`` for consecutive chunks of test points."""
     rng_key = random.PRNGKey(0) if rng_key is None else rng_key
     predictive = Predictive(full_batch(model), samples, return_sites=list(sites))
-    outputs = {site: [] for site in sites}
     for start in range(0, X.shape[0], batch_size):
-        out = predictive(rng_key, jnp.asarray(X[start : start + batch_size]), **model_kwargs)
-        for site in sites:
-            outputs[site].append(np.asarray(out[site]))
-    return {site: np.concatenate(v, axis=1) for site, v in outputs.items()}
+        yield predictive(rng_key, jnp.asarray(X[start : start + batch_size]), **model_kwargs)
+
+
+def predict_sites(model, samples, X, sites, *, batch_size=1000, rng_key=None, **model_kwargs):
+    """Values of per-point deterministic ``sites`` of ``full_batch(model)(X_chunk,
+    **model_kwargs)`` for every draw, concatenated over chunks of test points (leading axes:
+    draws, points)."""
+    chunks = list(_chunks(model, samples, X, sites, batch_size, rng_key, model_kwargs))
+    return {site: np.concatenate([np.asarray(c[site]) for c in chunks], axis=1) for site in sites}
 
 
 def expected_calibration_error(probs, labels, num_bins=10):
@@ -52,16 +55,13 @@ def expected_calibration_error(probs, labels, num_bins=10):
     return float(ece)
 
 
-def _chunked_mean_probs(model, samples, X, logits_site, batch_size, model_kwargs):
-    predictive = Predictive(full_batch(model), samples, return_sites=[logits_site])
-    chunks = []
-    for start in range(0, X.shape[0], batch_size):
-        logits = predictive(
-            random.PRNGKey(0), jnp.asarray(X[start : start + batch_size]), **model_kwargs
-        )[logits_site]
-        log_probs = jax.nn.log_softmax(logits, axis=-1)
-        chunks.append(np.asarray(logsumexp(log_probs, axis=0) - np.log(log_probs.shape[0])))
-    return np.concatenate(chunks, axis=0)
+def _chunked_mean_log_probs(model, samples, X, logits_site, batch_size, model_kwargs):
+    """log of the draw-averaged class probabilities, one chunk of test points at a time."""
+    out = []
+    for chunk in _chunks(model, samples, X, [logits_site], batch_size, None, model_kwargs):
+        log_probs = jax.nn.log_softmax(chunk[logits_site], axis=-1)
+        out.append(np.asarray(logsumexp(log_probs, axis=0) - np.log(log_probs.shape[0])))
+    return np.concatenate(out, axis=0)
 
 
 def classification_metrics(
@@ -70,7 +70,7 @@ def classification_metrics(
     """Ensemble test log-probability, accuracy and ECE of a classifier whose model records its
     logits as a deterministic site. Returns a dict with ``log_prob``, ``accuracy``, ``ece`` and
     the mean predictive ``probs``."""
-    log_mean = _chunked_mean_probs(model, samples, X, logits_site, batch_size, model_kwargs)
+    log_mean = _chunked_mean_log_probs(model, samples, X, logits_site, batch_size, model_kwargs)
     y = np.asarray(y)
     probs = np.exp(log_mean)
     return {
