@@ -27,6 +27,12 @@ from numpyro_sgrld.kernels import (
     ShampooSGLD,
     WenzelSGLD,
 )
+from numpyro_sgrld.predictive import (
+    classification_metrics,
+    expected_calibration_error,
+    predict_sites,
+    regression_metrics,
+)
 from numpyro_sgrld.schedules import constant, cyclical, polynomial_decay
 from numpyro_sgrld.subsample import SubsamplePlate, find_subsample_plates, full_batch
 
@@ -59,4 +65,8 @@ __all__ = [
     "predictive",
     "priors",
     "random_haiku_module",
+    "predict_sites",
+    "classification_metrics",
+    "regression_metrics",
+    "expected_calibration_error",
 ]

@@ -303,6 +303,36 @@ def _inverse_root_jvp(eps, power, primals, tangents):
     return (q * root) @ q.T, tangent
 
 
+def _after(x, token):
+    """``x`` unchanged, but computed after ``token``: a data dependency (``x + 0 * finite``) that
+    XLA cannot fold away, so that the two computations run one after the other."""
+    t = jnp.sum(token)
+    return x + jnp.where(jnp.isfinite(t), t, 0.0).astype(x.dtype) * 0
+
+
+def _fresh_roots(stats_l, roots_l, precs_l, eps):
+    """Noise roots and drift factors of every leaf and mode from the statistics.
+
+    The batched eigendecompositions run one at a time. XLA:CPU (jaxlib 0.10) runs independent
+    operations concurrently, and a batched LAPACK ``eigh`` blocks its worker until its chunks,
+    scheduled on the same thread pool, are done: two or more at once can wait on each other
+    forever when the pool is small (two cores: a hang in ``block_until_ready``).
+    """
+    del roots_l, precs_l
+    token = jnp.zeros(())
+    roots_out, precs_out = [], []
+    for stats in stats_l:
+        k = len(stats)
+        roots = []
+        for s in stats:
+            r = jax.vmap(_inverse_root, (0, None, None))(_after(s, token), eps, 4 * k)
+            token = r[..., 0, 0]
+            roots.append(r)
+        roots_out.append(tuple(roots))
+        precs_out.append(tuple(r @ r for r in roots))
+    return roots_out, precs_out
+
+
 class ShampooState(NamedTuple):
     """Per leaf, tuples over modes of arrays ``(num_blocks, n_i, n_i)``: the statistics
     ``stats`` (:math:`L_i`), the noise roots ``roots`` (:math:`N_i`) and the drift factors
@@ -366,27 +396,23 @@ def shampoo(decay=0.99, eps=1e-8, update_interval=100, block_size=128, num_data=
         roots_l = treedef.flatten_up_to(state.roots)
         precs_l = treedef.flatten_up_to(state.precs)
         layouts = [layout(g) for g in leaves]
-        new_stats, new_roots, new_precs = [], [], []
-        for g, stats, roots, precs, (merged, block, counts) in zip(
-            leaves, stats_l, roots_l, precs_l, layouts
-        ):
+        new_stats = []
+        for g, stats, (merged, block, counts) in zip(leaves, stats_l, layouts):
             blocks = _to_blocks(g / num_data, merged, block, counts)
-            k = len(block)
-            stats = tuple(
-                decay * s + (1 - decay) * jax.vmap(_unfold_gram, (0, None))(blocks, i)
-                for i, s in enumerate(stats)
-            )
-
-            def fresh(stats=stats, k=k):
-                roots = tuple(
-                    jax.vmap(_inverse_root, (0, None, None))(s, eps, 4 * k) for s in stats
+            new_stats.append(
+                tuple(
+                    decay * s + (1 - decay) * jax.vmap(_unfold_gram, (0, None))(blocks, i)
+                    for i, s in enumerate(stats)
                 )
-                return roots, tuple(r @ r for r in roots)
-
-            roots, precs = lax.cond(recompute, fresh, lambda r=roots, p=precs: (r, p))
-            new_stats.append(stats)
-            new_roots.append(roots)
-            new_precs.append(precs)
+            )
+        new_roots, new_precs = lax.cond(
+            recompute,
+            partial(_fresh_roots, eps=eps),
+            lambda stats, roots, precs: (roots, precs),
+            new_stats,
+            roots_l,
+            precs_l,
+        )
 
         def apply(factors_l):
             def fn(tree):
@@ -404,8 +430,8 @@ def shampoo(decay=0.99, eps=1e-8, update_interval=100, block_size=128, num_data=
 
         new_state = ShampooState(
             jax.tree.unflatten(treedef, new_stats),
-            jax.tree.unflatten(treedef, new_roots),
-            jax.tree.unflatten(treedef, new_precs),
+            jax.tree.unflatten(treedef, list(new_roots)),
+            jax.tree.unflatten(treedef, list(new_precs)),
             count,
         )
         return Preconditioner(apply(new_precs), apply(new_roots)), new_state

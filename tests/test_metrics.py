@@ -270,3 +270,31 @@ def test_other_bad_metric_parameters():
         metrics.shampoo(update_interval=0)
     with pytest.raises(ValueError, match="block_size"):
         metrics.shampoo(block_size=0)
+
+
+_CONCURRENT_ROOTS = """
+import jax, jax.numpy as jnp
+from jax import lax, random
+from numpyro_sgrld import metrics
+m = metrics.shampoo(update_interval=2, block_size=128)
+pos = {k: jnp.zeros((256, 256)) for k in "abcdefgh"}
+def body(state, key):
+    keys = dict(zip(pos, random.split(key, len(pos))))
+    g = jax.tree.map(lambda x, k: random.normal(k, x.shape), pos, keys)
+    _, state = m.update(g, state, pos)
+    return state, None
+state, _ = jax.jit(lambda s: lax.scan(body, s, random.split(random.PRNGKey(0), 100)))(m.init(pos))
+print(float(jnp.sum(state.roots["a"][0])))
+"""
+
+
+def test_shampoo_roots_of_many_sites_do_not_deadlock():
+    """Several batched ``eigh`` at once can wedge XLA:CPU's thread pool; the roots are chained."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _CONCURRENT_ROOTS], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert np.isfinite(float(out.stdout.strip().splitlines()[-1]))
