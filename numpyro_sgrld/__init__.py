@@ -7,15 +7,25 @@ runs on ordinary NumPyro models with ``numpyro.plate(..., subsample_size=n)``.
 from numpyro_sgrld import (
     correction,
     diagnostics,
+    inference_data,
     integrators,
     metrics,
+    plots,
     predictive,
     priors,
     schedules,
 )
 from numpyro_sgrld._adapter import SGMCMCKernel, SGState
+from numpyro_sgrld.diagnostics import (
+    bias_vs_step_size,
+    compare_to_reference,
+    energy_distance,
+    kernel_stein_discrepancy,
+    model_scores,
+)
 from numpyro_sgrld.gradients import minibatch_potential
 from numpyro_sgrld.haiku import random_haiku_module
+from numpyro_sgrld.inference_data import SG_EXTRA_FIELDS, reference_posterior, to_inference_data
 from numpyro_sgrld.kernels import (
     PSGLD,
     SGHMC,
@@ -69,4 +79,14 @@ __all__ = [
     "classification_metrics",
     "regression_metrics",
     "expected_calibration_error",
+    "inference_data",
+    "plots",
+    "to_inference_data",
+    "reference_posterior",
+    "SG_EXTRA_FIELDS",
+    "compare_to_reference",
+    "energy_distance",
+    "kernel_stein_discrepancy",
+    "model_scores",
+    "bias_vs_step_size",
 ]

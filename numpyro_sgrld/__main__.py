@@ -1,4 +1,8 @@
-"""Command line: ``sgrld`` (or ``python -m numpyro_sgrld``)."""
+"""Command line: ``sgrld`` (or ``python -m numpyro_sgrld``).
+
+``sgrld`` alone runs ``sgrld compare`` with its defaults: every SG kernel on Bayesian logistic
+regression of German credit against NUTS, with a report folder ``sgrld-report``.
+"""
 
 import argparse
 import sys
@@ -23,23 +27,121 @@ def _quickstart(args):
     print(format_table(rows))
 
 
+def _step_size(text):
+    name, sep, value = text.partition("=")
+    try:
+        h = float(value)
+    except ValueError:
+        h = None
+    if not sep or h is None or not h > 0:
+        raise argparse.ArgumentTypeError(
+            f"expected KERNEL=STEP with STEP > 0 (e.g. SGLD=1e-4), got {text!r}"
+        )
+    return name, h
+
+
+def _compare(args, parser):
+    from numpyro_sgrld.compare import check_options, format_table, run_compare
+
+    try:
+        check_options(
+            args.model,
+            args.kernels,
+            dict(args.step_size or []),
+            args.num_steps,
+            args.num_warmup,
+            args.thinning,
+            args.num_chains,
+            args.reference_samples,
+        )
+    except ValueError as err:
+        parser.error(str(err))
+
+    rows = run_compare(
+        model=args.model,
+        kernels=args.kernels,
+        step_sizes=dict(args.step_size or []),
+        num_steps=args.num_steps,
+        num_warmup=args.num_warmup,
+        thinning=args.thinning,
+        num_chains=args.num_chains,
+        reference_samples=args.reference_samples,
+        bias_kernels=args.bias_kernels,
+        seed=args.seed,
+        out=args.out,
+        progress_bar=not args.no_progress_bar,
+    )
+    print()
+    print(format_table(rows))
+    print(f"\nReport: {args.out}/report.md")
+
+
+def _add_compare_options(p):
+    from numpyro_sgrld.compare import KERNELS, PROBLEMS
+
+    p.add_argument("--model", default="german_credit", choices=sorted(PROBLEMS))
+    p.add_argument(
+        "--kernels",
+        nargs="+",
+        default=None,
+        choices=list(KERNELS),
+        help="kernels to run (default: all)",
+    )
+    p.add_argument(
+        "--step-size",
+        type=_step_size,
+        action="append",
+        metavar="KERNEL=STEP",
+        help="override a kernel's step size, e.g. --step-size SGLD=5e-5 (repeatable)",
+    )
+    p.add_argument("--num-steps", type=int, default=20000, help="steps per chain after burn-in")
+    p.add_argument("--num-warmup", type=int, default=2000, help="burn-in steps")
+    p.add_argument("--thinning", type=int, default=5)
+    p.add_argument("--num-chains", type=int, default=2, help="vectorized chains per kernel")
+    p.add_argument(
+        "--reference-samples",
+        type=int,
+        default=1000,
+        help="NUTS draws per chain (4 chains) for the reference",
+    )
+    p.add_argument(
+        "--bias-kernels",
+        nargs="*",
+        default=["SGLD"],
+        choices=list(KERNELS),
+        help="kernels whose bias is traced over 4 step sizes (none: no bias plot)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="sgrld-report", help="report folder")
+    p.add_argument("--no-progress-bar", action="store_true")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="sgrld", description="Stochastic-gradient MCMC for NumPyro: run and compare."
     )
     sub = parser.add_subparsers(dest="command")
+    compare = sub.add_parser(
+        "compare", help="every SG kernel against NUTS on one problem, with a report (default)"
+    )
+    _add_compare_options(compare)
     quick = sub.add_parser(
         "quickstart", help="SGLD and SGHMC with subsampling vs NUTS and the closed form"
     )
-    for p in (parser, quick):
-        p.add_argument("--num-samples", type=int, default=20000, help="draws per chain")
-        p.add_argument("--num-chains", type=int, default=4)
-        p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--no-progress-bar", action="store_true")
+    quick.add_argument("--num-samples", type=int, default=20000, help="draws per chain")
+    quick.add_argument("--num-chains", type=int, default=4)
+    quick.add_argument("--seed", type=int, default=0)
+    quick.add_argument("--no-progress-bar", action="store_true")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in ("compare", "quickstart", "-h", "--help"):
+        argv = ["compare", *argv]
     args = parser.parse_args(argv)
-    if args.num_samples < 1 or args.num_chains < 1:
-        parser.error("--num-samples and --num-chains must be positive")
-    _quickstart(args)
+    if args.command == "quickstart":
+        if args.num_samples < 1 or args.num_chains < 1:
+            parser.error("--num-samples and --num-chains must be positive")
+        _quickstart(args)
+    else:
+        _compare(args, parser)
     return 0
 
 

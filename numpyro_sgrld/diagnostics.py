@@ -1,8 +1,352 @@
-"""Distances between a sampler's draws and the truth."""
+r"""How far a sampler's draws are from the truth.
 
+- :func:`compare_to_reference`: per scalar parameter, the standardised mean error, the sd ratio,
+  the Wasserstein-1 distance of the marginals, and the ESS and R-hat of the chains.
+- :func:`energy_distance`: a multivariate distance between two samples.
+- :func:`kernel_stein_discrepancy` and :func:`model_scores`: a distance to the posterior that
+  needs no reference draws, only the model's full-data score.
+- :func:`bias_vs_step_size`: the bias of a kernel over a grid of step sizes.
+- :func:`histogram_l1`: L1 distance of a 1-D histogram to a density (Rensmeyer & Niggemann).
+
+Plots are in :mod:`numpyro_sgrld.plots`.
+
+Draws are accepted as an :class:`arviz.InferenceData` (its posterior), a finished
+:class:`numpyro.infer.MCMC`, or a dict ``{site: array}`` whose arrays have one leading draw
+dimension (one chain; pass ``group_by_chain=True`` for a leading ``(chains, draws)``).
+"""
+
+import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 
-__all__ = ["histogram_l1"]
+__all__ = [
+    "as_chains",
+    "scalar_draws",
+    "compare_to_reference",
+    "energy_distance",
+    "kernel_stein_discrepancy",
+    "model_scores",
+    "bias_vs_step_size",
+    "histogram_l1",
+    "latent_sites",
+    "wasserstein1",
+]
+
+
+def as_chains(samples, group_by_chain=False):
+    """``{site: numpy array (chains, draws, ...)}`` from InferenceData, an MCMC or a dict."""
+    if hasattr(samples, "posterior"):
+        post = samples.posterior
+        return {k: np.asarray(post[k].values) for k in post.data_vars}
+    if hasattr(samples, "get_samples"):
+        return {k: np.asarray(v) for k, v in samples.get_samples(group_by_chain=True).items()}
+    if not isinstance(samples, dict) or not samples:
+        raise TypeError(
+            "Draws must be an arviz.InferenceData, a numpyro MCMC or a non-empty dict of arrays, "
+            f"got {type(samples).__name__}."
+        )
+    out = {k: np.asarray(v) for k, v in samples.items()}
+    return out if group_by_chain else {k: v[None] for k, v in out.items()}
+
+
+def _label(site, index, shape):
+    if not shape:
+        return site
+    return f"{site}[{','.join(map(str, np.unravel_index(index, shape)))}]"
+
+
+def scalar_draws(samples, sites=None, group_by_chain=False):
+    """``{label: array (chains, draws)}`` for every scalar component of every site (labels
+    ``"w[3]"``, ``"L[1,2]"``, ``"sigma"``)."""
+    chains = as_chains(samples, group_by_chain)
+    out = {}
+    for site in sites if sites is not None else chains:
+        if site not in chains:
+            raise KeyError(f"Site '{site}' is not among the draws ({sorted(chains)}).")
+        v = chains[site]
+        shape = v.shape[2:]
+        flat = v.reshape(v.shape[:2] + (-1,))
+        for j in range(flat.shape[-1]):
+            out[_label(site, j, shape)] = flat[..., j].astype(np.float64)
+    return out
+
+
+def _is_moments(reference):
+    return isinstance(reference, dict) and all(
+        isinstance(v, dict) and {"mean", "sd"} <= set(v) for v in reference.values()
+    )
+
+
+def _reference_moments(reference, sites):
+    out = {}
+    for site in sites:
+        if site not in reference:
+            continue
+        mean = np.asarray(reference[site]["mean"], np.float64)
+        sd = np.asarray(reference[site]["sd"], np.float64)
+        shape = mean.shape
+        for j, (m, s) in enumerate(zip(mean.ravel(), np.broadcast_to(sd, shape).ravel())):
+            out[_label(site, j, shape)] = (float(m), float(s))
+    return out
+
+
+def wasserstein1(x, y):
+    """Wasserstein-1 distance between the empirical laws of two 1-D samples
+    (:func:`scipy.stats.wasserstein_distance`)."""
+    from scipy.stats import wasserstein_distance
+
+    return float(wasserstein_distance(np.ravel(x), np.ravel(y)))
+
+
+def compare_to_reference(samples, reference, sites=None, group_by_chain=False):
+    r"""A :class:`pandas.DataFrame`, one row per scalar parameter, comparing ``samples`` with
+    ``reference``:
+
+    - ``mean``, ``sd``: of the draws (all chains pooled); ``ref_mean``, ``ref_sd``;
+    - ``std_mean_error`` :math:`= (\bar\theta - \mu_{ref}) / \sigma_{ref}`;
+    - ``sd_ratio`` :math:`= \hat\sigma / \sigma_{ref}`;
+    - ``w1``: Wasserstein-1 distance between the marginal of the draws and of the reference
+      (only when the reference has draws), and ``w1_sd`` :math:`= W_1 / \sigma_{ref}`;
+    - ``ess_bulk``, ``r_hat``: ArviZ's rank-normalised bulk ESS and split R-hat of the chains.
+
+    ``reference`` is draws (InferenceData, MCMC, dict of arrays with a leading draw dimension)
+    or moments ``{site: {"mean": array, "sd": array}}`` (closed forms, published moments such
+    as posteriordb's). ``sites`` defaults to the sites the two have in common.
+    """
+    import arviz as az
+    import pandas as pd
+
+    chains = as_chains(samples, group_by_chain)
+    moments = _is_moments(reference)
+    ref_chains = None if moments else as_chains(reference)
+    common = [s for s in chains if s in (reference if moments else ref_chains)]
+    sites = common if sites is None else list(sites)
+    if not sites:
+        raise ValueError("The draws and the reference have no site in common.")
+    draws = scalar_draws(chains, sites, group_by_chain=True)
+    if moments:
+        ref = _reference_moments(reference, sites)
+        ref_draws = {}
+    else:
+        ref_draws = scalar_draws(ref_chains, sites, group_by_chain=True)
+        ref = {k: (v.mean(), v.std(ddof=1)) for k, v in ref_draws.items()}
+    rows = {}
+    for label, x in draws.items():
+        if label not in ref:
+            continue
+        ref_mean, ref_sd = ref[label]
+        row = dict(
+            mean=x.mean(),
+            sd=x.std(ddof=1),
+            ref_mean=ref_mean,
+            ref_sd=ref_sd,
+            std_mean_error=(x.mean() - ref_mean) / ref_sd,
+            sd_ratio=x.std(ddof=1) / ref_sd,
+        )
+        if label in ref_draws:
+            row["w1"] = wasserstein1(x, ref_draws[label])
+            row["w1_sd"] = row["w1"] / ref_sd
+        row["ess_bulk"] = float(az.ess(x, method="bulk"))
+        row["r_hat"] = float(az.rhat(x)) if x.shape[1] >= 4 else float("nan")
+        rows[label] = row
+    table = pd.DataFrame.from_dict(rows, orient="index")
+    table.index.name = "parameter"
+    return table
+
+
+def _chunk_rows(y):
+    """Rows per chunk so that a chunk x ``y`` x dimension block has about 2^22 numbers."""
+    return max(1, 2**22 // (len(y) * y.shape[-1]))
+
+
+def _pairwise_mean(x, y, fn):
+    chunk = _chunk_rows(y)
+    total = 0.0
+    for i in range(0, len(x), chunk):
+        total += float(fn(x[i : i + chunk], y).sum())
+    return total / (len(x) * len(y))
+
+
+def _distances(a, b):
+    return np.sqrt(np.maximum(((a[:, None, :] - b[None, :, :]) ** 2).sum(-1), 0.0))
+
+
+def energy_distance(x, y):
+    r"""Energy distance (Székely & Rizzo 2013) between the laws of two samples ``x`` (n, d)
+    and ``y`` (m, d) (1-D arrays are one-dimensional samples):
+
+    .. math:: \mathcal E = 2\,\mathbb E\|X - Y\| - \mathbb E\|X - X'\| - \mathbb E\|Y - Y'\|,
+
+    with U-statistics for the within-sample terms (pairs ``i != j``), so that its expectation
+    is 0 when the laws are equal; it is 0 only for equal laws. Cost O((n + m)^2 d), chunked.
+    """
+    x = np.asarray(x, np.float64)
+    y = np.asarray(y, np.float64)
+    x = x[:, None] if x.ndim == 1 else x.reshape(len(x), -1)
+    y = y[:, None] if y.ndim == 1 else y.reshape(len(y), -1)
+    if x.shape[1] != y.shape[1]:
+        raise ValueError(f"The samples have different dimensions: {x.shape[1]} and {y.shape[1]}.")
+    if len(x) < 2 or len(y) < 2:
+        raise ValueError("Each sample needs at least 2 draws.")
+    n, m = len(x), len(y)
+    xy = _pairwise_mean(x, y, _distances)
+    xx = _pairwise_mean(x, x, _distances) * n / (n - 1)
+    yy = _pairwise_mean(y, y, _distances) * m / (m - 1)
+    return 2 * xy - xx - yy
+
+
+def _imq_stein_kernel(c, beta):
+    def k0(x, sx, y, sy):
+        r = x[:, None, :] - y[None, :, :]
+        r2 = (r**2).sum(-1)
+        q = c**2 + r2
+        d = x.shape[-1]
+        return (
+            (sx @ sy.T) * q**beta
+            + 2 * beta * q ** (beta - 1) * (((sy[None, :, :] - sx[:, None, :]) * r).sum(-1))
+            - 2 * beta * d * q ** (beta - 1)
+            - 4 * beta * (beta - 1) * r2 * q ** (beta - 2)
+        )
+
+    return k0
+
+
+def kernel_stein_discrepancy(x, scores, c=1.0, beta=-0.5):
+    r"""Kernel Stein discrepancy with the inverse multiquadric kernel
+    :math:`k(x, y) = (c^2 + \|x - y\|^2)^\beta` (Gorham & Mackey 2017; Liu, Lee & Jordan 2016):
+
+    .. math::
+        \mathrm{KSD}^2 = \frac1{n^2}\sum_{i,j} k_0(x_i, x_j), \\
+        k_0(x, y) = s(x)^\top s(y)\,k + s(x)^\top\nabla_y k + s(y)^\top\nabla_x k
+                    + \mathrm{tr}\,\nabla_x\nabla_y k,
+
+    :math:`s = \nabla\log p` the target's score at each draw (``scores``, same shape as ``x``,
+    (n, d)). It needs no draws from the target, only its score: it is near 0 for draws from
+    ``p`` and bounded away from 0 otherwise (with :math:`\beta \in (-1, 0)` it detects
+    non-convergence). The V-statistic (the square root of a non-negative quantity) is
+    returned; it is :math:`O(n^{-1/2})` for exact draws. Use :func:`model_scores` to get
+    ``x`` and ``scores`` for a NumPyro model.
+    """
+    x = np.asarray(x, np.float64)
+    s = np.asarray(scores, np.float64)
+    x = x[:, None] if x.ndim == 1 else x
+    s = s[:, None] if s.ndim == 1 else s
+    if x.shape != s.shape:
+        raise ValueError(f"`x` {x.shape} and `scores` {s.shape} must have the same shape.")
+    if not (c > 0 and -1 < beta < 0):
+        raise ValueError(f"Need c > 0 and -1 < beta < 0, got c={c}, beta={beta}.")
+    k0 = _imq_stein_kernel(float(c), float(beta))
+    chunk = _chunk_rows(x)
+    total = 0.0
+    for i in range(0, len(x), chunk):
+        total += float(k0(x[i : i + chunk], s[i : i + chunk], x, s).sum())
+    return float(np.sqrt(max(total, 0.0)) / len(x))
+
+
+def model_scores(model, samples, *model_args, batch_size=256, **model_kwargs):
+    r"""Unconstrained draws and the full-data scores :math:`-\nabla U` of ``model`` at them.
+
+    ``samples``: a dict of *constrained* draws with one leading draw dimension (as
+    ``mcmc.get_samples()``), or anything :func:`as_chains` accepts (chains are pooled). The
+    model is evaluated with subsampling off (:func:`numpyro_sgrld.full_batch`); draws are
+    mapped to the unconstrained space where the kernels move, and the score includes the
+    Jacobian terms. Returns ``(x, scores)``, numpy arrays (draws, d) with the sites in sorted
+    order (as :func:`jax.flatten_util.ravel_pytree`), for
+    :func:`kernel_stein_discrepancy`.
+    """
+    from numpyro.infer.util import potential_energy, unconstrain_fn
+
+    from numpyro_sgrld.subsample import full_batch
+
+    chains = as_chains(samples, group_by_chain=not isinstance(samples, dict))
+    flat = {k: v.reshape((-1,) + v.shape[2:]) for k, v in chains.items()}
+    fb = full_batch(model)
+    latent = latent_sites(fb, flat, *model_args, **model_kwargs)
+    flat = {k: jnp.asarray(flat[k]) for k in latent}
+
+    def one(draw):
+        z = unconstrain_fn(fb, model_args, model_kwargs, draw)
+        g = jax.grad(lambda z: potential_energy(fb, model_args, model_kwargs, z))(z)
+        return ravel_pytree(z)[0], -ravel_pytree(g)[0]
+
+    chunk = jax.jit(jax.vmap(one))
+    n = len(next(iter(flat.values())))
+    xs, ss = [], []
+    for start in range(0, n, batch_size):
+        x, s = chunk({k: v[start : start + batch_size] for k, v in flat.items()})
+        xs.append(np.asarray(x))
+        ss.append(np.asarray(s))
+    return np.concatenate(xs), np.concatenate(ss)
+
+
+def latent_sites(model, draws, *model_args, **model_kwargs):
+    """Names of the latent sample sites of ``model`` (one evaluation at the first of
+    ``draws``, a dict with a leading draw dimension); raises ``KeyError`` if ``draws`` lacks
+    one."""
+    from numpyro import handlers
+
+    flat = draws
+    first = {k: v[0] for k, v in flat.items()}
+    trace = handlers.trace(handlers.substitute(handlers.seed(model, 0), data=first)).get_trace(
+        *model_args, **model_kwargs
+    )
+    latent = [n for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"]]
+    missing = [n for n in latent if n not in flat]
+    if missing:
+        raise KeyError(f"The draws lack the latent sites {missing}.")
+    return latent
+
+
+def bias_vs_step_size(
+    kernel,
+    step_sizes,
+    reference,
+    *model_args,
+    num_warmup=1000,
+    num_samples=10000,
+    thinning=1,
+    num_chains=1,
+    seed=0,
+    sites=None,
+    **model_kwargs,
+):
+    """Run ``kernel(step_size=h)`` (e.g. ``partial(SGLD, model)``) for each ``h`` of
+    ``step_sizes`` through :class:`numpyro.infer.MCMC` and summarise
+    :func:`compare_to_reference` per step size.
+
+    Returns a :class:`pandas.DataFrame` indexed by step size with the largest absolute
+    standardised mean error, the extreme sd ratios, the mean W1 / sd (when the reference has
+    draws) and the number of diverging recorded draws. Chains are vectorized.
+    """
+    import pandas as pd
+    from numpyro.infer import MCMC
+
+    rows = {}
+    for h in step_sizes:
+        mcmc = MCMC(
+            kernel(step_size=h),
+            num_warmup=num_warmup,
+            num_samples=num_samples,
+            thinning=thinning,
+            num_chains=num_chains,
+            chain_method="vectorized",
+            progress_bar=False,
+        )
+        mcmc.run(jax.random.PRNGKey(seed), *model_args, **model_kwargs)
+        table = compare_to_reference(mcmc, reference, sites=sites)
+        row = dict(
+            max_abs_std_mean_error=float(table["std_mean_error"].abs().max()),
+            min_sd_ratio=float(table["sd_ratio"].min()),
+            max_sd_ratio=float(table["sd_ratio"].max()),
+        )
+        if "w1_sd" in table:
+            row["mean_w1_sd"] = float(table["w1_sd"].mean())
+        row["diverging"] = int(np.asarray(mcmc.get_extra_fields()["diverging"]).sum())
+        rows[float(h)] = row
+    out = pd.DataFrame.from_dict(rows, orient="index")
+    out.index.name = "step_size"
+    return out
 
 
 def histogram_l1(samples, density, bin_width=0.1, low=-5.0, high=5.0, resolution=200):

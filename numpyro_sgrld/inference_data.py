@@ -1,0 +1,285 @@
+"""ArviZ ``InferenceData`` from SG-MCMC runs, and cached NUTS reference posteriors.
+
+``arviz.from_numpyro`` does not fit subsampled models: it needs a random key for the plate, and
+without ``log_likelihood`` it records one random minibatch as the observed data and the
+minibatch potential as the log density. :func:`to_inference_data` evaluates the model on the
+full data instead (:func:`numpyro_sgrld.full_batch`) and names the minibatch statistics for
+what they are.
+"""
+
+import hashlib
+import inspect
+import json
+from functools import partial
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+from numpyro import handlers
+from numpyro.infer import MCMC, NUTS
+
+from numpyro_sgrld._adapter import SGMCMCKernel
+from numpyro_sgrld._cache import cache_dir
+from numpyro_sgrld.subsample import full_batch
+
+__all__ = [
+    "to_inference_data",
+    "pointwise_log_likelihood",
+    "observed_data",
+    "reference_posterior",
+    "SG_EXTRA_FIELDS",
+]
+
+#: The per-step statistics of the SG kernels; pass ``extra_fields=SG_EXTRA_FIELDS`` to
+#: ``MCMC.run`` to have all of them in ``sample_stats``.
+SG_EXTRA_FIELDS = ("diverging", "potential_energy", "grad_norm", "step_size")
+
+# sample_stats names. SG kernels: the potential and gradient are minibatch estimates, so they
+# do not get ArviZ's "lp" (a full-data log density).
+_SG_STAT_NAMES = {
+    "diverging": "diverging",
+    "potential_energy": "minibatch_potential_energy",
+    "grad_norm": "minibatch_grad_norm",
+    "step_size": "step_size",
+}
+_HMC_STAT_NAMES = {
+    "diverging": "diverging",
+    "potential_energy": "lp",  # negated below
+    "num_steps": "n_steps",
+    "accept_prob": "acceptance_rate",
+    "energy": "energy",
+    "adapt_state.step_size": "step_size",
+}
+
+# Budget for one chunk of the pointwise log-likelihood: draws x data points.
+_CHUNK_ELEMENTS = 2**18
+
+
+def _trace_full(model, draw, args, kwargs):
+    conditioned = handlers.substitute(handlers.seed(full_batch(model), 0), data=draw)
+    return handlers.trace(conditioned).get_trace(*args, **kwargs)
+
+
+def _observed_sites(trace):
+    return {
+        name: site
+        for name, site in trace.items()
+        if site["type"] == "sample" and site["is_observed"]
+    }
+
+
+def _flat_draws(samples):
+    """``{site: (draws, ...)}`` from arrays with leading ``(chains, draws)``."""
+    return {k: jnp.reshape(v, (-1,) + jnp.shape(v)[2:]) for k, v in samples.items()}
+
+
+def pointwise_log_likelihood(model, samples, *model_args, batch_size=None, **model_kwargs):
+    r"""Full-data pointwise log-likelihood :math:`\log p(y_i \mid \theta_s)` of every observed
+    site, for every draw ``s`` of ``samples`` (a dict of constrained values with one leading
+    draw dimension).
+
+    Subsample plates are switched off (:func:`numpyro_sgrld.full_batch`), so each observed site
+    gives one column per data point, not per minibatch element. Draws go through the model in
+    chunks of ``batch_size`` (default: about :math:`2^{18}` draws x data points per chunk), so
+    memory stays bounded for many draws of a large data set.
+
+    Returns ``{site: array (draws, *batch_shape)}``.
+    """
+    num_draws = len(next(iter(samples.values())))
+    first = jax.tree.map(lambda v: v[0], samples)
+    sizes = {
+        name: max(1, int(np.prod(jnp.shape(site["fn"].log_prob(site["value"])))))
+        for name, site in _observed_sites(
+            _trace_full(model, first, model_args, model_kwargs)
+        ).items()
+    }
+    if not sizes:
+        raise ValueError("The model has no observed sample sites: there is no likelihood.")
+    if batch_size is None:
+        batch_size = max(1, _CHUNK_ELEMENTS // sum(sizes.values()))
+    if not (isinstance(batch_size, int) and batch_size >= 1):
+        raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
+
+    @jax.jit
+    def chunk(draws):
+        def one(draw):
+            trace = _trace_full(model, draw, model_args, model_kwargs)
+            return {n: s["fn"].log_prob(s["value"]) for n, s in _observed_sites(trace).items()}
+
+        return jax.vmap(one)(draws)
+
+    parts = []
+    for start in range(0, num_draws, batch_size):
+        draws = {k: v[start : start + batch_size] for k, v in samples.items()}
+        parts.append(jax.tree.map(np.asarray, chunk(draws)))
+    return {name: np.concatenate([p[name] for p in parts]) for name in sizes}
+
+
+def observed_data(model, samples, *model_args, **model_kwargs):
+    """The full observed data of every observed site (one model evaluation at the first draw
+    of ``samples``, subsampling switched off)."""
+    first = jax.tree.map(lambda v: v[0], samples)
+    trace = _trace_full(model, first, model_args, model_kwargs)
+    return {name: np.asarray(site["value"]) for name, site in _observed_sites(trace).items()}
+
+
+def _sample_stats(mcmc):
+    extra = mcmc.get_extra_fields(group_by_chain=True)
+    names = _SG_STAT_NAMES if isinstance(mcmc.sampler, SGMCMCKernel) else _HMC_STAT_NAMES
+    stats = {}
+    for field, value in extra.items():
+        value = np.asarray(value)
+        if field == mcmc.sampler.sample_field or value.ndim < 2:
+            continue
+        name = names.get(field, field.replace(".", "_"))
+        stats[name] = -value if name == "lp" else value
+    return stats
+
+
+def to_inference_data(mcmc, *model_args, log_likelihood=True, batch_size=None, **model_kwargs):
+    """An :class:`arviz.InferenceData` of a finished ``MCMC`` run on a model.
+
+    - ``posterior``: the constrained draws (and deterministic sites), grouped by chain.
+    - ``sample_stats``: the recorded extra fields. For the SG kernels the minibatch estimates
+      are named as such (``minibatch_potential_energy``, ``minibatch_grad_norm``; there is no
+      ``lp``), plus ``step_size`` and ``diverging``; run with
+      ``extra_fields=SG_EXTRA_FIELDS`` to record them all. For NUTS/HMC the usual ArviZ names
+      (``lp``, ``diverging``, ``n_steps``, ``acceptance_rate``, ``energy``, ``step_size``).
+    - ``log_likelihood``: the **full-data** pointwise log-likelihood of every observed site
+      (:func:`pointwise_log_likelihood`, chunked), unless ``log_likelihood=False``.
+    - ``observed_data``: the full observed data.
+
+    ``model_args`` / ``model_kwargs`` are those given to ``MCMC.run``. Works for the SG
+    kernels here and for NumPyro's kernels on ``full_batch(model)`` (or any model). Then
+    ``az.summary``, ``az.plot_trace``, ``az.loo`` and friends work as usual.
+    """
+    import arviz as az
+
+    model = getattr(mcmc.sampler, "model", None)
+    if model is None:
+        raise ValueError(
+            "to_inference_data needs a kernel built on a model (kernel(model, ...)); with a "
+            "`potential_fn` there is no likelihood or data to record. Use "
+            "arviz.from_dict(posterior=mcmc.get_samples(group_by_chain=True)) instead."
+        )
+    grouped = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
+    flat = _flat_draws(grouped)
+    observed = _observed_sites(
+        _trace_full(model, jax.tree.map(lambda v: v[0], flat), model_args, model_kwargs)
+    )
+    posterior = {k: v for k, v in grouped.items() if k not in observed}
+    groups = {"posterior": posterior, "sample_stats": _sample_stats(mcmc)}
+    if observed:
+        groups["observed_data"] = observed_data(model, flat, *model_args, **model_kwargs)
+        if log_likelihood:
+            num_chains = next(iter(grouped.values())).shape[0]
+            loglik = pointwise_log_likelihood(
+                model, flat, *model_args, batch_size=batch_size, **model_kwargs
+            )
+            groups["log_likelihood"] = {
+                k: v.reshape((num_chains, -1) + v.shape[1:]) for k, v in loglik.items()
+            }
+    return az.from_dict(**groups)
+
+
+def _fingerprint(obj, h):
+    """Feed a stable description of ``obj`` (arrays by content) into the hash ``h``."""
+    if isinstance(obj, partial):
+        _fingerprint(obj.func, h)
+        _fingerprint(obj.args, h)
+        _fingerprint(sorted(obj.keywords.items()), h)
+    elif callable(obj) and hasattr(obj, "__code__"):
+        h.update(f"{obj.__module__}.{obj.__qualname__}".encode())
+        try:
+            h.update(inspect.getsource(obj).encode())
+        except (OSError, TypeError):
+            h.update(obj.__code__.co_code)
+    elif isinstance(obj, (list, tuple)):
+        h.update(b"[")
+        for item in obj:
+            _fingerprint(item, h)
+        h.update(b"]")
+    elif isinstance(obj, dict):
+        _fingerprint(sorted(obj.items()), h)
+    elif isinstance(obj, (np.ndarray, jax.Array)):
+        a = np.asarray(obj)
+        h.update(f"{a.dtype}{a.shape}".encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    else:
+        h.update(repr(obj).encode())
+
+
+def reference_key(model, *model_args, **settings):
+    """The cache key of a reference posterior: a hash of the model (its code and bound
+    arguments), the data (by content) and the NUTS settings."""
+    h = hashlib.sha256()
+    _fingerprint(model, h)
+    _fingerprint(model_args, h)
+    _fingerprint(settings, h)
+    h.update(numpyro.__version__.encode())
+    return h.hexdigest()[:20]
+
+
+def reference_posterior(
+    model,
+    *model_args,
+    num_samples=2000,
+    num_warmup=1000,
+    num_chains=4,
+    seed=0,
+    folder=None,
+    refresh=False,
+    progress_bar=False,
+    **model_kwargs,
+):
+    """Ground truth by NUTS on the full data: ``MCMC(NUTS(full_batch(model)), ...)``, as
+    :class:`arviz.InferenceData` (posterior, sample_stats, observed_data).
+
+    The result is cached as a NetCDF file ``reference-<key>.nc`` in ``folder`` (default
+    ``<cache>/reference``, see :func:`numpyro_sgrld._cache.cache_dir`), keyed by the model's
+    code and bound arguments, the data and the settings (:func:`reference_key`), and read back
+    on later calls; ``refresh=True`` reruns it. Chains run one after another, or in parallel
+    when there are enough devices.
+    """
+    import arviz as az
+
+    settings = dict(
+        num_samples=num_samples,
+        num_warmup=num_warmup,
+        num_chains=num_chains,
+        seed=seed,
+        model_kwargs=model_kwargs,
+    )
+    folder = Path(folder) if folder is not None else cache_dir() / "reference"
+    path = folder / f"reference-{reference_key(model, *model_args, **settings)}.nc"
+    if path.exists() and not refresh:
+        return az.from_netcdf(path)
+    method = "parallel" if jax.local_device_count() >= num_chains else "sequential"
+    mcmc = MCMC(
+        NUTS(full_batch(model)),
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        num_chains=num_chains,
+        chain_method=method,
+        progress_bar=progress_bar,
+    )
+    mcmc.run(
+        jax.random.PRNGKey(seed),
+        *model_args,
+        extra_fields=("diverging", "potential_energy", "num_steps", "accept_prob"),
+        **model_kwargs,
+    )
+    idata = to_inference_data(mcmc, *model_args, log_likelihood=False, **model_kwargs)
+    idata.posterior.attrs["reference"] = json.dumps(
+        {
+            "sampler": "NUTS(full_batch(model))",
+            **{k: v for k, v in settings.items() if k != "model_kwargs"},
+        }
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.nc")
+    idata.to_netcdf(tmp)
+    tmp.replace(path)
+    return idata

@@ -1,0 +1,117 @@
+"""Diagnostic plots, saved as PNG: marginals over the reference, bias against the step size,
+and ArviZ trace and rank plots. Every function returns the matplotlib figure and, given
+``path``, saves it there (and closes it)."""
+
+import numpy as np
+
+from numpyro_sgrld.diagnostics import scalar_draws
+
+__all__ = ["plot_marginals", "plot_bias_vs_step_size", "plot_trace", "plot_rank"]
+
+
+def _pyplot():
+    import matplotlib
+
+    if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.backend_inline"):
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _finish(fig, path, dpi=100):
+    if path is not None:
+        fig.savefig(path, dpi=dpi, bbox_inches="tight")
+        _pyplot().close(fig)
+    return fig
+
+
+def _density(ax, x, grid, **kw):
+    from scipy.stats import gaussian_kde
+
+    x = np.asarray(x, np.float64).ravel()
+    x = x[np.isfinite(x)]
+    if len(x) < 2 or np.std(x) == 0:
+        ax.axvline(x.mean() if len(x) else 0.0, **kw)
+        return
+    ax.plot(grid, gaussian_kde(x)(grid), **kw)
+
+
+def plot_marginals(draws, reference, params=None, max_params=12, ncols=4, path=None):
+    """Marginal densities (Gaussian KDE) of each sampler's draws over the reference's, one
+    panel per scalar parameter, in the style of Rensmeyer & Niggemann's Figure 1.
+
+    ``draws``: ``{sampler name: draws}`` (anything :func:`~numpyro_sgrld.diagnostics.as_chains`
+    accepts); ``reference``: draws. ``params``: labels such as ``"w[3]"`` (default: the first
+    ``max_params`` of the reference).
+    """
+    plt = _pyplot()
+    ref = scalar_draws(reference, group_by_chain=not isinstance(reference, dict))
+    runs = {
+        name: scalar_draws(d, group_by_chain=not isinstance(d, dict)) for name, d in draws.items()
+    }
+    params = list(params) if params is not None else list(ref)[:max_params]
+    nrows = max(1, -(-len(params) // ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.2 * ncols, 2.4 * nrows), squeeze=False)
+    for ax, label in zip(axes.ravel(), params):
+        r = ref[label].ravel()
+        lo, hi = np.percentile(r, [0.5, 99.5])
+        pad = 0.5 * (hi - lo) + 1e-12
+        grid = np.linspace(lo - pad, hi + pad, 200)
+        ax.fill_between(grid, 0, _kde(r, grid), color="0.8", label="reference")
+        for name, run in runs.items():
+            if label in run:
+                _density(ax, run[label], grid, label=name, lw=1.2)
+        ax.set_title(label, fontsize=9)
+        ax.set_yticks([])
+    for ax in axes.ravel()[len(params) :]:
+        ax.axis("off")
+    handles, labels = axes.ravel()[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=8)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return _finish(fig, path)
+
+
+def _kde(x, grid):
+    from scipy.stats import gaussian_kde
+
+    return gaussian_kde(np.asarray(x, np.float64))(grid)
+
+
+def plot_bias_vs_step_size(curves, column="max_abs_std_mean_error", path=None):
+    """Log-log curves of a bias measure against the step size, one line per kernel.
+
+    ``curves``: ``{kernel name: DataFrame}`` from
+    :func:`~numpyro_sgrld.diagnostics.bias_vs_step_size` (or one DataFrame).
+    """
+    plt = _pyplot()
+    if not isinstance(curves, dict):
+        curves = {"": curves}
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    for name, table in curves.items():
+        ax.plot(table.index.values, np.abs(table[column].values), "o-", label=name or None)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("step size h")
+    ax.set_ylabel(column.replace("_", " "))
+    if any(curves):
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _finish(fig, path)
+
+
+def plot_trace(idata, var_names=None, path=None, **kwargs):
+    """ArviZ's trace plot (``az.plot_trace``) as one figure."""
+    import arviz as az
+
+    axes = az.plot_trace(idata, var_names=var_names, compact=True, **kwargs)
+    return _finish(np.ravel(axes)[0].figure, path)
+
+
+def plot_rank(idata, var_names=None, path=None, **kwargs):
+    """ArviZ's rank plot (``az.plot_rank``) as one figure; needs two or more chains to say
+    anything."""
+    import arviz as az
+
+    axes = az.plot_rank(idata, var_names=var_names, **kwargs)
+    return _finish(np.ravel(axes)[0].figure, path)

@@ -1,0 +1,284 @@
+"""ArviZ conversion, comparison with a reference, KSD, energy distance, the `sgrld` report."""
+
+import json
+import zipfile
+from functools import partial
+
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from jax import random
+from numpyro.infer import MCMC, NUTS, init_to_median
+from numpyro_sgrld.models import linear_regression as lr
+from numpyro_sgrld.models._data import DataNotFoundError, data_path
+from scipy import stats
+
+from numpyro_sgrld import PSGLD, SGLD, diagnostics, full_batch, to_inference_data
+from numpyro_sgrld.inference_data import SG_EXTRA_FIELDS, reference_posterior
+
+
+@pytest.fixture(scope="module")
+def small_regression():
+    X, y, _ = lr.make_data(seed=1, num_data=200, num_features=2)
+    return np.asarray(X), np.asarray(y)
+
+
+def test_to_inference_data_on_a_subsampled_model(small_regression):
+    import arviz as az
+
+    X, y = small_regression
+    model = partial(lr.model, subsample_size=20)
+    mcmc = MCMC(
+        SGLD(model, step_size=1e-5),
+        num_warmup=100,
+        num_samples=60,
+        num_chains=2,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
+    mcmc.run(random.PRNGKey(0), X, y, extra_fields=SG_EXTRA_FIELDS)
+    idata = to_inference_data(mcmc, X, y, batch_size=7)  # chunks that do not divide the draws
+
+    w = np.asarray(idata.posterior["w"])
+    assert w.shape == (2, 60, 2)
+    np.testing.assert_allclose(w, np.asarray(mcmc.get_samples(group_by_chain=True)["w"]))
+    # full-data pointwise log-likelihood, by hand
+    loglik = np.asarray(idata.log_likelihood["y"])
+    assert loglik.shape == (2, 60, len(y))
+    expected = stats.norm.logpdf(y, np.einsum("cdk,nk->cdn", w, X), 0.5)
+    np.testing.assert_allclose(loglik, expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(np.asarray(idata.observed_data["y"]), y)
+    # honest names: the minibatch potential is not a log density
+    stats_names = set(idata.sample_stats.data_vars)
+    assert {"minibatch_potential_energy", "minibatch_grad_norm", "step_size", "diverging"} <= (
+        stats_names
+    )
+    assert "lp" not in stats_names
+    summary = az.summary(idata, var_names=["w"])
+    assert list(summary.index) == ["w[0]", "w[1]"]
+    assert np.isfinite(az.loo(idata).elpd_loo)
+
+
+def test_to_inference_data_on_nuts_full_batch(small_regression):
+    X, y = small_regression
+    mcmc = MCMC(NUTS(full_batch(lr.model)), num_warmup=100, num_samples=50, progress_bar=False)
+    mcmc.run(random.PRNGKey(0), X, y, extra_fields=("potential_energy", "diverging"))
+    idata = to_inference_data(mcmc, X, y)
+    np.testing.assert_allclose(
+        np.asarray(idata.sample_stats["lp"])[0],
+        -np.asarray(mcmc.get_extra_fields()["potential_energy"]),
+    )
+    assert np.asarray(idata.log_likelihood["y"]).shape == (1, 50, len(y))
+
+
+def test_to_inference_data_needs_a_model():
+    mcmc = MCMC(
+        SGLD(potential_fn=lambda z: 0.5 * jnp.sum(z**2), step_size=0.1),
+        num_warmup=0,
+        num_samples=5,
+        progress_bar=False,
+    )
+    mcmc.run(random.PRNGKey(0), init_params=jnp.zeros(2))
+    with pytest.raises(ValueError, match="potential_fn"):
+        to_inference_data(mcmc)
+
+
+def _rhat_numpy(x):
+    """Rank-normalised split R-hat (Vehtari et al. 2021), written out in numpy."""
+
+    def basic(chains):
+        n = chains.shape[1]
+        w = chains.var(axis=1, ddof=1).mean()
+        b = n * chains.mean(axis=1).var(ddof=1)
+        return np.sqrt(((n - 1) / n * w + b / n) / w)
+
+    def rank_normal(chains):
+        r = stats.rankdata(chains, method="average").reshape(chains.shape)
+        return stats.norm.ppf((r - 3 / 8) / (chains.size + 1 / 4))
+
+    half = x.shape[1] // 2
+    split = np.concatenate([x[:, :half], x[:, -half:]])
+    bulk = basic(rank_normal(split))
+    folded = basic(rank_normal(np.abs(split - np.median(split))))
+    return max(bulk, folded)
+
+
+def test_compare_to_reference_matches_numpy():
+    import arviz as az
+
+    rng = np.random.default_rng(0)
+    draws = {"a": rng.normal(0.3, 1.2, (2, 400, 3)), "s": rng.gamma(2.0, 1.0, (2, 400))}
+    ref = {"a": rng.normal(0.0, 1.0, (800, 3)), "s": rng.gamma(2.0, 1.1, 800)}
+    table = diagnostics.compare_to_reference(draws, ref, group_by_chain=True)
+    assert list(table.index) == ["a[0]", "a[1]", "a[2]", "s"]
+    for label, x, r in [
+        *((f"a[{j}]", draws["a"][..., j], ref["a"][:, j]) for j in range(3)),
+        ("s", draws["s"], ref["s"]),
+    ]:
+        row = table.loc[label]
+        pooled = x.ravel()
+        assert row["mean"] == pytest.approx(pooled.mean())
+        assert row["sd"] == pytest.approx(pooled.std(ddof=1))
+        assert row["std_mean_error"] == pytest.approx((pooled.mean() - r.mean()) / r.std(ddof=1))
+        assert row["sd_ratio"] == pytest.approx(pooled.std(ddof=1) / r.std(ddof=1))
+        # equal sample sizes: W1 is the mean distance between order statistics
+        assert row["w1"] == pytest.approx(np.abs(np.sort(pooled) - np.sort(r)).mean())
+        assert row["r_hat"] == pytest.approx(_rhat_numpy(x), rel=1e-6)
+        assert row["ess_bulk"] == pytest.approx(float(az.ess(x, method="bulk")))
+    # published moments as the reference
+    moments = {"a": {"mean": np.zeros(3), "sd": np.full(3, 2.0)}, "s": {"mean": 1.0, "sd": 0.5}}
+    table = diagnostics.compare_to_reference(draws, moments, group_by_chain=True)
+    assert table.loc["a[1]", "std_mean_error"] == pytest.approx(draws["a"][..., 1].mean() / 2)
+    assert table.loc["s", "sd_ratio"] == pytest.approx(draws["s"].std(ddof=1) / 0.5)
+    assert "w1" not in table
+    with pytest.raises(ValueError, match="no site in common"):
+        diagnostics.compare_to_reference({"b": np.zeros(10)}, ref)
+
+
+def _gaussian_ksd(x):
+    return diagnostics.kernel_stein_discrepancy(x, -x)  # score of N(0, I)
+
+
+def test_kernel_stein_discrepancy():
+    # one draw at the mode of N(0, I_d): KSD^2 = k0(0, 0) = -2 beta d c^(2 beta - 2) = d
+    assert diagnostics.kernel_stein_discrepancy(np.zeros((1, 2)), np.zeros((1, 2))) == (
+        pytest.approx(np.sqrt(2))
+    )
+    rng = np.random.default_rng(1)
+    n, d = 400, 2
+    exact = np.array([_gaussian_ksd(rng.normal(size=(n, d))) for _ in range(8)])
+    shifted = _gaussian_ksd(rng.normal(size=(n, d)) + 0.5)
+    wide = _gaussian_ksd(1.5 * rng.normal(size=(n, d)))
+    # exact draws: the V-statistic's diagonal gives E KSD^2 = E k0(x, x) / n = 2d / n here
+    # (k0(x, x) = |x|^2 + d), the off-diagonal U-statistic has mean 0
+    assert 0.5 * 2 * d / n < np.mean(exact**2) < 2 * 2 * d / n, exact
+    # wrong laws: bounded away, many null sds above the null mean
+    threshold = exact.mean() + 10 * exact.std(ddof=1)
+    assert shifted > threshold and wide > threshold, (exact, shifted, wide)
+
+
+def test_model_scores_include_the_jacobian():
+    def model():
+        numpyro.sample("x", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+        numpyro.sample("s", dist.LogNormal(0.0, 1.0))
+
+    s = np.array([0.5, 2.0])
+    draws = {"x": np.array([[0.0, 1.0], [2.0, -1.0]]), "s": s}
+    x, scores = diagnostics.model_scores(model, draws)
+    # unconstrained u = log s: log p(u) = log LogNormal(e^u) + u = -u^2 / 2 + const
+    # columns in sorted site order (as jax.flatten_util.ravel_pytree): s, then x
+    np.testing.assert_allclose(x, np.column_stack([np.log(s), draws["x"]]), rtol=1e-6)
+    np.testing.assert_allclose(scores, -x, rtol=1e-5, atol=1e-6)
+
+
+def test_energy_distance():
+    # by hand: E|X-Y| = 1/2, E|X-X'| = E|Y-Y'| = 1 over pairs i != j
+    assert diagnostics.energy_distance([0.0, 1.0], [0.0, 1.0]) == pytest.approx(-1.0)
+    rng = np.random.default_rng(2)
+    n, d = 500, 3
+    null = np.array(
+        [
+            diagnostics.energy_distance(rng.normal(size=(n, d)), rng.normal(size=(n, d)))
+            for _ in range(8)
+        ]
+    )
+    other = diagnostics.energy_distance(rng.normal(size=(n, d)), rng.normal(0.3, 1.0, (n, d)))
+    assert abs(null.mean()) < 3 * null.std(ddof=1) + 1e-12
+    assert other > null.mean() + 10 * null.std(ddof=1), (null, other)
+    with pytest.raises(ValueError, match="different dimensions"):
+        diagnostics.energy_distance(np.zeros((5, 2)), np.zeros((5, 3)))
+
+
+def test_reference_posterior_is_cached(small_regression, tmp_path):
+    X, y = small_regression
+    kwargs = dict(num_samples=100, num_warmup=100, num_chains=1, folder=tmp_path)
+    first = reference_posterior(lr.model, X, y, **kwargs)
+    files = list(tmp_path.glob("reference-*.nc"))
+    assert len(files) == 1 and np.asarray(first.posterior["w"]).shape == (1, 100, 2)
+    again = reference_posterior(lr.model, X, y, **kwargs)
+    np.testing.assert_array_equal(
+        np.asarray(again.posterior["w"]), np.asarray(first.posterior["w"])
+    )
+    reference_posterior(lr.model, X, y + 1.0, **kwargs)  # other data, other file
+    assert len(list(tmp_path.glob("reference-*.nc"))) == 2
+
+
+def _sblrc_blr():
+    folder = data_path("posteriordb", "sblrc-blr")
+    with zipfile.ZipFile(folder / "data.json.zip") as zf:
+        data = json.loads(zf.read(zf.namelist()[0]))
+    means = json.loads((folder / "mean_value.json").read_text())
+    squares = json.loads((folder / "mean_squared_value.json").read_text())
+    mean = np.asarray(means["mean_value"])
+    sd = np.sqrt(np.asarray(squares["mean_squared_value"]) - mean**2)
+    moments = {"beta": {"mean": mean[:5], "sd": sd[:5]}, "sigma": {"mean": mean[5], "sd": sd[5]}}
+    return np.asarray(data["X"], np.float32), np.asarray(data["y"], np.float32), moments
+
+
+def sblrc_model(X, y=None, subsample_size=None):
+    """posteriordb's sblrc-blr: beta ~ N(0, 10), sigma ~ HalfNormal(10), y ~ N(X beta, sigma)."""
+    beta = numpyro.sample("beta", dist.Normal(0.0, 10.0).expand([X.shape[1]]).to_event(1))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(10.0))
+    with numpyro.plate("data", X.shape[0], subsample_size=subsample_size) as idx:
+        numpyro.sample("y", dist.Normal(X[idx] @ beta, sigma), obs=None if y is None else y[idx])
+
+
+def test_posteriordb_sblrc_blr_reference_moments():
+    try:
+        X, y, moments = _sblrc_blr()
+    except DataNotFoundError as err:
+        pytest.skip(f"posteriordb data not available: {err}")
+    model = partial(sblrc_model, subsample_size=50)
+    # Gamma-corrected pSGLD from the prior median (beta = 0, sigma = 6.7): large steps to get
+    # there, then h = 1e-6 (the preconditioned curvature of beta reaches ~3e4)
+    step_size = lambda t: jnp.where(t < 20000, 2e-5, 1e-6)  # noqa: E731
+    mcmc = MCMC(
+        PSGLD(model, step_size=step_size, correction="exact", init_strategy=init_to_median),
+        num_warmup=20000,
+        num_samples=200000,
+        thinning=40,
+        num_chains=4,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
+    mcmc.run(random.PRNGKey(0), X, y)
+    table = diagnostics.compare_to_reference(mcmc, moments)
+    assert not np.asarray(mcmc.get_extra_fields()["diverging"]).any()
+    assert table["std_mean_error"].abs().max() <= 0.3, table
+    assert table["sd_ratio"].between(0.85, 1.2).all(), table
+
+
+def test_sgrld_compare_writes_a_report(tmp_path, monkeypatch):
+    import matplotlib.image as mpimg
+
+    from numpyro_sgrld.__main__ import main
+
+    monkeypatch.setenv("NUMPYRO_SGRLD_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "report"
+    main(
+        [
+            "compare",
+            "--kernels",
+            "SGLD",
+            "PSGLD",
+            "--num-steps",
+            "1000",
+            "--num-warmup",
+            "200",
+            "--reference-samples",
+            "200",
+            "--out",
+            str(out),
+            "--no-progress-bar",
+        ]
+    )
+    report = (out / "report.md").read_text()
+    assert "| SGLD |" in report and "| PSGLD |" in report and "marginals.png" in report
+    for name in ("marginals", "bias", "trace_SGLD", "trace_PSGLD", "rank_reference"):
+        image = mpimg.imread(out / f"{name}.png")
+        assert image.ndim == 3 and image.shape[0] > 150 and image.shape[1] > 200, name
+    for name in ("reference", "SGLD", "PSGLD"):
+        assert (out / f"{name}.nc").stat().st_size > 0
+    assert (out / "comparison.csv").read_text().count("\n") == 4  # header, NUTS, 2 kernels
