@@ -184,25 +184,39 @@ def to_inference_data(mcmc, *model_args, log_likelihood=True, batch_size=None, *
     return az.from_dict(**groups)
 
 
-def _fingerprint(obj, h):
+def _fingerprint(obj, h, seen=None):
     """Feed a stable description of ``obj`` (arrays by content) into the hash ``h``."""
+    seen = set() if seen is None else seen
+    if callable(obj) and not isinstance(obj, (np.ndarray, jax.Array)):
+        if id(obj) in seen:  # recursive closures
+            h.update(b"<seen>")
+            return
+        seen.add(id(obj))
     if isinstance(obj, partial):
-        _fingerprint(obj.func, h)
-        _fingerprint(obj.args, h)
-        _fingerprint(sorted(obj.keywords.items()), h)
+        _fingerprint(obj.func, h, seen)
+        _fingerprint(obj.args, h, seen)
+        _fingerprint(sorted(obj.keywords.items()), h, seen)
     elif callable(obj) and hasattr(obj, "__code__"):
         h.update(f"{obj.__module__}.{obj.__qualname__}".encode())
         try:
             h.update(inspect.getsource(obj).encode())
         except (OSError, TypeError):
             h.update(obj.__code__.co_code)
+        # what a closure captured and its defaults are part of the model too
+        _fingerprint(obj.__defaults__ or (), h, seen)
+        _fingerprint(sorted((obj.__kwdefaults__ or {}).items()), h, seen)
+        for cell in obj.__closure__ or ():
+            try:
+                _fingerprint(cell.cell_contents, h, seen)
+            except ValueError:  # an empty cell
+                pass
     elif isinstance(obj, (list, tuple)):
         h.update(b"[")
         for item in obj:
-            _fingerprint(item, h)
+            _fingerprint(item, h, seen)
         h.update(b"]")
     elif isinstance(obj, dict):
-        _fingerprint(sorted(obj.items()), h)
+        _fingerprint(sorted(obj.items(), key=lambda kv: repr(kv[0])), h, seen)
     elif isinstance(obj, (np.ndarray, jax.Array)):
         a = np.asarray(obj)
         h.update(f"{a.dtype}{a.shape}".encode())
@@ -212,8 +226,10 @@ def _fingerprint(obj, h):
 
 
 def reference_key(model, *model_args, **settings):
-    """The cache key of a reference posterior: a hash of the model (its code and bound
-    arguments), the data (by content) and the NUTS settings."""
+    """The cache key of a reference posterior: a hash of the model (its code, bound arguments,
+    defaults and closure contents), the data (by content) and the NUTS settings. Objects
+    without a stable description (their ``repr`` shows a memory address) change the key from
+    one process to the next: the reference is then recomputed, never reused wrongly."""
     h = hashlib.sha256()
     _fingerprint(model, h)
     _fingerprint(model_args, h)
