@@ -27,8 +27,14 @@ def _quickstart(args):
     print(format_table(rows))
 
 
+def _kernel_name(text):
+    """Kernel names as in the table; ``+G`` may stand for ``+Γ`` (e.g. ``PSGLD+G``)."""
+    return text.replace("+G", "+Γ")
+
+
 def _step_size(text):
     name, sep, value = text.partition("=")
+    name = _kernel_name(name)
     try:
         h = float(value)
     except ValueError:
@@ -84,6 +90,7 @@ def _add_compare_options(p):
         "--kernels",
         nargs="+",
         default=None,
+        type=_kernel_name,
         choices=list(KERNELS),
         help="kernels to run (default: all)",
     )
@@ -108,6 +115,7 @@ def _add_compare_options(p):
         "--bias-kernels",
         nargs="*",
         default=["SGLD"],
+        type=_kernel_name,
         choices=list(KERNELS),
         help="kernels whose bias is traced over 4 step sizes (none: no bias plot)",
     )

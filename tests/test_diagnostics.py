@@ -282,3 +282,21 @@ def test_sgrld_compare_writes_a_report(tmp_path, monkeypatch):
     for name in ("reference", "SGLD", "PSGLD"):
         assert (out / f"{name}.nc").stat().st_size > 0
     assert (out / "comparison.csv").read_text().count("\n") == 4  # header, NUTS, 2 kernels
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--step-size", "SGLD=0"], "STEP > 0"),
+        (["--step-size", "FOO=1e-3"], "unknown kernel"),
+        (["--num-steps", "0"], "num_steps"),
+        (["--kernels", "NUTS"], "invalid choice"),
+    ],
+)
+def test_sgrld_compare_rejects_bad_options(argv, message, capsys):
+    from numpyro_sgrld.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compare", *argv])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
