@@ -16,6 +16,7 @@ from numpyro_sgrld import (
     schedules,
 )
 from numpyro_sgrld._adapter import SGMCMCKernel, SGState
+from numpyro_sgrld._compat import restore_numpyro_jit, reuse_compiled_loops
 from numpyro_sgrld.diagnostics import (
     bias_vs_step_size,
     compare_to_reference,
@@ -46,6 +47,9 @@ from numpyro_sgrld.predictive import (
 from numpyro_sgrld.schedules import constant, cyclical, polynomial_decay
 from numpyro_sgrld.subsample import SubsamplePlate, find_subsample_plates, full_batch
 
+# NumPyro 0.22 recompiles its sampling loop on every MCMC.run; see numpyro_sgrld._compat.
+reuse_compiled_loops()
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -59,6 +63,8 @@ __all__ = [
     "LangevinKernel",
     "SGMCMCKernel",
     "SGState",
+    "reuse_compiled_loops",
+    "restore_numpyro_jit",
     "SGHMCState",
     "full_batch",
     "find_subsample_plates",

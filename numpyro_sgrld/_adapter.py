@@ -27,6 +27,7 @@ from numpyro_sgrld.subsample import (
     draw_indices,
     full_batch,
     init_batching,
+    placeholder_plates,
     trace_with_plates,
 )
 
@@ -207,7 +208,9 @@ class SGMCMCKernel(MCMCKernel):
         _check_continuous(model_trace)
         info = initialize_model(
             rng_key,
-            self._model,
+            # placeholder indices: NumPyro would otherwise draw (and compile) a permutation
+            # of every subsample plate just to initialise
+            placeholder_plates(self._model),
             init_strategy=self._init_strategy,
             dynamic_args=True,
             model_args=model_args,

@@ -93,6 +93,12 @@ class _PlateRecorder(Messenger):
         msg["value"] = jnp.arange(subsample_size)
 
 
+def placeholder_plates(model):
+    """``model`` with every subsample plate given the placeholder indices ``arange(n)``
+    (for tracing the model's structure, not for inference)."""
+    return _PlateRecorder(model)
+
+
 def trace_with_plates(model, model_args=(), model_kwargs=None):
     """Trace ``model`` once (seeded, subsample plates given placeholder indices).
 
