@@ -21,6 +21,7 @@ from numpyro.util import identity, is_prng_key
 from numpyro_sgrld._tree import tree_all_finite, tree_norm, tree_where
 from numpyro_sgrld.gradients import minibatch_potential, value_and_grad_estimator
 from numpyro_sgrld.schedules import as_schedule
+from numpyro_sgrld.sharding import check_divisible, index_sharding
 from numpyro_sgrld.subsample import (
     as_jax_array,
     check_batching,
@@ -125,6 +126,15 @@ class SGMCMCKernel(MCMCKernel):
         ``"epoch"`` (shuffle once per epoch and sweep without replacement).
     :param init_strategy: a NumPyro init strategy, as for ``NUTS`` (ignored when
         ``init_params`` are given to ``MCMC.run``; those are unconstrained values).
+    :param data_parallel: split every minibatch across devices (data parallelism): ``None``
+        (default, one device), ``True`` (all of ``jax.devices()``), a sequence of devices, or a
+        one-axis :class:`jax.sharding.Mesh`. The minibatch indices are constrained to be
+        sharded along that axis (``jax.lax.with_sharding_constraint``); XLA then gathers and
+        differentiates each device's share of the data points where they are and sums the
+        gradient across devices (an all-reduce). Results equal the one-device results up to
+        floating-point summation order. Every subsample size must be a multiple of the number
+        of devices. The model's data arguments should be uncommitted (``jnp.asarray``) or
+        replicated on the mesh. Use either this or ``chain_method="parallel"``, not both.
     """
 
     sample_field = "z"
@@ -140,6 +150,7 @@ class SGMCMCKernel(MCMCKernel):
         num_data=None,
         batching="replacement",
         init_strategy=init_to_uniform,
+        data_parallel=None,
     ):
         if (model is None) == (potential_fn is None):
             raise ValueError("Give exactly one of `model` or `potential_fn`.")
@@ -156,6 +167,7 @@ class SGMCMCKernel(MCMCKernel):
         self._num_data_arg = _check_num_data(num_data)
         self._batching = check_batching(batching)
         self._init_strategy = init_strategy
+        self._index_sharding = index_sharding(data_parallel)
         self._plates = ()
         self._prepared_model = None
         self._inv_transforms = None
@@ -237,10 +249,19 @@ class SGMCMCKernel(MCMCKernel):
         model_args, model_kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
         return minibatch_potential(self._prepared_model, model_args, model_kwargs)
 
+    def _draw_indices(self, key, batch_state):
+        idx, batch_state = draw_indices(key, self._plates, batch_state)
+        if self._index_sharding is not None:
+            idx = {
+                name: jax.lax.with_sharding_constraint(i, self._index_sharding)
+                for name, i in idx.items()
+            }
+        return idx, batch_state
+
     def _init_one(self, z, rng_key, model_args, model_kwargs):
         key_next, key_sampler, key_batch, key_idx = random.split(rng_key, 4)
         batch_state = init_batching(key_batch, self._plates, self._batching)
-        idx, _ = draw_indices(key_idx, self._plates, batch_state)
+        idx, _ = self._draw_indices(key_idx, batch_state)
         value, grad = value_and_grad_estimator(self._potential(model_args, model_kwargs))(z, idx)
         return SGState(
             i=jnp.zeros((), jnp.int32),
@@ -257,7 +278,7 @@ class SGMCMCKernel(MCMCKernel):
     def _sample_one(self, state, model_args, model_kwargs):
         potential = self._potential(model_args, model_kwargs)
         key_next, key_idx, key_step = random.split(state.rng_key, 3)
-        idx, batch_state = draw_indices(key_idx, self._plates, state.batch_state)
+        idx, batch_state = self._draw_indices(key_idx, state.batch_state)
         value, grad = value_and_grad_estimator(potential)(state.z, idx)
         grad_fn = jax.grad(partial(_swap_args, potential, idx))
         step_size = jnp.asarray(self._schedule(state.i), jnp.result_type(float))
@@ -296,6 +317,7 @@ class SGMCMCKernel(MCMCKernel):
                 "`init_params` must be given when the kernel is built from `potential_fn`: "
                 "pass `init_params=` (an unconstrained pytree) to `MCMC.run`."
             )
+        check_divisible(self._plates, self._index_sharding)
         self._prepare()
         init_one = partial(self._init_one, model_args=model_args, model_kwargs=model_kwargs)
         if vectorized:
