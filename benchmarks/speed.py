@@ -1,16 +1,39 @@
-"""Marginal cost per step of each kernel through ``numpyro.infer.MCMC``, against a hand-written
-jitted ``lax.scan`` SGLD loop on the same potential, and the fixed cost of one ``MCMC.run``.
+"""Speed, measured side by side in one process: our kernels through ``numpyro.infer.MCMC``
+against hand-written jitted ``lax.scan`` loops and BlackJAX on the same potential.
 
-Problem: Bayesian logistic regression, N = 50,000 synthetic points, d = 50, w ~ N(0, I),
-minibatch 500 drawn with replacement (``randint``) every step. For a run length T the wall
-time is t(T) = fixed + T * marginal; the marginal cost per step is
-(t(T2) - t(T1)) / (T2 - T1), the fixed cost of a run t(T1) - T1 * marginal. Each time is the
-median of ``--repeats`` runs, all in one process, side by side.
+Problems (float32, minibatch indices drawn with ``random.randint`` every step):
 
-    python benchmarks/speed.py
+- ``logreg``: Bayesian logistic regression, N = 50,000 synthetic points, d = 50, w ~ N(0, I),
+  minibatch 500;
+- ``mlp``: the 784-400-400-10 ReLU classifier of Yu et al. (Gaussian prior, He scales),
+  N = 60,000 synthetic MNIST-shaped images, minibatch 100.
+
+For a contender and run length T the wall time is t(T) = fixed + T * marginal. Every repeat
+times each contender at T1 and T2 steps, contenders in a shuffled order, so all of them see the
+same machine load; the **marginal cost per step** of a repeat is (t(T2) - t(T1)) / (T2 - T1).
+Ratios are taken within a repeat (contender / reference, both measured minutes apart at most)
+and the table reports the median over repeats, with the range of the per-repeat ratios.
+
+Contenders:
+
+- ``hand SGLD`` (the reference), ``hand SGHMC``, ``hand pSGLD``, ``hand Monge``: the update
+  written out directly in JAX (``jax.grad`` of the minibatch potential, a few ``tree.map``s);
+- ``BlackJAX sgld`` / ``BlackJAX sghmc`` (``jit`` + ``lax.scan`` over ``step``; SGHMC does
+  ``num_integration_steps=10`` gradient steps on one minibatch per call, so T steps are T/10
+  calls: the cost is per gradient step);
+- our kernels: ``MCMC(kernel, num_samples=T, thinning=T, progress_bar=False,
+  jit_model_args=True)``; a repeated ``run`` with the same shapes reuses the compiled loop.
+
+Also measured: the **fixed cost** of a repeated ``MCMC.run`` (a 1-step run of an already used
+``MCMC`` object: initialisation, dispatch and postprocessing) and the throughput of 1, 4 and 16
+vectorized SGLD chains.
+
+    python benchmarks/speed.py                       # both problems, ~25 min on 2 cores
+    python benchmarks/speed.py --problem logreg --repeats 5 --out logreg.md
 """
 
 import argparse
+import random as pyrandom
 import time
 from functools import partial
 
@@ -18,138 +41,356 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax, random
-from numpyro.infer import MCMC
+from numpyro.infer import MCMC, init_to_sample
+from numpyro_sgrld.models import bnn
 from numpyro_sgrld.models import logistic_regression as lr
 
-from numpyro_sgrld import PSGLD, SGHMC, SGLD, AdamSGLD, MongeSGLD, ShampooSGLD
+from numpyro_sgrld import PSGLD, SGHMC, SGLD, AdamSGLD, MongeSGLD, ShampooSGLD, priors
 
-NUM_DATA, DIM, BATCH, STEP = 50_000, 50, 500, 1e-5
+FRICTION, DECAY, EPS, ALPHA2, MONGE_DECAY = 0.1, 0.99, 1e-8, 1.0, 0.9
 
+
+# --------------------------------------------------------------------------- problems
+def _logreg(seed=0):
+    n_data, dim = 50_000, 50
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n_data, dim)).astype(np.float32)
+    w = rng.normal(size=dim).astype(np.float32) / np.sqrt(dim)
+    y = (rng.random(n_data) < 1 / (1 + np.exp(-X @ w))).astype(np.int32)
+
+    def logprior(params):
+        return -0.5 * jnp.sum(params["w"] ** 2)
+
+    def loglik(params, x, y):  # one data point, or a batch (summed)
+        logits = x @ params["w"]
+        return jnp.sum(y * logits - jnp.logaddexp(0.0, logits))
+
+    return dict(
+        name="logreg",
+        title=f"Logistic regression, N = {n_data:,}, d = {dim}, minibatch 500",
+        X=jnp.asarray(X),
+        y=jnp.asarray(y),
+        batch=500,
+        step=1e-5,
+        init={"w": jnp.zeros(dim)},
+        logprior=logprior,
+        loglik=loglik,
+        model=partial(lr.model, subsample_size=500),
+        init_strategy=None,
+        t1=2_000,
+        t2=12_000,
+    )
+
+
+def _mlp_params(key, sizes):
+    params = {}
+    for i, (m, k) in enumerate(zip(sizes[:-1], sizes[1:])):
+        key, sub = random.split(key)
+        params[f"w{i}"] = random.normal(sub, (m, k)) * np.sqrt(2.0 / m)
+        params[f"b{i}"] = jnp.zeros(k)
+    return params
+
+
+def _mlp(seed=0):
+    n_data, sizes = 60_000, (784, 400, 400, 10)
+    rng = np.random.default_rng(seed)
+    X = rng.random((n_data, 784), dtype=np.float32)
+    y = rng.integers(0, 10, n_data).astype(np.int32)
+    scales = {
+        k: float(priors.he_scale(v.shape))
+        for k, v in _mlp_params(random.PRNGKey(0), sizes).items()
+    }
+
+    def logprior(params):
+        return sum(-0.5 * jnp.sum((params[k] / scales[k]) ** 2) for k in params)
+
+    def net(params, x):
+        for i in range(len(sizes) - 1):
+            x = x @ params[f"w{i}"] + params[f"b{i}"]
+            if i < len(sizes) - 2:
+                x = jax.nn.relu(x)
+        return x
+
+    def loglik(params, x, y):
+        logp = jax.nn.log_softmax(net(params, x))
+        return jnp.sum(jax.nn.one_hot(y, sizes[-1]) * logp)
+
+    return dict(
+        name="mlp",
+        title="MLP 784-400-400-10, N = 60,000, minibatch 100",
+        X=jnp.asarray(X),
+        y=jnp.asarray(y),
+        batch=100,
+        step=1e-6,
+        init=_mlp_params(random.PRNGKey(1), sizes),
+        logprior=logprior,
+        loglik=loglik,
+        model=partial(bnn.mlp_classifier, hidden=(400, 400), subsample_size=100),
+        init_strategy=init_to_sample,
+        t1=100,
+        t2=600,
+    )
+
+
+PROBLEMS = {"logreg": _logreg, "mlp": _mlp}
+
+
+# --------------------------------------------------------------------------- hand-written loops
+def _tree_dot(a, b):
+    return sum(jnp.vdot(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def _normal_like(key, tree):
+    leaves, treedef = jax.tree.flatten(tree)
+    keys = random.split(key, len(leaves))
+    return treedef.unflatten([random.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves)])
+
+
+def hand_written(kind, p):
+    """A jitted ``run(state, key, T)`` of ``kind`` in {sgld, sghmc, psgld, monge}."""
+    X, y, n, h = p["X"], p["y"], p["batch"], p["step"]
+    N = X.shape[0]
+
+    def potential(params, idx):
+        return -p["logprior"](params) - N / n * p["loglik"](params, X[idx], y[idx])
+
+    def grad(params, key):
+        return jax.grad(potential)(params, random.randint(key, (n,), 0, N))
+
+    def sgld(state, key):
+        k1, k2 = random.split(key)
+        g, xi = grad(state, k1), _normal_like(k2, state)
+        return jax.tree.map(lambda x, g, e: x - h * g + jnp.sqrt(2 * h) * e, state, g, xi)
+
+    def sghmc(state, key):
+        (x, v), (k1, k2) = state, random.split(key)
+        g, xi = grad(x, k1), _normal_like(k2, x)
+        scale = jnp.sqrt(2 * FRICTION * h)
+        v = jax.tree.map(lambda v, g, e: (1 - FRICTION) * v - h * g + scale * e, v, g, xi)
+        return jax.tree.map(jnp.add, x, v), v
+
+    def psgld(state, key):
+        (x, sq, t), (k1, k2) = state, random.split(key)
+        g, xi = grad(x, k1), _normal_like(k2, x)
+        sq = jax.tree.map(lambda s, g: DECAY * s + (1 - DECAY) * (g / N) ** 2, sq, g)
+        c = 1 / (1 - DECAY ** (t + 1.0))
+        dg = jax.tree.map(lambda s: 1 / (EPS + jnp.sqrt(c * s)), sq)
+        x = jax.tree.map(
+            lambda x, d, g, e: x - h * d * g + jnp.sqrt(2 * h * d) * e, x, dg, g, xi
+        )
+        return x, sq, t + 1
+
+    def monge(state, key):
+        (x, v), (k1, k2) = state, random.split(key)
+        g, xi = grad(x, k1), _normal_like(k2, x)
+        v = jax.tree.map(lambda v, g: MONGE_DECAY * v + (1 - MONGE_DECAY) * g / N, v, g)
+        s = _tree_dot(v, v)
+        root = jnp.sqrt(1 + ALPHA2 * s)
+        cd = ALPHA2 * _tree_dot(v, g) / (1 + ALPHA2 * s)
+        cn = -ALPHA2 / (root * (1 + root)) * _tree_dot(v, xi)
+        x = jax.tree.map(
+            lambda x, g, e, v: x - h * (g - cd * v) + jnp.sqrt(2 * h) * (e + cn * v),
+            x, g, xi, v,
+        )
+        return x, v
+
+    zeros = partial(jax.tree.map, jnp.zeros_like)
+    x0 = p["init"]
+    step, state = {
+        "sgld": (sgld, x0),
+        "sghmc": (sghmc, (x0, zeros(x0))),
+        "psgld": (psgld, (x0, zeros(x0), jnp.zeros(()))),
+        "monge": (monge, (x0, zeros(x0))),
+    }[kind]
+
+    @partial(jax.jit, static_argnums=2)
+    def run(state, key, num_steps):
+        return lax.scan(lambda s, k: (step(s, k), None), state, random.split(key, num_steps))[0]
+
+    return lambda t, key: run(state, key, t)
+
+
+def blackjax_loop(kind, p):
+    """BlackJAX ``sgld``/``sghmc`` driven by ``jit`` + ``lax.scan``: ``run(T, key)`` makes T
+    gradient steps."""
+    import blackjax
+    from blackjax.sgmcmc.gradients import grad_estimator
+
+    X, y, n = p["X"], p["y"], p["batch"]
+    N = X.shape[0]
+    estimator = grad_estimator(p["logprior"], lambda w, d: p["loglik"](w, *d), N)
+    per_call = 10 if kind == "sghmc" else 1
+    if kind == "sgld":
+        algo = blackjax.sgld(estimator)
+    else:
+        algo = blackjax.sghmc(estimator, num_integration_steps=per_call, alpha=FRICTION)
+    state0 = algo.init(p["init"])
+
+    def step(state, key):
+        k1, k2 = random.split(key)
+        idx = random.randint(k1, (n,), 0, N)
+        return algo.step(k2, state, (X[idx], y[idx]), p["step"]), None
+
+    @partial(jax.jit, static_argnums=1)
+    def run(key, num_calls):
+        return lax.scan(step, state0, random.split(key, num_calls))[0]
+
+    return lambda t, key: run(key, max(t // per_call, 1))
+
+
+# --------------------------------------------------------------------------- our kernels
 KERNELS = {
     "SGLD": SGLD,
-    "SGHMC": partial(SGHMC, friction=0.1),
-    "PSGLD": PSGLD,
-    "MongeSGLD": MongeSGLD,
+    "SGHMC": partial(SGHMC, friction=FRICTION),
+    "PSGLD": partial(PSGLD, decay=DECAY, eps=EPS),
+    "MongeSGLD": partial(MongeSGLD, alpha2=ALPHA2, decay=MONGE_DECAY),
     "ShampooSGLD": ShampooSGLD,
     "AdamSGLD": AdamSGLD,
-    "PSGLD+Γ (Hutchinson)": partial(PSGLD, correction="hutchinson"),
-    "MongeSGLD+Γ (Hutchinson)": partial(MongeSGLD, correction="hutchinson"),
+    "PSGLD+Γ (Hutchinson)": partial(PSGLD, decay=DECAY, eps=EPS, correction="hutchinson"),
+    "MongeSGLD+Γ (Hutchinson)": partial(
+        MongeSGLD, alpha2=ALPHA2, decay=MONGE_DECAY, correction="hutchinson"
+    ),
 }
 
 
-def make_data(seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(NUM_DATA, DIM)).astype(np.float32)
-    w = rng.normal(size=DIM).astype(np.float32) / np.sqrt(DIM)
-    y = (rng.random(NUM_DATA) < 1 / (1 + np.exp(-X @ w))).astype(np.int32)
-    return jnp.asarray(X), jnp.asarray(y)
+def ours(kernel, p, num_chains=1):
+    """``run(T, key)`` through ``MCMC`` (one MCMC object per run length, compiled once)."""
+    kw = {} if p["init_strategy"] is None else {"init_strategy": p["init_strategy"]}
+    cache = {}
 
-
-def hand_written_sgld(X, y):
-    """Plain SGLD on the minibatch potential, written directly in JAX: returns run(w0, key, T)."""
-
-    def potential(w, idx):
-        logits = X[idx] @ w
-        loglik = jnp.sum(y[idx] * logits - jnp.logaddexp(0.0, logits))
-        return 0.5 * jnp.sum(w**2) - NUM_DATA / BATCH * loglik
-
-    def step(w, key):
-        k_idx, k_noise = random.split(key)
-        idx = random.randint(k_idx, (BATCH,), 0, NUM_DATA)
-        g = jax.grad(potential)(w, idx)
-        w = w - STEP * g + jnp.sqrt(2 * STEP) * random.normal(k_noise, w.shape)
-        return w, None
-
-    @partial(jax.jit, static_argnums=2)
-    def run(w0, key, num_steps):
-        return lax.scan(step, w0, random.split(key, num_steps))[0]
+    def run(t, key):
+        if t not in cache:
+            cache[t] = MCMC(
+                kernel(p["model"], step_size=p["step"], **kw),
+                num_warmup=0,
+                num_samples=t,
+                thinning=t,
+                num_chains=num_chains,
+                chain_method="vectorized",
+                progress_bar=False,
+                jit_model_args=True,
+            )
+        mcmc = cache[t]
+        mcmc.run(key, p["X"], p["y"])
+        return mcmc.get_samples()
 
     return run
 
 
-def _median_time(fn, repeats):
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+# --------------------------------------------------------------------------- timing
+def _timed(run, t, key):
+    start = time.perf_counter()
+    jax.block_until_ready(run(t, key))
+    return time.perf_counter() - start
 
 
-def measure_hand_written(X, y, t1, t2, repeats):
-    run = hand_written_sgld(X, y)
-    w0 = jnp.zeros(DIM)
-    out = {}
-    for t in (t1, t2):
-        run(w0, random.PRNGKey(0), t).block_until_ready()  # compile
-        out[t] = _median_time(lambda t=t: run(w0, random.PRNGKey(1), t), repeats)
+def measure(contenders, t1, t2, repeats, seed=0):
+    """Per contender and repeat: (marginal s/step, t(T1), t(1 step)); contenders interleaved."""
+    for run in contenders.values():  # compile every run length once
+        for t in (1, t1, t2):
+            _timed(run, t, random.PRNGKey(0))
+    order = list(contenders)
+    shuffle = pyrandom.Random(seed)
+    out = {name: [] for name in order}
+    for r in range(repeats):
+        shuffle.shuffle(order)
+        for name in order:
+            run, key = contenders[name], random.PRNGKey(r + 1)
+            a, b, one = _timed(run, t1, key), _timed(run, t2, key), _timed(run, 1, key)
+            out[name].append(((b - a) / (t2 - t1), a, one))
+        print(f"  repeat {r + 1}/{repeats} done", flush=True)
     return out
 
 
-def measure_kernel(kernel, X, y, t1, t2, repeats):
-    model = partial(lr.model, subsample_size=BATCH)
-    out = {}
-    for t in (t1, t2):
-        # thinning = t: one draw is kept, so collection costs nothing
-        mcmc = MCMC(
-            kernel(model, step_size=STEP),
-            num_warmup=0,
-            num_samples=t,
-            thinning=t,
-            progress_bar=False,
-            jit_model_args=True,
+def _ratio(samples, num, den):
+    r = np.array([a[0] / b[0] for a, b in zip(samples[num], samples[den])])
+    return np.median(r), r.min(), r.max()
+
+
+def speed_table(p, names, repeats, with_blackjax=True):
+    contenders = {}
+    for kind in ("sgld", "sghmc", "psgld", "monge"):
+        contenders[f"hand {kind}"] = hand_written(kind, p)
+    if with_blackjax:
+        for kind in ("sgld", "sghmc"):
+            contenders[f"BlackJAX {kind}"] = blackjax_loop(kind, p)
+    for name in names:
+        contenders[name] = ours(KERNELS[name], p)
+    print(f"{p['title']}: {len(contenders)} contenders", flush=True)
+    samples = measure(contenders, p["t1"], p["t2"], repeats)
+    ref = "hand sgld"
+    matching = {"SGLD": "hand sgld", "SGHMC": "hand sghmc", "PSGLD": "hand psgld",
+                "MongeSGLD": "hand monge"}
+    lines = [
+        f"**{p['title']}**: run lengths {p['t1']} and {p['t2']} steps, {repeats} interleaved "
+        "repeats; median (min–max) over repeats of the per-repeat ratio.\n",
+        "| contender | marginal µs / step | vs hand SGLD | vs same update by hand "
+        "| vs BlackJAX | fixed cost of a repeated run (s) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in contenders:
+        marginal = np.median([s[0] for s in samples[name]])
+        cells = [f"{marginal * 1e6:.1f}", _fmt(_ratio(samples, name, ref))]
+        hand = matching.get(name)
+        cells.append(_fmt(_ratio(samples, name, hand)) if hand else "")
+        bj = {"SGLD": "BlackJAX sgld", "SGHMC": "BlackJAX sghmc"}.get(name)
+        cells.append(_fmt(_ratio(samples, name, bj)) if bj and bj in samples else "")
+        fixed = np.median([s[2] for s in samples[name]]) if name in KERNELS else None
+        cells.append("" if fixed is None else f"{fixed:.3f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines), samples
+
+
+def _fmt(r, scale=1):
+    med, lo, hi = (x * scale for x in r)
+    return f"{med:.2f}× ({lo:.2f}–{hi:.2f})"
+
+
+def chains_table(p, repeats, counts=(1, 4, 16)):
+    contenders = {f"{c} chains": ours(SGLD, p, num_chains=c) for c in counts}
+    samples = measure(contenders, p["t1"], p["t2"], repeats)
+    lines = [
+        f"**Vectorized SGLD chains** ({p['title']}), `chain_method=\"vectorized\"`:\n",
+        "| chains | marginal µs / step (all chains) | chain-steps / s | vs 1 chain |",
+        "|---|---|---|---|",
+    ]
+    base = f"{counts[0]} chains"
+    for c in counts:
+        name = f"{c} chains"
+        marginal = np.median([s[0] for s in samples[name]])
+        throughput = _ratio(samples, base, name)
+        lines.append(
+            f"| {c} | {marginal * 1e6:.1f} | {c / marginal:,.0f} | "
+            f"{_fmt(throughput, c)} throughput |"
         )
-        mcmc.run(random.PRNGKey(0), X, y)  # first run: compilation of everything
-
-        def again(mcmc=mcmc):
-            mcmc.run(random.PRNGKey(1), X, y)
-            return mcmc.get_samples()
-
-        out[t] = _median_time(again, repeats)
-    return out
-
-
-def marginal_and_fixed(times, t1, t2):
-    marginal = (times[t2] - times[t1]) / (t2 - t1)
-    return marginal, times[t1] - t1 * marginal
+    return "\n".join(lines)
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--t1", type=int, default=5_000)
-    p.add_argument("--t2", type=int, default=45_000)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=list(KERNELS))
-    p.add_argument("--out", default=None, help="write the Markdown table here")
-    args = p.parse_args(argv)
-    if not 0 < args.t1 < args.t2:
-        p.error("need 0 < --t1 < --t2")
-
-    X, y = make_data()
-    hand = marginal_and_fixed(
-        measure_hand_written(X, y, args.t1, args.t2, args.repeats), args.t1, args.t2
-    )
-    rows = {"hand-written lax.scan SGLD": hand}
-    print(f"hand-written: {hand[0] * 1e6:.1f} us/step", flush=True)
-    for name in args.kernels:
-        times = measure_kernel(KERNELS[name], X, y, args.t1, args.t2, args.repeats)
-        rows[name] = marginal_and_fixed(times, args.t1, args.t2)
-        print(f"{name}: {rows[name][0] * 1e6:.1f} us/step, fixed {rows[name][1]:.2f} s", flush=True)
-
-    base = hand[0]
-    lines = [
-        f"Logistic regression, N = {NUM_DATA:,}, d = {DIM}, minibatch {BATCH}; run lengths "
-        f"{args.t1} and {args.t2} steps, median of {args.repeats} runs each, one process.\n",
-        "| sampler | marginal µs / step | vs hand-written | fixed cost per run (s) |",
-        "|---|---|---|---|",
-    ]
-    for name, (marginal, fixed) in rows.items():
-        lines.append(f"| {name} | {marginal * 1e6:.1f} | {marginal / base:.2f}x | {fixed:.2f} |")
-    table = "\n".join(lines)
-    print(table)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--problem", nargs="+", default=list(PROBLEMS), choices=list(PROBLEMS))
+    ap.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=list(KERNELS))
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--no-blackjax", action="store_true")
+    ap.add_argument("--no-chains", action="store_true")
+    ap.add_argument("--out", default=None, help="write the Markdown tables here")
+    args = ap.parse_args(argv)
+    if args.repeats < 1:
+        ap.error("--repeats must be >= 1")
+    tables = [f"jax {jax.__version__}, {jax.devices()[0].platform}, float32\n"]
+    for name in args.problem:
+        p = PROBLEMS[name]()
+        table, _ = speed_table(p, args.kernels, args.repeats, not args.no_blackjax)
+        print(table, flush=True)
+        tables.append(table)
+        if name == "logreg" and not args.no_chains:
+            table = chains_table(p, args.repeats)
+            print(table, flush=True)
+            tables.append(table)
+        jax.clear_caches()
     if args.out:
         with open(args.out, "w") as f:
-            f.write(table + "\n")
+            f.write("\n\n".join(tables) + "\n")
 
 
 if __name__ == "__main__":

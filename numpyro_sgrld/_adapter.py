@@ -10,13 +10,19 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import random
 from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.mcmc import MCMCKernel
-from numpyro.infer.util import ParamInfo, constrain_fn, initialize_model, transform_fn
-from numpyro.util import identity, is_prng_key
+from numpyro.infer.util import (
+    ParamInfo,
+    constrain_fn,
+    find_valid_initial_params,
+    transform_fn,
+)
+from numpyro.util import identity, is_prng_key, not_jax_tracer
 
 from numpyro_sgrld._tree import tree_all_finite, tree_norm, tree_where
 from numpyro_sgrld.gradients import minibatch_potential, value_and_grad_estimator
@@ -173,6 +179,7 @@ class SGMCMCKernel(MCMCKernel):
         self._inv_transforms = None
         self._replay = False
         self._sample_fn = None
+        self._jitted = {}
 
     # ------------------------------------------------------------------ subclass hooks
     def _init_sampler(self, key, z):
@@ -218,28 +225,51 @@ class SGMCMCKernel(MCMCKernel):
     def _setup_model(self, rng_key, init_params, model_args, model_kwargs):
         model_trace, self._plates = trace_with_plates(self._model, model_args, model_kwargs)
         _check_continuous(model_trace)
-        info = initialize_model(
-            rng_key,
-            # placeholder indices: NumPyro would otherwise draw (and compile) a permutation
-            # of every subsample plate just to initialise
-            placeholder_plates(self._model),
-            init_strategy=self._init_strategy,
-            dynamic_args=True,
-            model_args=model_args,
-            model_kwargs=model_kwargs,
-        )
         fixed = {
             name: site["value"]
-            for name, site in info.model_trace.items()
+            for name, site in model_trace.items()
             if site["type"] in ("param", "mutable")
         }
         self._prepared_model = (
             handlers.substitute(self._model, data=fixed) if fixed else self._model
         )
-        self._inv_transforms, self._replay = _constraining_transforms(info.model_trace)
-        if init_params is None:
-            return info.param_info.z
-        return init_params.z if isinstance(init_params, ParamInfo) else init_params
+        self._inv_transforms, self._replay = _constraining_transforms(model_trace)
+        if init_params is not None:
+            return init_params.z if isinstance(init_params, ParamInfo) else init_params
+        prototype = {
+            name: transform.inv(model_trace[name]["value"])
+            for name, transform in self._inv_transforms.items()
+        }
+        if is_prng_key(rng_key):
+            z = self._batched_init_params(rng_key[None], prototype, model_args, model_kwargs)
+            return jax.tree.map(lambda x: x[0], z)
+        return self._batched_init_params(rng_key, prototype, model_args, model_kwargs)
+
+    def _jit_once(self, name, fn, model_args, model_kwargs):
+        """``fn`` jitted once per kernel (so a repeated ``MCMC.run`` with the same shapes does
+        not trace or compile it again), when the model arguments are arrays; else ``fn``."""
+        leaves = jax.tree.leaves((model_args, model_kwargs))
+        if not all(isinstance(x, (jax.Array, np.ndarray)) for x in leaves):
+            return fn
+        if name not in self._jitted:
+            self._jitted[name] = jax.jit(fn)
+        return self._jitted[name]
+
+    def _batched_init_params(self, keys, prototype, model_args, model_kwargs):
+        """Initial positions, one per key: NumPyro's search for valid initial values
+        (``find_valid_initial_params``, the one ``NUTS`` uses) on the model with placeholder
+        minibatch indices, compiled once per kernel. (Called eagerly, it costs a few tenths of
+        a second on every ``MCMC.run``; with a batch of keys NumPyro compiles it every time.)"""
+        find = partial(_find_valid_batched, placeholder_plates(self._model), self._init_strategy)
+        find = self._jit_once("find_valid", find, model_args, model_kwargs)
+        z, valid = find(keys, prototype, model_args, model_kwargs)
+        if not_jax_tracer(valid) and not bool(jnp.all(valid)):
+            raise RuntimeError(
+                "Cannot find valid initial parameters for every chain (the potential or its "
+                "gradient is not finite at the values drawn by `init_strategy`). Check the "
+                "model, or pass another `init_strategy` or `init_params`."
+            )
+        return z
 
     def _potential(self, model_args, model_kwargs):
         if self._model is None:
@@ -319,12 +349,14 @@ class SGMCMCKernel(MCMCKernel):
             )
         check_divisible(self._plates, self._index_sharding)
         self._prepare()
-        init_one = partial(self._init_one, model_args=model_args, model_kwargs=model_kwargs)
         if vectorized:
             self._sample_fn = jax.vmap(self._sample_one, in_axes=(0, None, None))
-            return jax.vmap(init_one)(init_params, rng_key)
-        self._sample_fn = self._sample_one
-        return init_one(init_params, rng_key)
+            init_one = jax.vmap(self._init_one, in_axes=(0, 0, None, None))
+        else:
+            self._sample_fn = self._sample_one
+            init_one = self._init_one
+        init_one = self._jit_once(("init", vectorized), init_one, model_args, model_kwargs)
+        return init_one(init_params, rng_key, model_args, model_kwargs)
 
     def sample(self, state, model_args, model_kwargs):
         return self._sample_fn(state, model_args, model_kwargs)
@@ -352,6 +384,18 @@ class SGMCMCKernel(MCMCKernel):
             float(state.potential_energy),
             " DIVERGING" if bool(state.diverging) else "",
         )
+
+
+def _find_valid_batched(model, init_strategy, keys, prototype, model_args, model_kwargs):
+    (z, _, _), valid = find_valid_initial_params(
+        keys,
+        model,
+        init_strategy=init_strategy,
+        model_args=model_args,
+        model_kwargs=model_kwargs,
+        prototype_params=prototype,
+    )
+    return z, valid
 
 
 def _swap_args(potential, idx, z):
