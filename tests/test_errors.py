@@ -101,3 +101,17 @@ def test_unknown_batching():
 def test_other_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         SGHMC(gaussian, step_size=0.1, **kwargs)
+
+
+def test_no_valid_initial_parameters_is_an_error():
+    def broken(X):
+        w = numpyro.sample("w", dist.Normal(0.0, 1.0))
+        with numpyro.plate("data", X.shape[0], subsample_size=2):
+            numpyro.factor("nan", jnp.nan * w)
+
+    X = jnp.zeros((10, 1))
+    for chains in (1, 2):
+        mcmc = MCMC(SGLD(broken, step_size=1e-3), num_warmup=0, num_samples=5,
+                    num_chains=chains, chain_method="vectorized", progress_bar=False)
+        with pytest.raises(RuntimeError, match="valid initial parameters"):
+            mcmc.run(random.PRNGKey(0), X)
