@@ -14,6 +14,7 @@ from numpyro_sgrld import (
     predictive,
     priors,
     schedules,
+    sharding,
 )
 from numpyro_sgrld._adapter import SGMCMCKernel, SGState
 from numpyro_sgrld._compat import restore_numpyro_jit, reuse_compiled_loops
@@ -45,6 +46,7 @@ from numpyro_sgrld.predictive import (
     regression_metrics,
 )
 from numpyro_sgrld.schedules import constant, cyclical, polynomial_decay
+from numpyro_sgrld.sharding import data_mesh
 from numpyro_sgrld.subsample import SubsamplePlate, find_subsample_plates, full_batch
 
 # NumPyro 0.22 recompiles its sampling loop on every MCMC.run; see numpyro_sgrld._compat.
@@ -74,6 +76,8 @@ __all__ = [
     "polynomial_decay",
     "cyclical",
     "schedules",
+    "sharding",
+    "data_mesh",
     "metrics",
     "integrators",
     "correction",
