@@ -226,14 +226,17 @@ def shampoo_block_shapes(shape, block_size=128):
     """How Shampoo sees a tensor of ``shape``: ``(merged_shape, block_shape, num_blocks)``.
 
     Size-1 dimensions are dropped, consecutive dimensions merged while their product stays
-    ``<= block_size``; a dimension larger than ``block_size`` is split into blocks of
-    ``block_size`` (the last one zero-padded: padding rows of the statistics are zero, so the
-    Kronecker factors stay block-diagonal and the padding never mixes with real entries).
-    A scalar is a vector of length 1.
+    ``<= block_size``; a dimension larger than ``block_size`` is split into the fewest blocks of
+    at most ``block_size``, all of one size ``ceil(d / count)`` (784 with ``block_size=128``:
+    7 blocks of 112, not 6 of 128 and a padded seventh). When that size does not divide ``d``
+    the last block is zero-padded (fewer than ``count`` rows): padding rows of the statistics
+    are zero, so the Kronecker factors stay block-diagonal and the padding never mixes with
+    real entries. Equal blocks keep the padding, which costs multiply-adds every step and
+    carries no information, to a minimum. A scalar is a vector of length 1.
     """
     merged = _merge_dims(tuple(shape), block_size)
-    block = tuple(min(d, block_size) for d in merged)
-    counts = tuple(-(-d // b) for d, b in zip(merged, block))
+    counts = tuple(-(-d // block_size) for d in merged)
+    block = tuple(-(-d // c) for d, c in zip(merged, counts))
     return merged, block, counts
 
 

@@ -118,7 +118,10 @@ def _inv_root(L, eps, power):
 
 def test_shampoo_block_shapes():
     assert metrics.shampoo_block_shapes((2, 1, 3, 5)) == ((30,), (30,), (1,))
-    assert metrics.shampoo_block_shapes((784, 400)) == ((784, 400), (128, 128), (7, 4))
+    assert metrics.shampoo_block_shapes((784, 400)) == ((784, 400), (112, 100), (7, 4))
+    # equal blocks; padding only when the block count does not divide the size
+    assert metrics.shampoo_block_shapes((401,), 128) == ((401,), (101,), (4,))
+    assert metrics.shampoo_block_shapes((300, 10), 128) == ((300, 10), (100, 10), (3, 1))
     assert metrics.shampoo_block_shapes((3, 3, 64, 128)) == ((9, 64, 128), (9, 64, 128), (1, 1, 1))
     assert metrics.shampoo_block_shapes(()) == ((1,), (1,), (1,))
 
