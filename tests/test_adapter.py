@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
+import pytest
 from jax import random
 from numpyro.infer import MCMC, NUTS, Predictive, log_likelihood
 from numpyro.infer.util import constrain_fn, log_density
@@ -284,3 +285,49 @@ def test_progress_bar_diagnostics_string():
     state = kernel.init(random.PRNGKey(0), 0, None, (X, y), {})
     text = kernel.get_diagnostics_str(kernel.sample(state, (X, y), {}))
     assert "h=1.00e-03" in text and "|grad|=" in text
+
+
+def test_control_variate_estimator_is_unbiased_and_exact_at_its_centre():
+    from numpyro_sgrld.gradients import control_variate, control_variate_estimate
+
+    X, y = _data(n=6)
+    model = partial(regression, subsample_size=1)
+    potential = minibatch_potential(model, (X, y))
+    full = minibatch_potential(full_batch(model), (X, y))
+    centre = {"w": jnp.array([0.5, 0.1, -0.3]), "sigma": jnp.array(-0.2)}
+    z = {"w": jnp.array([0.3, -0.2, 1.0]), "sigma": jnp.array(0.4)}
+    cv = control_variate(lambda c: full(c, {}), centre)
+    exact_value, exact_grad = jax.value_and_grad(lambda c: full(c, {}))(z)
+    values, grads = [], []
+    for i in range(6):  # every minibatch of size 1, equally likely
+        value, grad, _ = control_variate_estimate(potential, cv, z, {"data": jnp.array([i])})
+        values.append(value)
+        grads.append(grad)
+        # at the centre every minibatch gives the exact full-data gradient
+        _, at_centre, _ = control_variate_estimate(potential, cv, centre, {"data": jnp.array([i])})
+        for k in z:
+            np.testing.assert_allclose(at_centre[k], cv.grad[k], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.mean(values), exact_value, rtol=1e-5)
+    for k in z:
+        mean = np.mean([g[k] for g in grads], axis=0)
+        np.testing.assert_allclose(mean, exact_grad[k], rtol=1e-4, atol=1e-4)
+
+
+def test_control_variate_options():
+    X, y = _data()
+    model = partial(regression, subsample_size=10)
+    with pytest.raises(ValueError, match="control_variate"):
+        SGLD(model, step_size=1e-3, control_variate="map")
+    with pytest.raises(ValueError, match="mode_steps"):
+        SGLD(model, step_size=1e-3, control_variate="mode", mode_steps=0)
+    with pytest.raises(ValueError, match="potential_fn"):
+        SGLD(potential_fn=lambda z: 0.0, step_size=1e-3, control_variate="mode")
+    with pytest.raises(ValueError, match="lacks the latent sites"):
+        MCMC(SGLD(model, step_size=1e-3, control_variate={"w": jnp.zeros(3)}), num_warmup=0,
+             num_samples=2, progress_bar=False).run(random.PRNGKey(0), X, y)
+    # a given centre is used as is; the state carries it
+    centre = {"w": jnp.array([1.0, 2.0, 3.0]), "sigma": jnp.array(0.0)}
+    mcmc = MCMC(SGLD(model, step_size=1e-4, control_variate=centre), num_warmup=0,
+                num_samples=2, progress_bar=False)
+    mcmc.run(random.PRNGKey(0), X, y)
+    np.testing.assert_allclose(mcmc.last_state.control_variate.centre["w"], centre["w"])
