@@ -85,12 +85,15 @@ def control_variate_estimate(potential, cv, z, idx):
     return value - centre_value + cv.value, jax.tree.map(jnp.add, grad, shift), shift
 
 
-def find_mode(potential, z, key, draw, num_steps=1000, learning_rate=1e-2, final_rate=1e-4):
+def find_mode(potential, z, key, draw, num_steps=1000, learning_rate=0.1, final_rate=1e-4):
     r"""An approximate posterior mode for the control-variate centre: ``num_steps`` Adam steps
     on minibatch gradients of ``potential(z, idx)`` from ``z`` (``draw(key)`` gives fresh
     indices), the learning rate decaying geometrically from ``learning_rate`` to
-    ``final_rate``. The centre need not be exact: the estimator stays unbiased, only its
-    variance depends on how far the chain is from the centre."""
+    ``final_rate`` (an Adam step moves each coordinate by at most about the rate, so the
+    schedule can travel about ``num_steps * learning_rate / ln(learning_rate / final_rate)``
+    ≈ 14 units with the defaults, and ends with steps of 1e-4). The centre need not be exact:
+    the estimator stays unbiased, only its variance depends on how far the chain is from the
+    centre."""
     b1, b2, eps = 0.9, 0.999, 1e-8
     decay = (final_rate / learning_rate) ** (1.0 / max(num_steps - 1, 1))
     grad_fn = jax.grad(potential)
