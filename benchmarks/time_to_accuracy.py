@@ -13,28 +13,31 @@ Reference: per-coordinate posterior mean and sd from a long NUTS run on the full
 (``numpyro_sgrld.reference_posterior``, cached on disk) with a seed different from the timed
 NUTS run.
 
-Measurement: the clock (``time.perf_counter``) starts before the first call into ``MCMC``, so
-compilation, initialisation and warm-up / burn-in count. The first call is
-``MCMC.warmup`` (``--burn-in`` steps for the SG kernels, ``--nuts-warmup`` adaptation steps for
-NUTS); sampling then goes on in chunks (``--sg-chunk`` steps, kept every ``--thinning``-th, or
-``--nuts-chunk`` NUTS draws), each continued from the previous chunk's last state
-(``mcmc.post_warmup_state = mcmc.last_state``). Repeated chunks of one shape reuse the compiled
-sampling loop. After every chunk (results blocked on before the clock is read) the running mean
-over all post-warm-up draws so far is compared to the reference:
+Measurement, per contender, "oracle stopping" (as when reading the crossing time off an
+error-versus-time curve, but without the cost of monitoring):
 
-    error = max_j |running mean_j - reference mean_j| / reference sd_j.
+1. trace (untimed): one ``MCMC.run`` of ``--burn-in`` steps (SG; ``--nuts-warmup`` adaptation
+   steps for NUTS) and up to ``--sg-max-steps`` further steps, every ``--thinning``-th kept
+   (``--nuts-max-draws`` draws for NUTS). The running mean over the kept draws gives, at every
+   kept draw, ``error = max_j |running mean_j - reference mean_j| / reference sd_j``; the
+   needed length is the first draw with error <= ``--tol``.
+2. cold (timed, ``--repeats`` times, the fastest kept: other load on the machine only adds
+   time): a new kernel and ``MCMC`` object run exactly that length with the same seed, so its
+   draws are the first draws of the trace (the script checks that its error is the trace's).
+   The clock (``time.perf_counter``) runs from the call to ``MCMC.run`` until the draws are
+   ready: tracing, compilation, initialisation and warm-up / burn-in count. The part of it spent
+   tracing and compiling (``jax.monitoring`` events) is reported too.
+3. warm (timed, ``--repeats`` times, the fastest kept): the same ``run`` again on the last
+   ``MCMC`` object, every loop already compiled, as in a repeated analysis of data of the same
+   shapes.
 
-The race is run twice on the same ``MCMC`` object with the same seed: "cold" (the time
-including compilation) and "warm" (the same work again, every loop already compiled, as in a
-repeated analysis of data of the same shapes). The time to accuracy is the time of the first
-chunk after which error <= ``--tol``; a contender
-that is not there after ``--max-seconds`` is stopped and reported as not reached. Gradient cost
-is given in full-data gradient equivalents: one per NUTS leapfrog step (warm-up included), and
-``batch / N`` per SG step. Before the first contender a tiny untimed run of each kind on a
-slice of the data pays JAX's one-time start-up costs, so that the first contender is not charged
-for them; each contender still compiles its own sampling loop inside its timed run.
+Gradient cost is given in full-data gradient equivalents: one per NUTS leapfrog step (warm-up
+included), ``batch / N`` per SG step (two per step with control variates, plus the mode search
+and one full gradient). Before the first contender a tiny untimed run of each kind on a slice of
+the data pays JAX's one-time start-up costs, so that the first contender is not charged for
+them; each contender still compiles its own programs inside its cold run.
 
-One run per contender, one seed: the times are indicative. The SG kernels share the seed and so
+One chain per contender, one seed: the times are indicative. The SG kernels share the seed and so
 the sequence of minibatches; where minibatch noise dominates, their running means follow that
 common noise closely and reach the tolerance after similar numbers of steps.
 """
@@ -84,7 +87,7 @@ QUICK = dict(
     ref_chains=2,
     ref_samples=1000,
     ref_warmup=500,
-    max_seconds=60.0,
+    sg_max_steps=100_000,
 )
 
 
@@ -121,54 +124,39 @@ def reference_moments(X, y, args):
     return draws.mean(0), draws.std(0), ess
 
 
-class RunningError:
-    """Running mean of the post-warm-up draws of w, and its error against the reference."""
-
-    def __init__(self, ref_mean, ref_sd):
-        self.ref_mean, self.ref_sd = ref_mean, ref_sd
-        self.total = np.zeros_like(ref_mean)
-        self.count = 0
-
-    def update(self, draws):
-        draws = np.asarray(draws, np.float64)
-        self.total += draws.sum(0)
-        self.count += draws.shape[0]
-        return self.error()
-
-    def error(self):
-        mean = self.total / max(self.count, 1)
-        return float(np.max(np.abs(mean - self.ref_mean) / self.ref_sd))
+def running_errors(draws, ref_mean, ref_sd):
+    """``error[j]`` of the running mean over draws ``0..j`` (draws: (S, d))."""
+    draws = np.asarray(draws, np.float64)
+    means = np.cumsum(draws, 0) / np.arange(1, draws.shape[0] + 1)[:, None]
+    return np.max(np.abs(means - ref_mean) / ref_sd, axis=1)
 
 
-def run_to_tolerance(mcmc, X, y, seed, tracker, tol, max_seconds, extra_fields=()):
-    """Warm up, then sample chunk by chunk until the error is <= tol or time runs out.
-
-    Returns a dict: seconds (to tolerance, None if not reached), elapsed, chunks, error, and
-    the summed extra fields (warm-up and sampling) under their names.
-    """
-    totals = dict.fromkeys(extra_fields, 0)
-    start = time.perf_counter()
-    mcmc.warmup(random.PRNGKey(seed), X, y, extra_fields=extra_fields, collect_warmup=True)
-    _add_fields(totals, mcmc)
-    chunks, seconds, error = 0, None, float("inf")
-    while time.perf_counter() - start < max_seconds:
-        mcmc.post_warmup_state = mcmc.last_state
-        mcmc.run(mcmc.post_warmup_state.rng_key, X, y, extra_fields=extra_fields)
-        draws = jax.block_until_ready(mcmc.get_samples()["w"])
-        chunks += 1
-        error = tracker.update(draws)
-        _add_fields(totals, mcmc)
-        if error <= tol:
-            seconds = time.perf_counter() - start
-            break
-    elapsed = time.perf_counter() - start
-    return dict(seconds=seconds, elapsed=elapsed, chunks=chunks, error=error, **totals)
+def first_within(errors, tol):
+    """1 + the index of the first error <= tol (the number of draws needed), or None."""
+    hits = np.flatnonzero(errors <= tol)
+    return int(hits[0]) + 1 if hits.size else None
 
 
-def _add_fields(totals, mcmc):
-    fields = mcmc.get_extra_fields()
-    for name in totals:
-        totals[name] += int(np.asarray(fields[name]).sum())
+class CompileClock:
+    """Seconds spent tracing, lowering and compiling (``jax.monitoring`` events) since
+    ``reset``."""
+
+    EVENTS = (
+        "/jax/core/compile/jaxpr_trace_duration",
+        "/jax/core/compile/jaxpr_to_mlir_module_duration",
+        "/jax/core/compile/backend_compile_duration",
+    )
+
+    def __init__(self):
+        self.seconds = 0.0
+        jax.monitoring.register_event_duration_secs_listener(self._record)
+
+    def _record(self, event, duration, **_):
+        if event in self.EVENTS:
+            self.seconds += duration
+
+    def reset(self):
+        self.seconds = 0.0
 
 
 def warm_up_jax(X, y, batch):
@@ -181,34 +169,71 @@ def warm_up_jax(X, y, batch):
         jax.block_until_ready(mcmc.get_samples())
 
 
-def _cold_and_warm(mcmc, X, y, ref, args, extra_fields=()):
-    """The race twice with the same seed on the same ``MCMC`` object: the first ("cold") pays
-    compilation, the second ("warm") repeats the same work with every loop already compiled,
-    as a repeated analysis of data of the same shapes would."""
-    cold = run_to_tolerance(
-        mcmc, X, y, args.seed, RunningError(*ref), args.tol, args.max_seconds, extra_fields
+def race(make_mcmc, X, y, ref, args, clock, extra_fields=()):
+    """Trace, then the cold and warm timed runs of the needed length (see the module docstring).
+
+    ``make_mcmc(num_samples)`` builds a new kernel and ``MCMC`` object. Returns a dict: draws
+    (kept draws needed, None if not reached), error (at that draw, or the trace's last), cold and
+    warm seconds, compile seconds (of the cold run), and the summed extra fields of the cold run.
+    """
+    key = random.PRNGKey(args.seed)
+    trace = make_mcmc(None)
+    trace.run(key, X, y, extra_fields=extra_fields)
+    errors = running_errors(trace.get_samples()["w"], *ref)
+    needed = first_within(errors, args.tol)
+    if needed is None:
+        return dict(draws=None, error=float(errors[-1]), kept=errors.size)
+
+    def timed(mcmc):
+        clock.reset()
+        start = time.perf_counter()
+        mcmc.run(key, X, y, extra_fields=extra_fields)
+        draws = jax.block_until_ready(mcmc.get_samples()["w"])
+        return time.perf_counter() - start, clock.seconds, draws
+
+    # cold: a new kernel and MCMC object each repeat (so each compiles); warm: the last one again
+    colds = []
+    for _ in range(args.repeats):
+        mcmc = make_mcmc(needed)
+        colds.append(timed(mcmc))
+    warm = min(timed(mcmc)[0] for _ in range(args.repeats))
+    cold, compile_seconds, draws = min(colds, key=lambda c: c[0])
+    error = float(running_errors(draws, *ref)[-1])
+    if not np.isclose(error, errors[needed - 1], rtol=1e-3, atol=1e-4):
+        raise RuntimeError(
+            f"the timed run's error {error:.4f} differs from the trace's "
+            f"{errors[needed - 1]:.4f} at the same draw: the runs are not the same chain"
+        )
+    totals = {name: int(np.asarray(value).sum()) for name, value in mcmc.get_extra_fields().items()}
+    return dict(
+        draws=needed,
+        error=error,
+        cold=cold,
+        compile=compile_seconds,
+        cold_compiles=[round(c[1], 2) for c in colds],
+        warm=warm,
+        **totals,
     )
-    warm = run_to_tolerance(
-        mcmc, X, y, args.seed, RunningError(*ref), args.tol, args.max_seconds, extra_fields
-    )
-    cold["warm_seconds"] = warm["seconds"]
-    return cold
 
 
-def time_sg(name, X, y, ref, args):
+def time_sg(name, X, y, ref, args, clock):
     kernel_cls, step_units, options = SG_KERNELS[name]
     model = partial(lr.model, subsample_size=args.batch)
     step_size = step_units * base_step_size(X)
-    mcmc = MCMC(
-        kernel_cls(model, step_size=step_size, **options),
-        num_warmup=args.burn_in,
-        num_samples=args.sg_chunk,
-        thinning=args.thinning,
-        progress_bar=False,
-        jit_model_args=True,
-    )
-    result = _cold_and_warm(mcmc, X, y, ref, args)
-    steps = args.burn_in + result["chunks"] * args.sg_chunk
+
+    def make_mcmc(num_steps):
+        return MCMC(
+            kernel_cls(model, step_size=step_size, **options),
+            num_warmup=args.burn_in,
+            num_samples=args.sg_max_steps if num_steps is None else num_steps * args.thinning,
+            thinning=args.thinning,
+            progress_bar=False,
+            jit_model_args=True,
+        )
+
+    result = race(make_mcmc, X, y, ref, args, clock)
+    kept = result["draws"] or result["kept"]
+    steps = args.burn_in + kept * args.thinning
     result["iterations"] = steps
     result["gradients"] = steps * args.batch / X.shape[0]
     if options.get("control_variate") == "mode":
@@ -218,47 +243,57 @@ def time_sg(name, X, y, ref, args):
     return result
 
 
-def time_nuts(X, y, ref, args):
-    mcmc = MCMC(
-        NUTS(full_batch(lr.model)),
-        num_warmup=args.nuts_warmup,
-        num_samples=args.nuts_chunk,
-        progress_bar=False,
-        jit_model_args=True,
-    )
-    result = _cold_and_warm(mcmc, X, y, ref, args, ("num_steps",))
-    result["iterations"] = args.nuts_warmup + result["chunks"] * args.nuts_chunk
-    result["gradients"] = result["num_steps"]
-    result["setting"] = f"{args.nuts_warmup} warm-up, chunks of {args.nuts_chunk}"
+def time_nuts(X, y, ref, args, clock):
+    def make_mcmc(num_draws):
+        return MCMC(
+            NUTS(full_batch(lr.model)),
+            num_warmup=args.nuts_warmup,
+            num_samples=args.nuts_max_draws if num_draws is None else num_draws,
+            progress_bar=False,
+            jit_model_args=True,
+        )
+
+    result = race(make_mcmc, X, y, ref, args, clock, ("num_steps",))
+    result["iterations"] = args.nuts_warmup + (result["draws"] or result["kept"])
+    if result["draws"] is not None:
+        # the timed run's extra fields cover its draws; its warm-up (the same chain) is counted
+        # by an untimed warm-up-only run with the same seed
+        warmup = make_mcmc(1)
+        warmup.warmup(
+            random.PRNGKey(args.seed), X, y, extra_fields=("num_steps",), collect_warmup=True
+        )
+        steps = np.asarray(warmup.get_extra_fields()["num_steps"]).sum()
+        result["gradients"] = result["num_steps"] + int(steps)
+    result["setting"] = f"{args.nuts_warmup} warm-up"
     return result
 
 
 def table(results, args, num_data, ref_ess):
-    nuts = results.get(NUTS_NAME, {}).get("seconds")
-    nuts_warm = results.get(NUTS_NAME, {}).get("warm_seconds")
+    nuts = results.get(NUTS_NAME, {})
     lines = [
         f"Logistic regression, N = {num_data:,}, d = {args.dim}, SG minibatch {args.batch}; "
         f"tolerance {args.tol} reference sd (max over coordinates); reference: NUTS, "
-        f"{args.ref_chains} x {args.ref_samples} draws, smallest ESS {ref_ess:.0f}. "
-        f"Stopped after {args.max_seconds:g} s.\n",
-        "| contender | setting | time to tol (s) | iterations (incl. warm-up) "
-        "| full-data gradients | final error | speed-up vs NUTS | warm: time (s) | warm: "
-        "speed-up |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"{args.ref_chains} x {args.ref_samples} draws, smallest ESS {ref_ess:.0f}.\n",
+        "| contender | setting | iterations to tol (incl. warm-up) | full-data gradients "
+        "| error | cold: time (s) | of which compiling (s) | cold: speed-up vs NUTS "
+        "| warm: time (s) | warm: speed-up |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
-        if r["seconds"] is None:
-            reached, speedup = f"not reached (> {r['elapsed']:.1f})", "-"
-        else:
-            reached = f"{r['seconds']:.1f}"
-            speedup = f"{nuts / r['seconds']:.1f}x" if nuts else "-"
-        warm = r.get("warm_seconds")
-        warm_cells = (
-            f"{warm:.2f} | {nuts_warm / warm:.1f}x" if warm and nuts_warm else "- | -"
-        )
+        gradients = "-" if r.get("gradients") is None else f"{r['gradients']:,.0f}"
+        if r["draws"] is None:
+            lines.append(
+                f"| {name} | {r['setting']} | not reached in {r['iterations']:,} | {gradients} "
+                f"| {r['error']:.3f} | - | - | - | - | - |"
+            )
+            continue
+        speedups = [
+            f"{nuts[k] / r[k]:.1f}x" if nuts.get("draws") else "-" for k in ("cold", "warm")
+        ]
         lines.append(
-            f"| {name} | {r['setting']} | {reached} | {r['iterations']:,} | "
-            f"{r['gradients']:,.0f} | {r['error']:.3f} | {speedup} | {warm_cells} |"
+            f"| {name} | {r['setting']} | {r['iterations']:,} | {gradients} | {r['error']:.3f} "
+            f"| {r['cold']:.2f} | {r['compile']:.2f} | {speedups[0]} | {r['warm']:.2f} "
+            f"| {speedups[1]} |"
         )
     return "\n".join(lines)
 
@@ -270,16 +305,20 @@ def parse_args(argv=None):
     p.add_argument("--batch", type=int, default=500, help="SG minibatch size")
     p.add_argument("--tol", type=float, default=0.1, help="in reference posterior sds")
     p.add_argument("--burn-in", type=int, default=2000, help="SG steps discarded")
-    p.add_argument("--sg-chunk", type=int, default=5000, help="SG steps per chunk")
+    p.add_argument(
+        "--sg-max-steps", type=int, default=300_000, help="SG steps after burn-in in the trace"
+    )
     p.add_argument("--thinning", type=int, default=10, help="SG draws kept: every n-th step")
     p.add_argument("--nuts-warmup", type=int, default=500)
-    p.add_argument("--nuts-chunk", type=int, default=50, help="NUTS draws per chunk")
-    p.add_argument("--max-seconds", type=float, default=120.0, help="cap per contender")
+    p.add_argument("--nuts-max-draws", type=int, default=1500, help="NUTS draws in the trace")
     p.add_argument("--ref-chains", type=int, default=4)
     p.add_argument("--ref-samples", type=int, default=2000)
     p.add_argument("--ref-warmup", type=int, default=1000)
     p.add_argument("--ref-seed", type=int, default=1, help="must differ from --seed")
     p.add_argument("--seed", type=int, default=0, help="seed of the timed runs")
+    p.add_argument(
+        "--repeats", type=int, default=3, help="timed cold and warm runs; the fastest is kept"
+    )
     p.add_argument("--data-seed", type=int, default=0)
     p.add_argument(
         "--contenders",
@@ -296,8 +335,8 @@ def parse_args(argv=None):
                 setattr(args, key, value)
     if args.ref_seed == args.seed:
         p.error("--ref-seed must differ from --seed")
-    if args.sg_chunk % args.thinning:
-        p.error("--sg-chunk must be a multiple of --thinning")
+    if args.sg_max_steps % args.thinning:
+        p.error("--sg-max-steps must be a multiple of --thinning")
     return args
 
 
@@ -312,19 +351,23 @@ def main(argv=None):
         flush=True,
     )
     warm_up_jax(X, y, args.batch)
+    clock = CompileClock()
     results = {}
     for name in args.contenders:
         if name == "NUTS":
-            name, result = NUTS_NAME, time_nuts(X, y, ref, args)
+            name, result = NUTS_NAME, time_nuts(X, y, ref, args, clock)
         else:
-            result = time_sg(name, X, y, ref, args)
+            result = time_sg(name, X, y, ref, args, clock)
         results[name] = result
-        status = "reached" if result["seconds"] is not None else "NOT reached"
-        print(
-            f"{name}: {status}, error {result['error']:.3f} after {result['iterations']:,} "
-            f"iterations, {result['elapsed']:.1f} s",
-            flush=True,
-        )
+        if result["draws"] is None:
+            status = f"NOT reached in {result['iterations']:,} iterations"
+        else:
+            status = (
+                f"reached after {result['iterations']:,} iterations: cold {result['cold']:.2f} s "
+                f"({result['compile']:.2f} s compiling; per repeat {result['cold_compiles']}), "
+                f"warm {result['warm']:.2f} s"
+            )
+        print(f"{name}: {status}, error {result['error']:.3f}", flush=True)
     text = table(results, args, X.shape[0], ref_ess)
     print(text)
     if args.out:
