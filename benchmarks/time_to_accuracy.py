@@ -174,7 +174,8 @@ def race(make_mcmc, X, y, ref, args, clock, extra_fields=()):
 
     ``make_mcmc(num_samples)`` builds a new kernel and ``MCMC`` object. Returns a dict: draws
     (kept draws needed, None if not reached), error (at that draw, or the trace's last), cold and
-    warm seconds, compile seconds (of the cold run), and the summed extra fields of the cold run.
+    warm seconds (fastest of ``args.repeats``), compile seconds of the fastest cold run and of
+    each, and the summed extra fields of the timed run.
     """
     key = random.PRNGKey(args.seed)
     trace = make_mcmc(None)
