@@ -20,6 +20,8 @@ Contenders:
 
 - ``hand SGLD`` (the reference), ``hand SGHMC``, ``hand pSGLD``, ``hand Monge``: the update
   written out directly in JAX (``jax.grad`` of the minibatch potential, a few ``tree.map``s);
+- ``hand sgld+write``: hand SGLD that also writes its state into a one-row buffer under a
+  ``lax.cond`` every step, as NumPyro's ``fori_collect`` records draws: the driver's share;
 - ``BlackJAX sgld`` / ``BlackJAX sghmc`` (``jit`` + ``lax.scan`` over ``step``; SGHMC does
   ``num_integration_steps=10`` gradient steps on one minibatch per call, so T steps are T/10
   calls: the cost is per gradient step, but with a tenth of the index draws and gathers, and the
@@ -28,13 +30,17 @@ Contenders:
   the minibatch reused), listed for reference; with ``num_integration_steps=1`` no gradient
   would be used at all);
 - our kernels: ``MCMC(kernel, num_samples=T, thinning=T, progress_bar=False,
-  jit_model_args=True)``; a repeated ``run`` with the same shapes reuses the compiled loop.
+  jit_model_args=True)``; a repeated ``run`` with the same shapes reuses the compiled loop;
+- ``<kernel> (step in lax.scan)``: the basic kernels' ``init`` and ``sample`` driven by a
+  jitted ``lax.scan``, as the hand loops are: the kernel's own cost without NumPyro's driver
+  (``fori_collect`` writes the state into its sample buffer under a ``lax.cond`` every step,
+  thinned or not).
 
 Also measured: the **fixed cost** of a repeated ``MCMC.run`` (a 1-step run of an already used
-``MCMC`` object: initialisation, dispatch and postprocessing) and the throughput of 1, 4 and 16
-vectorized SGLD chains.
+``MCMC`` object: initialisation, dispatch and postprocessing), the throughput of 1, 4 and 16
+vectorized SGLD chains (logreg) and the cost of the per-step finiteness check alone (mlp).
 
-    python benchmarks/speed.py                       # both problems, ~25 min on 2 cores
+    python benchmarks/speed.py                       # both problems, ~45 min on 2 cores
     python benchmarks/speed.py --problem logreg --repeats 5 --out logreg.md
 """
 
@@ -153,7 +159,7 @@ def _normal_like(key, tree):
 
 
 def hand_written(kind, p):
-    """A jitted ``run(state, key, T)`` of ``kind`` in {sgld, sghmc, psgld, monge}."""
+    """A jitted ``run(state, key, T)`` of ``kind`` in {sgld, sghmc, psgld, monge, sgld+write}."""
     X, y, n, h = p["X"], p["y"], p["batch"], p["step"]
     N = X.shape[0]
 
@@ -200,6 +206,16 @@ def hand_written(kind, p):
         )
         return x, v
 
+    def sgld_write(state, key):
+        # SGLD, then the state written into a one-row sample buffer under a `lax.cond`, the
+        # way NumPyro's `fori_collect` records a draw on every step (thinned or not)
+        x, buffer, t = state
+        x = sgld(x, key)
+        buffer = jax.tree.map(
+            lambda b, v: lax.cond(t >= 0, lambda b: b.at[0].set(v), lambda b: b, b), buffer, x
+        )
+        return x, buffer, t + 1
+
     zeros = partial(jax.tree.map, jnp.zeros_like)
     x0 = p["init"]
     step, state = {
@@ -207,6 +223,10 @@ def hand_written(kind, p):
         "sghmc": (sghmc, (x0, zeros(x0))),
         "psgld": (psgld, (x0, zeros(x0), jnp.zeros(()))),
         "monge": (monge, (x0, zeros(x0))),
+        "sgld+write": (
+            sgld_write,
+            (x0, jax.tree.map(lambda x: jnp.zeros((1,) + x.shape), x0), jnp.zeros((), jnp.int32)),
+        ),
     }[kind]
 
     @partial(jax.jit, static_argnums=2)
@@ -285,6 +305,23 @@ def ours(kernel, p, num_chains=1):
     return run
 
 
+def ours_in_scan(kernel, p):
+    """``run(T, key)``: the kernel's own ``init`` and ``sample`` in a jitted ``lax.scan``, the
+    way the hand-written loops run, without NumPyro's ``MCMC`` driver (which in addition writes
+    the state into its sample buffer every step). Separates the kernel's cost from the
+    driver's."""
+    kw = {} if p["init_strategy"] is None else {"init_strategy": p["init_strategy"]}
+    k = kernel(p["model"], step_size=p["step"], **kw)
+    args = (p["X"], p["y"])
+    state = k.init(random.PRNGKey(0), 0, None, args, {})
+
+    @partial(jax.jit, static_argnums=1)
+    def run(state, num_steps):
+        return lax.scan(lambda s, _: (k.sample(s, args, {}), None), state, length=num_steps)[0].z
+
+    return lambda t, key: run(state._replace(rng_key=key), t)
+
+
 # --------------------------------------------------------------------------- timing
 def _timed(run, t, key):
     start = time.perf_counter()
@@ -336,6 +373,8 @@ VERSUS = {
 }
 HAND = {"SGLD": "hand sgld", "SGHMC": "hand sghmc", "PSGLD": "hand psgld",
         "MongeSGLD": "hand monge"}
+IN_SCAN = "(step in lax.scan)"
+HAND.update({f"{k} {IN_SCAN}": v for k, v in HAND.items()})
 
 
 def _header(p, repeats):
@@ -353,11 +392,15 @@ def speed_tables(p, names, repeats, with_blackjax=True):
     tables = []
     basic = [n for n in names if n in BASIC]
     if basic:
-        contenders = {f"hand {k}": hand_written(k, p) for k in ("sgld", "sghmc", "psgld", "monge")}
+        contenders = {
+            f"hand {k}": hand_written(k, p)
+            for k in ("sgld", "sghmc", "psgld", "monge", "sgld+write")
+        }
         if with_blackjax:
             contenders["BlackJAX sgld"] = blackjax_loop("sgld", p)
             contenders["BlackJAX sghmc"] = blackjax_loop("sghmc", p, 10)
         contenders.update({n: ours(KERNELS[n], p) for n in basic})
+        contenders.update({f"{n} {IN_SCAN}": ours_in_scan(KERNELS[n], p) for n in basic})
         print(f"{p['title']}: {len(contenders)} contenders", flush=True)
         samples = measure(contenders, p["t1"], p["t2"], repeats)
         lines = [
@@ -416,6 +459,43 @@ def _fmt(r, scale=1):
     return f"{by_min:.2f}× ({paired:.2f}×)"
 
 
+def check_table(p, repeats, calls=200):
+    """Per-step finiteness check of the position, timed alone on the problem's parameters:
+    the boolean reduction ``all(isfinite(x))`` per leaf against ``isfinite(sum of the leaf
+    sums)`` (``numpyro_sgrld._tree.tree_all_finite``), and a copy of the parameters for scale;
+    fastest of ``repeats`` interleaved batches of ``calls`` calls."""
+    from numpyro_sgrld._tree import tree_all_finite
+
+    def boolean(tree):
+        return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
+
+    contenders = {
+        "all(isfinite(x)) per leaf": jax.jit(boolean),
+        "isfinite(sum of sums) (used)": jax.jit(tree_all_finite),
+        "x + 1 (a pass over the parameters)": jax.jit(partial(jax.tree.map, lambda x: x + 1)),
+    }
+    x = p["init"]
+    best = {}
+    for fn in contenders.values():
+        jax.block_until_ready(fn(x))
+    for _ in range(repeats):
+        for name, fn in contenders.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                out = fn(x)
+            jax.block_until_ready(out)
+            best[name] = min(best.get(name, np.inf), (time.perf_counter() - start) / calls)
+    size = sum(v.size for v in jax.tree.leaves(x))
+    lines = [
+        f"**Finiteness check alone** ({p['title']}, {size:,} parameters, fastest of {repeats} "
+        f"batches of {calls} calls):\n",
+        "| check | µs per call |",
+        "|---|---|",
+    ]
+    lines += [f"| {name} | {t * 1e6:.1f} |" for name, t in best.items()]
+    return "\n".join(lines)
+
+
 def chains_table(p, repeats, counts=(1, 4, 16)):
     contenders = {f"{c} chains": ours(SGLD, p, num_chains=c) for c in counts}
     samples = measure(contenders, p["t1"], p["t2"], repeats)
@@ -452,6 +532,10 @@ def main(argv=None):
         p = PROBLEMS[name]()
         names = [k for k in args.kernels if name == "mlp" or "block 64" not in k]
         for table in speed_tables(p, names, args.repeats, not args.no_blackjax):
+            print(table, flush=True)
+            tables.append(table)
+        if name == "mlp":
+            table = check_table(p, args.repeats)
             print(table, flush=True)
             tables.append(table)
         if name == "logreg" and not args.no_chains:

@@ -60,7 +60,9 @@ class SGState(NamedTuple):
     - **grad_norm** – Euclidean norm of that step's minibatch gradient :math:`\\nabla\\hat U`.
     - **step_size** – the step size :math:`h_i` used by the last step.
     - **diverging** – True when the last step produced a non-finite state (or a non-positive
-      step size); the step was then rejected and ``z`` is the previous position.
+      step size); the step was then rejected and ``z`` is the previous position. (The check
+      sums the state: a finite state whose entries sum beyond the float range, |sum| > 3.4e38
+      in float32, counts as non-finite too.)
     - **rng_key** – random key for the next step.
     - **control_variate** – with ``control_variate`` set on the kernel, the
       :class:`~numpyro_sgrld.gradients.ControlVariate` (centre, full-data potential and

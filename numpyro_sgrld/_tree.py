@@ -17,9 +17,22 @@ def tree_norm(a):
 
 
 def tree_all_finite(a):
-    """True when every entry of every leaf is finite."""
-    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(a)]
-    return jnp.all(jnp.stack(leaves)) if leaves else jnp.array(True)
+    """True when every entry of every floating-point leaf is finite.
+
+    Computed as ``isfinite(sum_leaves sum(x))``: a NaN or an infinity anywhere makes the sum
+    NaN or infinite, so no non-finite entry passes. A plain sum is a cheap, vectorised
+    reduction on XLA:CPU, unlike ``all(isfinite(x))`` (a boolean reduction measured at ~3.5x
+    the cost of the sum on the 478k parameters of the 784-400-400-10 MLP, ~4 % of a step per
+    tree). The price is conservative: a finite state whose entries sum beyond the float32
+    range (|sum| > 3.4e38; leaves narrower than float32 are summed in float32) also counts as
+    non-finite, i.e. diverging. Integer and boolean leaves (counters) are always finite.
+    """
+    sums = [
+        jnp.sum(x, dtype=jnp.promote_types(x.dtype, jnp.float32))
+        for x in jax.tree.leaves(a)
+        if jnp.issubdtype(jnp.result_type(x), jnp.inexact)
+    ]
+    return jnp.isfinite(sum(sums[1:], sums[0])) if sums else jnp.array(True)
 
 
 def tree_normal(key, like):

@@ -13,6 +13,7 @@ from numpyro.infer import MCMC, NUTS, Predictive, log_likelihood
 from numpyro.infer.util import constrain_fn, log_density
 
 from numpyro_sgrld import SGHMC, SGLD, find_subsample_plates, full_batch, minibatch_potential
+from numpyro_sgrld._tree import tree_all_finite
 from numpyro_sgrld.subsample import draw_indices, init_batching
 
 
@@ -210,6 +211,24 @@ def test_non_finite_steps_are_flagged_and_rejected():
     # a rejected step leaves the position unchanged
     moved = np.concatenate([[True], np.diff(np.asarray(theta)) != 0])
     assert not np.any(moved[np.asarray(diverging)])
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_finiteness_check_catches_any_non_finite_entry(bad):
+    # the check is a sum over all leaves: one bad entry anywhere, in any float dtype, is caught
+    for dtype in (jnp.float32, jnp.float16, jnp.bfloat16):
+        tree = {"a": jnp.ones((3, 4), dtype), "b": jnp.zeros(5, dtype), "n": jnp.int32(7)}
+        assert bool(tree_all_finite(tree))
+        for leaf, index in (("a", (2, 1)), ("b", 0)):
+            broken = dict(tree, **{leaf: tree[leaf].at[index].set(bad)})
+            assert not bool(tree_all_finite(broken))
+    both = {"a": jnp.array([np.inf, -np.inf]), "b": jnp.array([np.nan])}
+    assert not bool(tree_all_finite(both))
+    # integer leaves are counters (always finite); an empty tree is finite
+    assert bool(tree_all_finite({"n": jnp.arange(3)})) and bool(tree_all_finite({}))
+    # narrow floats are summed in float32: 1,000 entries of 60,000 exceed float16's range
+    # (65,504) as a sum but are finite
+    assert bool(tree_all_finite(jnp.full(1000, 60000.0, jnp.float16)))
 
 
 def test_extra_fields_and_thinning():
