@@ -5,6 +5,7 @@ draws minibatch indices every step, asks the gradient estimator for :math:`\\nab
 hands it to the kernel's transition (metric + integrator).
 """
 
+import warnings
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -66,7 +67,7 @@ class SGState(NamedTuple):
     - **rng_key** – random key for the next step.
     - **control_variate** – with ``control_variate`` set on the kernel, the
       :class:`~numpyro_sgrld.gradients.ControlVariate` (centre, full-data potential and
-      gradient there); ``None`` otherwise.
+      gradient there, estimated distance of the centre from the mode); ``None`` otherwise.
     """
 
     i: Any
@@ -159,9 +160,11 @@ class SGMCMCKernel(MCMCKernel):
         estimate`). ``"mode"`` finds the centre at initialisation with ``mode_steps`` Adam steps
         on minibatches from the initial position (:func:`~numpyro_sgrld.gradients.find_mode`).
         Each step then costs two minibatch gradients (at the position and at the centre), and
-        initialisation one full-data gradient. Its gradient noise shrinks as the chain
-        approaches the centre, so much larger step sizes keep the stationary law close to the
-        posterior when N is large and the posterior concentrated.
+        initialisation one full-data gradient and Hessian-vector product. Its gradient noise
+        shrinks as the chain approaches the centre, so much larger step sizes keep the
+        stationary law close to the posterior when N is large and the posterior concentrated.
+        ``init`` warns when the centre is estimated to be more than sqrt(d) posterior
+        sds from the mode (:func:`~numpyro_sgrld.gradients.centre_distance`).
     :param mode_steps: Adam steps of ``control_variate="mode"`` (default 1000).
     """
 
@@ -420,7 +423,10 @@ class SGMCMCKernel(MCMCKernel):
             self._sample_fn = self._sample_one
             init_one = self._init_one
         init_one = self._jit_once(("init", vectorized), init_one, model_args, model_kwargs)
-        return init_one(init_params, rng_key, model_args, model_kwargs)
+        state = init_one(init_params, rng_key, model_args, model_kwargs)
+        if state.control_variate is not None:
+            _warn_if_far_centre(state.control_variate)
+        return state
 
     def sample(self, state, model_args, model_kwargs):
         return self._sample_fn(state, model_args, model_kwargs)
@@ -476,6 +482,30 @@ def _check_control_variate(value, model):
         f"`control_variate` must be None, 'mode' or a dict of unconstrained latent values, got "
         f"{value!r}."
     )
+
+
+def _warn_if_far_centre(cv):
+    r"""Warn when the control-variate centre's estimated distance from the mode
+    (:func:`~numpyro_sgrld.gradients.centre_distance`, in posterior sds) exceeds
+    :math:`\sqrt d`, d the number of unconstrained latent dimensions: for a near-Gaussian
+    posterior the chain's own squared distance from the mode averages d (in the same units), so
+    beyond that the centre's offset adds more to the estimator's variance than the chain's
+    spread does."""
+    if not not_jax_tracer(cv.distance):
+        return
+    dim = sum(np.size(x) for x in jax.tree.leaves(cv.centre)) // max(np.size(cv.distance), 1)
+    worst = float(np.max(np.asarray(cv.distance)))
+    if worst > np.sqrt(dim):
+        warnings.warn(
+            f"The control-variate centre is about {worst:.3g} posterior standard deviations "
+            f"from the mode (estimated along the full-data gradient; more than sqrt(d) = "
+            f"{np.sqrt(dim):.3g} for the d = {dim} latent dimensions): the gradient estimator "
+            "stays unbiased but its variance is dominated by the centre's offset. With "
+            "control_variate='mode', increase `mode_steps`; with a centre dict, pass a value "
+            "closer to the mode.",
+            UserWarning,
+            stacklevel=2,
+        )
 
 
 def _shifted(grad_fn, shift, z):

@@ -350,3 +350,50 @@ def test_control_variate_options():
                 num_samples=2, progress_bar=False)
     mcmc.run(random.PRNGKey(0), X, y)
     np.testing.assert_allclose(mcmc.last_state.control_variate.centre["w"], centre["w"])
+
+
+def test_centre_distance_is_exact_for_a_gaussian_along_an_eigenvector():
+    from numpyro_sgrld.gradients import centre_distance
+
+    precision = jnp.array([4.0, 25.0, 0.5])
+    mode = jnp.array([1.0, -2.0, 0.5])
+
+    def potential(z):
+        return 0.5 * jnp.sum(precision * (z["x"] - mode) ** 2)
+
+    for axis, k in ((0, 3.0), (1, 0.25), (2, 7.0)):
+        # k posterior sds from the mode along the axis-th eigenvector
+        centre = {"x": mode.at[axis].add(k / jnp.sqrt(precision[axis]))}
+        grad = jax.grad(potential)(centre)
+        np.testing.assert_allclose(centre_distance(potential, centre, grad), k, rtol=1e-5)
+    at_mode = {"x": mode}
+    assert float(centre_distance(potential, at_mode, jax.grad(potential)(at_mode))) == 0.0
+    # negative curvature along the gradient: no mode nearby in that direction
+    concave = {"x": jnp.array([1.0])}
+    grad = {"x": -2 * concave["x"]}
+    assert np.isinf(centre_distance(lambda z: -jnp.sum(z["x"] ** 2), concave, grad))
+
+
+def test_a_far_control_variate_centre_is_reported():
+    import warnings
+
+    X, y = _data(n=200)
+    model = partial(regression, subsample_size=20)
+
+    def run(centre, **kw):
+        kernel = SGLD(model, step_size=1e-4, control_variate=centre, **kw)
+        mcmc = MCMC(kernel, num_warmup=0, num_samples=2, num_chains=2,
+                    chain_method="vectorized", progress_bar=False)
+        mcmc.run(random.PRNGKey(0), X, y)
+        return mcmc.last_state.control_variate.distance
+
+    with pytest.warns(UserWarning, match="posterior standard deviations from the mode"):
+        far = run({"w": jnp.array([5.0, -5.0, 5.0]), "sigma": jnp.array(0.0)})
+    assert far.shape == (2,) and np.all(far > 2.0)  # sqrt(d), d = 4 latent dimensions
+    with pytest.warns(UserWarning, match="increase `mode_steps`"):
+        run("mode", mode_steps=1)
+    # the mode search's centre is close (and reported as such): no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        near = run("mode")
+    assert np.all(near < 2.0)
