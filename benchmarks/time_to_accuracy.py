@@ -32,10 +32,11 @@ error-versus-time curve, but without the cost of monitoring):
    shapes.
 
 Gradient cost is given in full-data gradient equivalents: one per NUTS leapfrog step (warm-up
-included), ``batch / N`` per SG step (two per step with control variates, plus the mode search
-and one full gradient). Before the first contender a tiny untimed run of each kind on a slice of
-the data pays JAX's one-time start-up costs, so that the first contender is not charged for
-them; each contender still compiles its own programs inside its cold run.
+included), ``batch / N`` per SG step (two per step with control variates, plus the mode search,
+one full gradient and one full Hessian-vector product, counted as two gradients). Before the
+first contender a tiny untimed run of each kind on a slice of the data pays JAX's one-time
+start-up costs, so that the first contender is not charged for them; each contender still
+compiles its own programs inside its cold run.
 
 One chain per contender, one seed: the times are indicative. The SG kernels share the seed and so
 the sequence of minibatches; where minibatch noise dominates, their running means follow that
@@ -238,8 +239,9 @@ def time_sg(name, X, y, ref, args, clock):
     result["iterations"] = steps
     result["gradients"] = steps * args.batch / X.shape[0]
     if options.get("control_variate") == "mode":
-        # two minibatch gradients per step, the Adam steps, one full gradient at the centre
-        result["gradients"] = (2 * steps + options["mode_steps"]) * args.batch / X.shape[0] + 1
+        # two minibatch gradients per step, the Adam steps, one full gradient at the centre and
+        # one full Hessian-vector product (the centre check, counted as two gradients)
+        result["gradients"] = (2 * steps + options["mode_steps"]) * args.batch / X.shape[0] + 3
     result["setting"] = f"h = {step_size:.2e}" + "".join(f", {k} {v}" for k, v in options.items())
     return result
 
