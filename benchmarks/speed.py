@@ -280,14 +280,19 @@ KERNELS = {
 }
 
 
+def _kernel(kernel, p):
+    """The kernel on the problem's model, with its step size and init strategy."""
+    kw = {} if p["init_strategy"] is None else {"init_strategy": p["init_strategy"]}
+    return kernel(p["model"], step_size=p["step"], **kw)
+
+
 def ours(kernel, p, num_chains=1):
     """``run(T, key)`` through one ``MCMC`` object whose ``num_samples`` (= ``thinning``: one
     draw kept) is set per run. One object per contender matters: NumPyro keeps the compiled
     loops of the 8 most recently used ``MCMC`` objects (``numpyro.util.cached_by``); a ninth
     evicts the oldest, which then compiles again."""
-    kw = {} if p["init_strategy"] is None else {"init_strategy": p["init_strategy"]}
     mcmc = MCMC(
-        kernel(p["model"], step_size=p["step"], **kw),
+        _kernel(kernel, p),
         num_warmup=0,
         num_samples=1,
         num_chains=num_chains,
@@ -310,8 +315,7 @@ def ours_in_scan(kernel, p):
     way the hand-written loops run, without NumPyro's ``MCMC`` driver (which in addition writes
     the state into its sample buffer every step). Separates the kernel's cost from the
     driver's."""
-    kw = {} if p["init_strategy"] is None else {"init_strategy": p["init_strategy"]}
-    k = kernel(p["model"], step_size=p["step"], **kw)
+    k = _kernel(kernel, p)
     args = (p["X"], p["y"])
     state = k.init(random.PRNGKey(0), 0, None, args, {})
 
