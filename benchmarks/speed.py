@@ -21,7 +21,7 @@ Contenders:
 - ``hand SGLD`` (the reference), ``hand SGHMC``, ``hand pSGLD``, ``hand Monge``: the update
   written out directly in JAX (``jax.grad`` of the minibatch potential, a few ``tree.map``s);
 - ``hand sgld+write``: hand SGLD that also writes its state into a one-row buffer under a
-  ``lax.cond`` every step, as NumPyro's ``fori_collect`` records draws: the driver's share;
+  ``lax.cond`` every step, as NumPyro's ``fori_collect`` records draws (thinned or not);
 - ``BlackJAX sgld`` / ``BlackJAX sghmc`` (``jit`` + ``lax.scan`` over ``step``; SGHMC does
   ``num_integration_steps=10`` gradient steps on one minibatch per call, so T steps are T/10
   calls: the cost is per gradient step, but with a tenth of the index draws and gathers, and the
@@ -30,11 +30,13 @@ Contenders:
   the minibatch reused), listed for reference; with ``num_integration_steps=1`` no gradient
   would be used at all);
 - our kernels: ``MCMC(kernel, num_samples=T, thinning=T, progress_bar=False,
-  jit_model_args=True)``; a repeated ``run`` with the same shapes reuses the compiled loop;
+  jit_model_args=True)`` (on the kernels' own sampling loop, ``numpyro_sgrld._loop``); a
+  repeated ``run`` with the same shapes reuses the compiled loop;
+- ``SGLD (NumPyro's loop)``: the same SGLD run on NumPyro's ``fori_collect``
+  (``use_sampling_loop("numpyro")``), which postprocesses and writes the state into its sample
+  buffer under a ``lax.cond`` every step, thinned or not;
 - ``<kernel> (step in lax.scan)``: the basic kernels' ``init`` and ``sample`` driven by a
-  jitted ``lax.scan``, as the hand loops are: the kernel's own cost without NumPyro's driver
-  (``fori_collect`` writes the state into its sample buffer under a ``lax.cond`` every step,
-  thinned or not).
+  jitted ``lax.scan``, as the hand loops are: the kernel's own cost without ``MCMC``.
 
 Also measured: the **fixed cost** of a repeated ``MCMC.run`` (a 1-step run of an already used
 ``MCMC`` object: initialisation, dispatch and postprocessing), the throughput of 1, 4 and 16
@@ -57,7 +59,16 @@ from numpyro.infer import MCMC, init_to_sample
 from numpyro_sgrld.models import bnn
 from numpyro_sgrld.models import logistic_regression as lr
 
-from numpyro_sgrld import PSGLD, SGHMC, SGLD, AdamSGLD, MongeSGLD, ShampooSGLD, priors
+from numpyro_sgrld import (
+    PSGLD,
+    SGHMC,
+    SGLD,
+    AdamSGLD,
+    MongeSGLD,
+    ShampooSGLD,
+    priors,
+    use_sampling_loop,
+)
 
 FRICTION, DECAY, EPS, ALPHA2, MONGE_DECAY = 0.1, 0.99, 1e-8, 1.0, 0.9
 
@@ -286,11 +297,12 @@ def _kernel(kernel, p):
     return kernel(p["model"], step_size=p["step"], **kw)
 
 
-def ours(kernel, p, num_chains=1):
+def ours(kernel, p, num_chains=1, loop="sgrld"):
     """``run(T, key)`` through one ``MCMC`` object whose ``num_samples`` (= ``thinning``: one
-    draw kept) is set per run. One object per contender matters: NumPyro keeps the compiled
-    loops of the 8 most recently used ``MCMC`` objects (``numpyro.util.cached_by``); a ninth
-    evicts the oldest, which then compiles again."""
+    draw kept) is set per run, on the kernels' own sampling loop or (``loop="numpyro"``) on
+    NumPyro's ``fori_collect``. One object per contender matters: the loops are cached per
+    ``MCMC`` object (NumPyro's for the 8 most recently used; a ninth evicts the oldest, which
+    then compiles again)."""
     mcmc = MCMC(
         _kernel(kernel, p),
         num_warmup=0,
@@ -304,7 +316,11 @@ def ours(kernel, p, num_chains=1):
     def run(t, key):
         mcmc.num_samples = mcmc.thinning = t
         mcmc._set_collection_params()  # NumPyro reads these, set from num_samples at init
-        mcmc.run(key, p["X"], p["y"])
+        use_sampling_loop(loop)
+        try:
+            mcmc.run(key, p["X"], p["y"])
+        finally:
+            use_sampling_loop("sgrld")
         return mcmc.get_samples()
 
     return run
@@ -378,7 +394,9 @@ VERSUS = {
 HAND = {"SGLD": "hand sgld", "SGHMC": "hand sghmc", "PSGLD": "hand psgld",
         "MongeSGLD": "hand monge"}
 IN_SCAN = "(step in lax.scan)"
+NUMPYRO_LOOP = "SGLD (NumPyro's loop)"
 HAND.update({f"{k} {IN_SCAN}": v for k, v in HAND.items()})
+HAND[NUMPYRO_LOOP] = "hand sgld"
 
 
 def _header(p, repeats):
@@ -404,6 +422,8 @@ def speed_tables(p, names, repeats, with_blackjax=True):
             contenders["BlackJAX sgld"] = blackjax_loop("sgld", p)
             contenders["BlackJAX sghmc"] = blackjax_loop("sghmc", p, 10)
         contenders.update({n: ours(KERNELS[n], p) for n in basic})
+        if "SGLD" in basic:
+            contenders[NUMPYRO_LOOP] = ours(SGLD, p, loop="numpyro")
         contenders.update({f"{n} {IN_SCAN}": ours_in_scan(KERNELS[n], p) for n in basic})
         print(f"{p['title']}: {len(contenders)} contenders", flush=True)
         samples = measure(contenders, p["t1"], p["t2"], repeats)

@@ -17,7 +17,7 @@ from numpyro_sgrld import (
     sharding,
 )
 from numpyro_sgrld._adapter import SGMCMCKernel, SGState
-from numpyro_sgrld._compat import restore_numpyro_jit, reuse_compiled_loops
+from numpyro_sgrld._compat import restore_numpyro_jit, reuse_compiled_loops, use_sampling_loop
 from numpyro_sgrld.diagnostics import (
     bias_vs_step_size,
     compare_to_reference,
@@ -51,6 +51,8 @@ from numpyro_sgrld.subsample import SubsamplePlate, find_subsample_plates, full_
 
 # NumPyro 0.22 recompiles its sampling loop on every MCMC.run; see numpyro_sgrld._compat.
 reuse_compiled_loops()
+# ... and postprocesses every step, thinned or not; see numpyro_sgrld._loop.
+use_sampling_loop("sgrld")
 
 __version__ = "0.1.0"
 
@@ -67,6 +69,7 @@ __all__ = [
     "SGState",
     "reuse_compiled_loops",
     "restore_numpyro_jit",
+    "use_sampling_loop",
     "SGHMCState",
     "full_batch",
     "find_subsample_plates",

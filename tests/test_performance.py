@@ -57,14 +57,23 @@ def _mcmc(kernel_cls=SGLD, **kw):
     return MCMC(kernel, num_warmup=0, num_samples=200, progress_bar=False, **kw)
 
 
+OUR_LOOP, NUMPYRO_LOOP = "jit(_sample_loop)", "jit(_fori_collect_loop)"
+
+
+@pytest.mark.parametrize("loop", ["sgrld", "numpyro"])
 @pytest.mark.parametrize("jit_model_args", [True, False])
-def test_second_run_reuses_the_compiled_loop(jit_model_args):
+def test_second_run_reuses_the_compiled_loop(jit_model_args, loop):
     X, y = _data()
     mcmc = _mcmc(jit_model_args=jit_model_args)
-    first = _compiled_during(lambda: mcmc.run(random.PRNGKey(0), X, y))
-    assert "jit(_fori_collect_loop)" in first
-    again = _compiled_during(lambda: mcmc.run(random.PRNGKey(1), X, y))
-    assert "jit(_fori_collect_loop)" not in again, again
+    name = OUR_LOOP if loop == "sgrld" else NUMPYRO_LOOP
+    numpyro_sgrld.use_sampling_loop(loop)
+    try:
+        first = _compiled_during(lambda: mcmc.run(random.PRNGKey(0), X, y))
+        assert name in first, first
+        again = _compiled_during(lambda: mcmc.run(random.PRNGKey(1), X, y))
+    finally:
+        numpyro_sgrld.use_sampling_loop("sgrld")
+    assert name not in again, again
     # no permutation of the data set drawn (and compiled) to initialise the subsample plate
     assert "jit(scan)" not in again, again
 
@@ -77,10 +86,12 @@ def test_reused_loop_gives_the_samples_of_a_fresh_one():
     reused = mcmc.get_samples()["w"]
     fresh = _mcmc(PSGLD, jit_model_args=True)
     numpyro_sgrld.restore_numpyro_jit()
+    numpyro_sgrld.use_sampling_loop("numpyro")
     try:
         fresh.run(random.PRNGKey(1), X, y)
     finally:
         numpyro_sgrld.reuse_compiled_loops()
+        numpyro_sgrld.use_sampling_loop("sgrld")
     np.testing.assert_array_equal(reused, fresh.get_samples()["w"])
     # new data of the same shape (jit_model_args=True) is used, not the old data baked in
     mcmc.run(random.PRNGKey(1), X, 1 - y)
@@ -91,10 +102,18 @@ def test_other_run_lengths_and_kernels_compile_their_own_loop():
     X, y = _data()
     a, b = _mcmc(SGLD, jit_model_args=True), _mcmc(PSGLD, jit_model_args=True)
     a.run(random.PRNGKey(0), X, y)
-    assert "jit(_fori_collect_loop)" in _compiled_during(lambda: b.run(random.PRNGKey(0), X, y))
+    assert OUR_LOOP in _compiled_during(lambda: b.run(random.PRNGKey(0), X, y))
     a.num_samples = 300
     a._set_collection_params()
-    assert "jit(_fori_collect_loop)" in _compiled_during(lambda: a.run(random.PRNGKey(0), X, y))
+    assert OUR_LOOP in _compiled_during(lambda: a.run(random.PRNGKey(0), X, y))
+    assert a.get_samples()["w"].shape == (300, 3)
+    # the run length is not compiled in: 601 steps thinned by 2 keep 300 draws, like 600
+    a.num_samples, a.thinning = 600, 2
+    a._set_collection_params()
+    a.run(random.PRNGKey(0), X, y)
+    a.num_samples = 601
+    a._set_collection_params()
+    assert OUR_LOOP not in _compiled_during(lambda: a.run(random.PRNGKey(0), X, y))
     assert a.get_samples()["w"].shape == (300, 3)
 
 

@@ -1,0 +1,157 @@
+"""The sampling loop behind ``MCMC.run`` for the stochastic-gradient kernels.
+
+``numpyro.infer.MCMC`` runs a kernel through ``numpyro.util.fori_collect``, which on **every**
+step evaluates the collection transform (the kernel's ``postprocess_fn``: constraining
+transforms and, for models with ``numpyro.deterministic`` sites, a replay of
+``full_batch(model)``) and writes the result into the sample buffer under a ``lax.cond``, even
+when ``thinning`` keeps one step in many; and with the progress bar on (the default) it calls
+the compiled step from Python once per step. For a full-data kernel such as NUTS a step costs
+many gradients and neither matters; for a stochastic-gradient step on a minibatch both do: a
+deterministic site becomes a full-data pass per step, the write of a 478k-parameter network
+costs about 5 % of its step, and the per-step dispatch dominates a cheap step. SGLD on logistic
+regression (N = 50,000, minibatch 500; ``benchmarks/sampling_loop.py``): with a per-point
+deterministic site and ``thinning=100``, 210 µs per step on NumPyro's loop against 61 µs on
+this one; with the progress bar on, 917 µs against 42 µs.
+
+:func:`collect` keeps ``fori_collect``'s contract and results (draw ``k`` is the state after
+step ``start + (k + 1) * thinning - 1``, ``start = lower + (upper - lower) % thinning``; the
+same collection size, zero-filled beyond the draws) but
+
+- evaluates the transform and writes the draw only on the steps it keeps, inside a
+  ``lax.cond`` (NumPyro's loop evaluates the transform on every step and writes on every step
+  of a thinning window, the last write winning), and
+- with the progress bar on, runs ``progress_rate`` steps per compiled call (one dispatch per
+  progress update instead of one per step).
+
+The loop is compiled once per (step function, transform) pair (the objects ``MCMC`` caches per
+instance) and shapes; the run length and ``thinning`` are traced arguments, so a run of another
+length with the same collection size does not recompile. :mod:`numpyro_sgrld._compat`
+routes ``MCMC`` runs of :class:`~numpyro_sgrld.SGMCMCKernel` instances here; every other kernel
+keeps NumPyro's loop.
+"""
+
+from collections import OrderedDict
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+__all__ = ["collect"]
+
+# bounded like NumPyro's own cache of loop bodies: an entry keeps the step function (and through
+# it the kernel and, without ``jit_model_args``, the data) alive
+_MAX_LOOPS = 32
+_loops = OrderedDict()
+
+
+def _is_kept(i, start, thinning):
+    """Whether step ``i`` is the last of a thinning window, i.e. recorded: ``i >= start`` and
+    ``(i - start) % thinning == thinning - 1``."""
+    offset = i - start
+    return (offset >= 0) & (offset % thinning == thinning - 1)
+
+
+def _record(transform, collection, val, k):
+    if not all(buf.shape[0] for buf in jax.tree.leaves(collection)):
+        return collection  # a collection of size 0: nothing is kept
+    return jax.tree.map(lambda buf, x: buf.at[k].set(x), collection, transform(val))
+
+
+def _skip(collection, val, k):
+    return collection
+
+
+def _sample_loop(body_fun, transform, lo, hi, val, collection, start, thinning):
+    """Steps ``lo .. hi - 1`` of ``body_fun``; the kept ones transformed into ``collection``
+    (the transform runs inside the ``lax.cond``, so only on kept steps)."""
+    record = partial(_record, transform)
+
+    def step(i, carry):
+        val, collection = carry
+        val = body_fun(val)
+        kept, k = _is_kept(i, start, thinning), (i - start) // thinning
+        return val, lax.cond(kept, record, _skip, collection, val, k)
+
+    return lax.fori_loop(lo, hi, step, (val, collection))
+
+
+def _compiled(body_fun, transform):
+    key = (body_fun, transform)
+    if key in _loops:
+        _loops.move_to_end(key)
+    else:
+        _loops[key] = jax.jit(partial(_sample_loop, body_fun, transform), donate_argnums=(3,))
+        if len(_loops) > _MAX_LOOPS:
+            _loops.popitem(last=False)
+    return _loops[key]
+
+
+def _empty_collection(transform, init_val, size):
+    """Zero buffers of ``size`` draws shaped like ``transform(init_val)``, which is not run."""
+    shapes = jax.eval_shape(transform, init_val)
+    return jax.tree.map(lambda s: jnp.zeros((size,) + s.shape, s.dtype), shapes)
+
+
+def _is_traced(tree):
+    return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(tree))
+
+
+def collect(
+    lower,
+    upper,
+    body_fun,
+    init_val,
+    transform=lambda x: x,
+    progbar=True,
+    progress_rate=None,
+    return_last_val=False,
+    collection_size=None,
+    thinning=1,
+    **progbar_opts,
+):
+    """Run ``body_fun`` ``upper`` times from ``init_val`` and collect ``transform`` of the
+    states after steps ``lower .. upper - 1``, thinned: the signature and results of
+    ``numpyro.util.fori_collect`` (see the module docstring for what differs in cost).
+
+    :return: the collection (leading axis: draws), and the last state if ``return_last_val``.
+    """
+    if not (0 <= lower <= upper):
+        raise ValueError(f"need 0 <= lower <= upper, got lower={lower}, upper={upper}")
+    if not (isinstance(thinning, (int, np.integer)) and thinning >= 1):
+        raise ValueError(f"`thinning` must be a positive integer, got {thinning!r}")
+    kept = (upper - lower) // thinning
+    collection_size = kept if collection_size is None else collection_size
+    if collection_size < kept:
+        raise ValueError(f"collection_size={collection_size} is smaller than the {kept} draws")
+    start = lower + (upper - lower) % thinning
+    collection = _empty_collection(transform, init_val, collection_size)
+    run = _compiled(body_fun, transform)
+    start, thin = np.int32(start), np.int32(thinning)
+    if not progbar or upper == 0 or _is_traced((init_val, collection)):
+        val, collection = run(np.int32(0), np.int32(upper), init_val, collection, start, thin)
+    else:
+        val, collection = _with_progress_bar(
+            run, upper, init_val, collection, start, thin, progress_rate, progbar_opts
+        )
+    return (collection, val) if return_last_val else collection
+
+
+def _with_progress_bar(run, upper, val, collection, start, thin, progress_rate, progbar_opts):
+    """Chunks of ``progress_rate`` steps (default ``upper / 20``), the bar updated after each
+    with NumPyro's description and the kernel's diagnostics string."""
+    from tqdm import tqdm  # the bar NumPyro's one-chain loop shows
+
+    rate = progress_rate or max(upper // 20, 1)
+    describe = progbar_opts.get("progbar_desc", lambda i: "")
+    diagnostics = progbar_opts.get("diagnostics_fn")
+    with tqdm(total=upper) as bar:
+        for lo in range(0, upper, rate):
+            hi = min(lo + rate, upper)
+            val, collection = run(np.int32(lo), np.int32(hi), val, collection, start, thin)
+            bar.set_description(describe(hi - 1), refresh=False)
+            if diagnostics is not None:
+                bar.set_postfix_str(diagnostics(val), refresh=False)
+            bar.update(hi - lo)
+    return val, collection

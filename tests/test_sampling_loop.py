@@ -1,0 +1,160 @@
+"""The kernels' own sampling loop (``numpyro_sgrld._loop``): NumPyro's draws, postprocessing
+only on the kept steps, a progress bar updated in chunks; other kernels untouched."""
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from jax import random
+from numpyro.infer import MCMC, NUTS
+
+import numpyro_sgrld
+from numpyro_sgrld import PSGLD, SGHMC, _loop
+
+N, D, BATCH = 400, 3, 20
+
+
+def _data():
+    rng = np.random.default_rng(0)
+    X = jnp.asarray(rng.normal(size=(N, D)), jnp.float32)
+    y = jnp.asarray(rng.random(N) < 0.5, jnp.int32)
+    return X, y
+
+
+def model(X, y, on_full_data=None):
+    """Logistic regression with a positive scale and deterministic sites; ``on_full_data()``
+    is called (from the compiled program) whenever the model runs on all ``N`` points."""
+    w = numpyro.sample("w", dist.Normal(0, 1).expand([D]).to_event(1))
+    s = numpyro.sample("s", dist.HalfNormal(1.0))
+    numpyro.deterministic("ws", w * s)
+    with numpyro.plate("data", N, subsample_size=BATCH) as idx:
+        logits = X[idx] @ w
+        if on_full_data is not None and logits.shape[0] == N:
+            jax.debug.callback(on_full_data)
+        numpyro.sample("y", dist.Bernoulli(logits=logits), obs=y[idx])
+
+
+def _draws(loop, kernel_cls=PSGLD, model_kwargs=None, **mcmc_kwargs):
+    X, y = _data()
+    numpyro_sgrld.use_sampling_loop(loop)
+    try:
+        mcmc = MCMC(kernel_cls(model, step_size=1e-3), **mcmc_kwargs)
+        mcmc.run(random.PRNGKey(3), X, y, extra_fields=("diverging", "potential_energy"),
+                 **(model_kwargs or {}))
+    finally:
+        numpyro_sgrld.use_sampling_loop("sgrld")
+    return (mcmc.get_samples(group_by_chain=True), mcmc.get_extra_fields(group_by_chain=True),
+            mcmc.last_state)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(num_warmup=0, num_samples=12, progress_bar=False),
+        dict(num_warmup=7, num_samples=23, thinning=4, progress_bar=False),
+        dict(num_warmup=7, num_samples=23, thinning=4, progress_bar=True),
+        dict(num_warmup=0, num_samples=20, thinning=20, jit_model_args=True, progress_bar=False),
+        dict(num_warmup=5, num_samples=20, thinning=3, num_chains=3, chain_method="vectorized",
+             progress_bar=True),
+        dict(num_warmup=5, num_samples=9, thinning=2, num_chains=2, chain_method="sequential",
+             progress_bar=False),
+    ],
+    ids=["plain", "warmup+thinning", "progress-bar", "one-draw", "vectorized", "sequential"],
+)
+def test_same_draws_as_numpyros_loop(kw):
+    kernel_cls = SGHMC if kw.get("chain_method") == "sequential" else PSGLD
+    ours = _draws("sgrld", kernel_cls, **kw)
+    theirs = _draws("numpyro", kernel_cls, **kw)
+    assert jax.tree.structure(ours) == jax.tree.structure(theirs)
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):
+        assert a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+    assert np.ptp(np.asarray(ours[0]["w"])) > 0  # the chains moved
+
+
+def test_postprocessing_runs_only_on_the_kept_steps():
+    # deterministic sites are computed by replaying the model on all the data: NumPyro's loop
+    # does it on every step (20 here) and once more, eagerly, for the shapes of its sample
+    # buffers; ours once per kept draw (4)
+    counts = {}
+    for loop in ("sgrld", "numpyro"):
+        calls = []
+        samples, _, _ = _draws(
+            loop, num_warmup=0, num_samples=20, thinning=5, progress_bar=False,
+            model_kwargs={"on_full_data": partial(calls.append, 1)},
+        )
+        jax.effects_barrier()
+        counts[loop] = len(calls)
+        assert samples["ws"].shape == (1, 4, D)
+    assert counts == {"sgrld": 4, "numpyro": 21}
+
+
+def test_progress_bar_runs_one_compiled_call_per_update(monkeypatch):
+    calls = []
+    compiled = _loop._compiled
+
+    def counting(body_fun, transform):
+        run = compiled(body_fun, transform)
+        return lambda *args: (calls.append(args[1] - args[0]), run(*args))[1]
+
+    monkeypatch.setattr(_loop, "_compiled", counting)
+    X, y = _data()
+    mcmc = MCMC(PSGLD(model, step_size=1e-3), num_warmup=0, num_samples=100,
+                progress_bar=True, progress_rate=30)
+    mcmc.run(random.PRNGKey(0), X, y)
+    assert calls == [30, 30, 30, 10]
+    assert mcmc.get_samples()["w"].shape == (100, D)
+
+
+def test_other_kernels_keep_numpyros_loop(monkeypatch):
+    used = []
+    collect = _loop.collect
+    monkeypatch.setattr(_loop, "collect", lambda *a, **k: (used.append(1), collect(*a, **k))[1])
+    X, y = _data()
+
+    def full(X, y):
+        w = numpyro.sample("w", dist.Normal(0, 1).expand([D]).to_event(1))
+        numpyro.sample("y", dist.Bernoulli(logits=X @ w), obs=y)
+
+    MCMC(NUTS(full), num_warmup=5, num_samples=5, progress_bar=False).run(
+        random.PRNGKey(0), X, y
+    )
+    assert used == []
+    MCMC(PSGLD(model, step_size=1e-3), num_warmup=0, num_samples=5, progress_bar=False).run(
+        random.PRNGKey(0), X, y
+    )
+    assert used == [1]
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match='"sgrld" or "numpyro"'):
+        numpyro_sgrld.use_sampling_loop("fast")
+    body, init = (lambda x: x + 1), jnp.zeros(2)
+    with pytest.raises(ValueError, match="thinning"):
+        _loop.collect(0, 10, body, init, progbar=False, thinning=0)
+    with pytest.raises(ValueError, match="lower <= upper"):
+        _loop.collect(5, 3, body, init, progbar=False)
+    with pytest.raises(ValueError, match="collection_size"):
+        _loop.collect(0, 10, body, init, progbar=False, collection_size=4)
+
+
+def test_collect_keeps_the_last_step_of_each_window():
+    body, init = (lambda x: x + 1), jnp.zeros(2)
+    # steps 0..9, lower 2, thinning 3: start = 2 + 8 % 3 = 4, windows 4-6 and 7-9, so the
+    # states after steps 6 and 9 are kept; the same when run in chunks of 2 steps (progress bar)
+    for progbar in (False, True):
+        out, last = _loop.collect(2, 10, body, init, progbar=progbar, progress_rate=2,
+                                  thinning=3, return_last_val=True)
+        np.testing.assert_array_equal(out[:, 0], [7.0, 10.0])
+        np.testing.assert_array_equal(last, [10.0, 10.0])
+    # thinning 1: every step from `lower` on; a larger collection is zero-filled at the end
+    out = _loop.collect(2, 5, body, init, progbar=False, collection_size=5)
+    np.testing.assert_array_equal(out[:, 0], [3.0, 4.0, 5.0, 0.0, 0.0])
+    # fewer steps than `thinning`: nothing kept, the state still advances
+    out, last = _loop.collect(0, 4, body, init, progbar=False, thinning=5, return_last_val=True)
+    assert out.shape == (0, 2)
+    np.testing.assert_array_equal(last, [4.0, 4.0])
