@@ -88,7 +88,7 @@ def _fori_collect(lower, upper, body_fun, init_val, *args, **kwargs):
     own = (
         _runs_sg_kernel(body_fun)
         and not args
-        and not numpyro.util._DISABLE_CONTROL_FLOW_PRIM
+        and not getattr(numpyro.util, "_DISABLE_CONTROL_FLOW_PRIM", False)
         and not (progbar and kwargs.get("num_chains", 1) > 1)
     )
     if not own:
