@@ -1,9 +1,10 @@
-"""Where cached files (data read from wheels, reference posteriors) live."""
+"""Where cached files (data read from wheels, reference posteriors) live, and a bounded
+in-memory table for compiled programs."""
 
 import os
 from pathlib import Path
 
-__all__ = ["cache_dir"]
+__all__ = ["cache_dir", "lru_get"]
 
 
 def cache_dir() -> Path:
@@ -14,3 +15,16 @@ def cache_dir() -> Path:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "numpyro_sgrld"
+
+
+def lru_get(table, key, make, max_size):
+    """``table[key]`` (an ``OrderedDict``), built by ``make()`` on a miss; beyond ``max_size``
+    entries the least recently used one is dropped (an entry keeps what ``make`` captured
+    alive: kernels, data)."""
+    if key in table:
+        table.move_to_end(key)
+        return table[key]
+    value = table[key] = make()
+    if len(table) > max_size:
+        table.popitem(last=False)
+    return value

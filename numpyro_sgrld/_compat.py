@@ -29,6 +29,7 @@ import numpyro.infer.mcmc
 import numpyro.util
 
 from numpyro_sgrld import _loop
+from numpyro_sgrld._cache import lru_get
 
 __all__ = ["reuse_compiled_loops", "restore_numpyro_jit", "use_sampling_loop"]
 
@@ -45,15 +46,11 @@ def _memoized_maybe_jit(fn, *args, **kwargs):
         hash(key)
     except TypeError:
         return _ORIGINAL_MAYBE_JIT(fn, *args, **kwargs)
-    if key in _wrappers:
-        _wrappers.move_to_end(key)
-        return _wrappers[key]
-    wrapped = _ORIGINAL_MAYBE_JIT(fn, *args, **kwargs)
+    wrapped = lru_get(
+        _wrappers, key, lambda: _ORIGINAL_MAYBE_JIT(fn, *args, **kwargs), _MAX_WRAPPERS
+    )
     if wrapped is fn:  # control flow primitives disabled (numpyro.util.control_flow_prims_disabled)
-        return wrapped
-    _wrappers[key] = wrapped
-    if len(_wrappers) > _MAX_WRAPPERS:
-        _wrappers.popitem(last=False)
+        del _wrappers[key]
     return wrapped
 
 

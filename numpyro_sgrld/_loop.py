@@ -38,6 +38,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from numpyro_sgrld._cache import lru_get
+
 __all__ = ["collect"]
 
 # bounded like NumPyro's own cache of loop bodies: an entry keeps the step function (and through
@@ -78,14 +80,8 @@ def _sample_loop(body_fun, transform, lo, hi, val, collection, start, thinning):
 
 
 def _compiled(body_fun, transform):
-    key = (body_fun, transform)
-    if key in _loops:
-        _loops.move_to_end(key)
-    else:
-        _loops[key] = jax.jit(partial(_sample_loop, body_fun, transform), donate_argnums=(3,))
-        if len(_loops) > _MAX_LOOPS:
-            _loops.popitem(last=False)
-    return _loops[key]
+    make = partial(jax.jit, partial(_sample_loop, body_fun, transform), donate_argnums=(3,))
+    return lru_get(_loops, (body_fun, transform), make, _MAX_LOOPS)
 
 
 def _empty_collection(transform, init_val, size):
