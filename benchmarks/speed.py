@@ -20,6 +20,9 @@ Contenders:
 
 - ``hand SGLD`` (the reference), ``hand SGHMC``, ``hand pSGLD``, ``hand Monge``: the update
   written out directly in JAX (``jax.grad`` of the minibatch potential, a few ``tree.map``s);
+- ``hand shampoo``: Shampoo SGLD (default decay, eps, interval and block layout) written out
+  with einsums on each weight's stack of blocks, the roots by ``eigh`` every 100 steps under a
+  ``lax.cond``: the arithmetic the metric needs, without the library's generic tensor code;
 - ``hand sgld+write``: hand SGLD that also writes its state into a one-row buffer under a
   ``lax.cond`` every step, as NumPyro's ``fori_collect`` records draws (thinned or not);
 - ``BlackJAX sgld`` / ``BlackJAX sghmc`` (``jit`` + ``lax.scan`` over ``step``; SGHMC does
@@ -40,7 +43,9 @@ Contenders:
 
 Also measured: the **fixed cost** of a repeated ``MCMC.run`` (a 1-step run of an already used
 ``MCMC`` object: initialisation, dispatch and postprocessing), the throughput of 1, 4 and 16
-vectorized SGLD chains (logreg) and the cost of the per-step finiteness check alone (mlp).
+vectorized SGLD chains (logreg), the cost of the per-step finiteness check alone (mlp) and XLA's
+own cost analysis (floating-point operations, bytes accessed) of one step of each basic kernel
+against the same update by hand (mlp; deterministic, unlike the timings).
 
     python benchmarks/speed.py                       # both problems, ~45 min on 2 cores
     python benchmarks/speed.py --problem logreg --repeats 5 --out logreg.md
@@ -69,6 +74,7 @@ from numpyro_sgrld import (
     priors,
     use_sampling_loop,
 )
+from numpyro_sgrld.metrics import shampoo_block_shapes
 
 FRICTION, DECAY, EPS, ALPHA2, MONGE_DECAY = 0.1, 0.99, 1e-8, 1.0, 0.9
 
@@ -169,8 +175,89 @@ def _normal_like(key, tree):
     return treedef.unflatten([random.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves)])
 
 
+SHAMPOO_DECAY, SHAMPOO_EPS, SHAMPOO_INTERVAL, SHAMPOO_BLOCK = 0.99, 1e-8, 100, 128
+
+
+def _layout(shape):
+    merged, block, counts = shampoo_block_shapes(shape, SHAMPOO_BLOCK)
+    if len(merged) > 2 or any(c * b != d for d, b, c in zip(merged, block, counts)):
+        raise ValueError(f"hand Shampoo handles matrices and vectors in equal blocks: {shape}")
+    return merged, block, counts
+
+
+def _blocks(x):
+    """``x`` as a stack of its Shampoo blocks: (num_blocks, b1[, b2])."""
+    merged, block, counts = _layout(x.shape)
+    if len(merged) == 1:
+        return x.reshape(counts[0], block[0])
+    x = x.reshape(counts[0], block[0], counts[1], block[1])
+    return x.transpose(0, 2, 1, 3).reshape(-1, *block)
+
+
+def _unblocks(blocks, like):
+    merged, block, counts = _layout(like.shape)
+    if len(merged) == 1:
+        return blocks.reshape(like.shape)
+    x = blocks.reshape(counts[0], counts[1], *block).transpose(0, 2, 1, 3)
+    return x.reshape(like.shape)
+
+
+def _is_factors(t):
+    return isinstance(t, tuple)
+
+
+def _grams(b):
+    if b.ndim == 2:  # vectors: one full-matrix factor
+        return (jnp.einsum("ni,nj->nij", b, b),)
+    return jnp.einsum("nij,nkj->nik", b, b), jnp.einsum("nji,njk->nik", b, b)
+
+
+def _apply(b, factors, like):
+    if b.ndim == 2:
+        return _unblocks(jnp.einsum("nij,nj->ni", factors[0], b), like)
+    return _unblocks(jnp.einsum("nij,njk,nkl->nil", factors[0], b, factors[1]), like)
+
+
+def _shampoo_init(x0):
+    def leaf(x):
+        eye = tuple(
+            jnp.broadcast_to(jnp.eye(m.shape[-1]), (m.shape[0],) + (m.shape[-1],) * 2)
+            for m in _grams(_blocks(x))
+        )
+        return tuple(SHAMPOO_EPS * e for e in eye), eye, eye
+
+    parts = [leaf(x) for x in jax.tree.leaves(x0)]
+    treedef = jax.tree.structure(x0)
+    stats, roots, precs = (treedef.unflatten([q[j] for q in parts]) for j in range(3))
+    return x0, stats, roots, precs, jnp.zeros((), jnp.int32)
+
+
+def _shampoo_roots(stats, roots, precs):
+    """N = (L + eps lambda_max I)^(-1/(4k)) by eigh, P = N^2; one batched eigh after another
+    (concurrent batched eighs can deadlock XLA:CPU's thread pool on two cores)."""
+    del roots, precs
+    token = jnp.zeros(())
+    out_roots, out_precs = [], []
+    for factors in jax.tree.leaves(stats, is_leaf=_is_factors):
+        k, leaf_roots = len(factors), []
+        for s in factors:
+            s = s + 0 * jnp.where(jnp.isfinite(token), token, 0.0)
+            w, q = jnp.linalg.eigh(s)
+            w = jnp.maximum(w, 0.0)
+            top = jnp.max(w, axis=-1, keepdims=True)
+            root = jnp.maximum(w + SHAMPOO_EPS * top, jnp.finfo(w.dtype).tiny) ** (-1 / (4 * k))
+            r = jnp.einsum("nij,nj,nkj->nik", q, root, q)
+            token = jnp.sum(r[:, 0, 0])
+            leaf_roots.append(r)
+        out_roots.append(tuple(leaf_roots))
+        out_precs.append(tuple(r @ r for r in leaf_roots))
+    treedef = jax.tree.structure(stats, is_leaf=_is_factors)
+    return treedef.unflatten(out_roots), treedef.unflatten(out_precs)
+
+
 def hand_written(kind, p):
-    """A jitted ``run(state, key, T)`` of ``kind`` in {sgld, sghmc, psgld, monge, sgld+write}."""
+    """A jitted ``run(state, key, T)`` of ``kind`` in {sgld, sghmc, psgld, monge, shampoo,
+    sgld+write}."""
     X, y, n, h = p["X"], p["y"], p["batch"], p["step"]
     N = X.shape[0]
 
@@ -217,6 +304,28 @@ def hand_written(kind, p):
         )
         return x, v
 
+    def shampoo(state, key):
+        # Shampoo SGLD (ALGORITHMS.md; defaults decay 0.99, eps 1e-8, interval 100, blocks of
+        # at most 128 from `shampoo_block_shapes`, the library's layout policy), written out
+        # with einsums on each leaf's stack of 2-D (or 1-D) blocks
+        (x, stats, roots, precs, t), (k1, k2) = state, random.split(key)
+        g, xi = grad(x, k1), _normal_like(k2, x)
+        gb = jax.tree.map(lambda g: _blocks(g / N), g)
+        stats = jax.tree.map(
+            lambda s, b: tuple(
+                SHAMPOO_DECAY * f + (1 - SHAMPOO_DECAY) * q for f, q in zip(s, _grams(b))
+            ),
+            stats, gb, is_leaf=_is_factors,
+        )
+        roots, precs = lax.cond(
+            (t + 1) % SHAMPOO_INTERVAL == 0, _shampoo_roots, lambda s, r, p: (r, p),
+            stats, roots, precs,
+        )
+        drift = jax.tree.map(lambda g, p: _apply(_blocks(g), p, g), g, precs, is_leaf=_is_factors)
+        noise = jax.tree.map(lambda e, r: _apply(_blocks(e), r, e), xi, roots, is_leaf=_is_factors)
+        x = jax.tree.map(lambda x, d, e: x - h * d + jnp.sqrt(2 * h) * e, x, drift, noise)
+        return x, stats, roots, precs, t + 1
+
     def sgld_write(state, key):
         # SGLD, then the state written into a one-row sample buffer under a `lax.cond`, the
         # way NumPyro's `fori_collect` records a draw on every step (thinned or not)
@@ -234,6 +343,7 @@ def hand_written(kind, p):
         "sghmc": (sghmc, (x0, zeros(x0))),
         "psgld": (psgld, (x0, zeros(x0), jnp.zeros(()))),
         "monge": (monge, (x0, zeros(x0))),
+        "shampoo": (shampoo, _shampoo_init(x0)),
         "sgld+write": (
             sgld_write,
             (x0, jax.tree.map(lambda x: jnp.zeros((1,) + x.shape), x0), jnp.zeros((), jnp.int32)),
@@ -397,6 +507,7 @@ IN_SCAN = "(step in lax.scan)"
 NUMPYRO_LOOP = "SGLD (NumPyro's loop)"
 HAND.update({f"{k} {IN_SCAN}": v for k, v in HAND.items()})
 HAND[NUMPYRO_LOOP] = "hand sgld"
+HAND["ShampooSGLD"] = "hand shampoo"
 
 
 def _header(p, repeats):
@@ -448,21 +559,25 @@ def speed_tables(p, names, repeats, with_blackjax=True):
     if extended:
         base = sorted({VERSUS[n] for n in extended})
         contenders = {"hand sgld": hand_written("sgld", p)}
+        if "ShampooSGLD" in extended:
+            contenders["hand shampoo"] = hand_written("shampoo", p)
         contenders.update({n: ours(KERNELS[n], p) for n in base + extended})
         print(f"{p['title']}: {len(contenders)} contenders", flush=True)
         samples = measure(contenders, p["t1"], p["t2"], repeats)
         lines = [
             _header(p, repeats),
             "| contender | marginal µs / step | vs hand SGLD | vs the kernel it extends "
-            "| fixed cost of a repeated run (s) |",
-            "|---|---|---|---|---|",
+            "| vs same update by hand | fixed cost of a repeated run (s) |",
+            "|---|---|---|---|---|---|",
         ]
         for name in contenders:
+            hand = HAND.get(name)
             cells = [
                 _marginal(samples, name),
                 _fmt(_ratio(samples, name, "hand sgld")),
                 f"{_fmt(_ratio(samples, name, VERSUS[name]))} {VERSUS[name]}"
                 if name in VERSUS else "",
+                _fmt(_ratio(samples, name, hand)) if hand in samples else "",
                 _fixed(samples, name) if name in KERNELS else "",
             ]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -520,6 +635,37 @@ def check_table(p, repeats, calls=200):
     return "\n".join(lines)
 
 
+def _xla_cost(fn, *args):
+    cost = jax.jit(fn).lower(*args).compile().cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    return cost["flops"], cost["bytes accessed"]
+
+
+def cost_table(p, names):
+    """XLA's own cost analysis of one compiled step (``Compiled.cost_analysis()``: floating-point
+    operations and bytes read and written, as XLA counts them): each basic kernel's ``sample``
+    against the same update by hand. Deterministic, so it separates what the kernels add per
+    step from this machine's timing noise."""
+    args = (p["X"], p["y"])
+    lines = [
+        f"**XLA cost analysis of one step** ({p['title']}; deterministic):\n",
+        "| kernel | GFLOP, by hand | GFLOP, kernel | ratio | MB accessed, by hand "
+        "| MB accessed, kernel | ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name in [n for n in names if n in BASIC]:
+        hand = hand_written(HAND[name].removeprefix("hand "), p)
+        h_flops, h_bytes = _xla_cost(lambda key, hand=hand: hand(1, key), random.PRNGKey(0))
+        kernel = _kernel(KERNELS[name], p)
+        state = kernel.init(random.PRNGKey(0), 0, None, args, {})
+        k_flops, k_bytes = _xla_cost(lambda s, k=kernel: k.sample(s, args, {}), state)
+        lines.append(
+            f"| {name} | {h_flops / 1e9:.3f} | {k_flops / 1e9:.3f} | {k_flops / h_flops:.3f}× "
+            f"| {h_bytes / 1e6:.1f} | {k_bytes / 1e6:.1f} | {k_bytes / h_bytes:.3f}× |"
+        )
+    return "\n".join(lines)
+
+
 def chains_table(p, repeats, counts=(1, 4, 16)):
     contenders = {f"{c} chains": ours(SGLD, p, num_chains=c) for c in counts}
     samples = measure(contenders, p["t1"], p["t2"], repeats)
@@ -559,9 +705,9 @@ def main(argv=None):
             print(table, flush=True)
             tables.append(table)
         if name == "mlp":
-            table = check_table(p, args.repeats)
-            print(table, flush=True)
-            tables.append(table)
+            for table in (check_table(p, args.repeats), cost_table(p, names)):
+                print(table, flush=True)
+                tables.append(table)
         if name == "logreg" and not args.no_chains:
             table = chains_table(p, args.repeats)
             print(table, flush=True)

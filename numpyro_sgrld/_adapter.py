@@ -166,6 +166,14 @@ class SGMCMCKernel(MCMCKernel):
         ``init`` warns when the centre is estimated to be more than sqrt(d) posterior
         sds from the mode (:func:`~numpyro_sgrld.gradients.centre_distance`).
     :param mode_steps: Adam steps of ``control_variate="mode"`` (default 1000).
+    :param start_at_centre: start the chain at the control-variate centre instead of the
+        initial position given by ``init_strategy`` or ``init_params`` (default ``False``).
+        Baker et al. (2019) start SGLD-CV at the mode they find: a chain that starts in the
+        bulk of the posterior needs little or no burn-in. Keep the default where the chains'
+        starting points should be spread out (e.g. to compare chains with R-hat): started at
+        the centre, every chain starts at (almost) the same point. A centre that is not finite
+        is not used (the chain then starts at the initial position). Needs
+        ``control_variate``.
     """
 
     sample_field = "z"
@@ -184,6 +192,7 @@ class SGMCMCKernel(MCMCKernel):
         data_parallel=None,
         control_variate=None,
         mode_steps=1000,
+        start_at_centre=False,
     ):
         if (model is None) == (potential_fn is None):
             raise ValueError("Give exactly one of `model` or `potential_fn`.")
@@ -205,6 +214,14 @@ class SGMCMCKernel(MCMCKernel):
         if not (isinstance(mode_steps, int) and mode_steps >= 1):
             raise ValueError(f"`mode_steps` must be a positive integer, got {mode_steps!r}.")
         self._mode_steps = mode_steps
+        if not isinstance(start_at_centre, bool):
+            raise ValueError(f"`start_at_centre` must be True or False, got {start_at_centre!r}.")
+        if start_at_centre and control_variate is None:
+            raise ValueError(
+                "`start_at_centre=True` starts the chain at the control-variate centre: also pass "
+                "`control_variate='mode'` (or a dict of unconstrained latent values)."
+            )
+        self._start_at_centre = start_at_centre
         self._plates = ()
         self._prepared_model = None
         self._inv_transforms = None
@@ -327,6 +344,8 @@ class SGMCMCKernel(MCMCKernel):
         cv = None
         if self._control_variate is not None:
             cv = self._init_control_variate(z, key_sampler, model_args, model_kwargs)
+            if self._start_at_centre:
+                z = tree_where(tree_all_finite(cv.centre), cv.centre, z)
             value, grad, _ = control_variate_estimate(potential, cv, z, idx)
         else:
             value, grad = value_and_grad_estimator(potential)(z, idx)
@@ -495,7 +514,16 @@ def _warn_if_far_centre(cv):
         return
     dim = sum(np.size(x) for x in jax.tree.leaves(cv.centre)) // max(np.size(cv.distance), 1)
     worst = float(np.max(np.asarray(cv.distance)))
-    if worst > np.sqrt(dim):
+    if np.isnan(worst):
+        warnings.warn(
+            "The control-variate centre, or the full-data gradient or curvature there, is not "
+            "finite: every gradient estimate will be non-finite too. Check the model at the "
+            "centre; with control_variate='mode', try another `init_strategy` or `init_params` "
+            "for the mode search.",
+            UserWarning,
+            stacklevel=2,
+        )
+    elif worst > np.sqrt(dim):
         warnings.warn(
             f"The control-variate centre is about {worst:.3g} posterior standard deviations "
             f"from the mode (estimated along the full-data gradient; more than sqrt(d) = "

@@ -83,16 +83,18 @@ def centre_distance(full_potential, centre, grad):
     for a Gaussian posterior when :math:`g` is an eigenvector of :math:`H` (in one dimension,
     :math:`|\hat\theta - \text{mode}| / \text{sd}`); one Hessian-vector product. Zero at a
     stationary point; infinite where the curvature along :math:`g` is not positive (no mode
-    nearby in that direction). The control-variate estimator is unbiased wherever the centre
-    is, but its variance grows with the chain's distance from the centre (Baker et al. 2019):
-    a centre many standard deviations away gains little over the plain estimator.
+    nearby in that direction); NaN where the gradient or the curvature is NaN. The
+    control-variate estimator is unbiased wherever the centre is, but its variance grows with
+    the chain's distance from the centre (Baker et al. 2019): a centre many standard
+    deviations away gains little over the plain estimator.
     """
     hess_grad = jax.jvp(jax.grad(full_potential), (centre,), (grad,))[1]
     curvature = tree_dot(grad, hess_grad)
     sq_norm = tree_dot(grad, grad)
     positive = curvature > 0
     distance = sq_norm / jnp.sqrt(jnp.where(positive, curvature, 1.0))
-    return jnp.where(positive, distance, jnp.where(sq_norm > 0, jnp.inf, 0.0))
+    distance = jnp.where(positive, distance, jnp.where(sq_norm > 0, jnp.inf, 0.0))
+    return jnp.where(jnp.isnan(sq_norm) | jnp.isnan(curvature), jnp.nan, distance)
 
 
 def control_variate_estimate(potential, cv, z, idx):

@@ -263,8 +263,8 @@ class SGHMC(SGMCMCKernel):
 _COMMON = """    :param model: NumPyro model (or ``potential_fn=``).
     :param step_size: :math:`h`, float > 0 or a schedule (:mod:`numpyro_sgrld.schedules`).
     :param kwargs: ``temperature``, ``num_data``, ``batching``, ``init_strategy``,
-        ``potential_fn``, ``data_parallel``, ``control_variate``, ``mode_steps`` (see
-        :class:`~numpyro_sgrld._adapter.SGMCMCKernel`)."""
+        ``potential_fn``, ``data_parallel``, ``control_variate``, ``mode_steps``,
+        ``start_at_centre`` (see :class:`~numpyro_sgrld._adapter.SGMCMCKernel`)."""
 
 
 def _example(name, args):

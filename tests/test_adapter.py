@@ -372,6 +372,9 @@ def test_centre_distance_is_exact_for_a_gaussian_along_an_eigenvector():
     concave = {"x": jnp.array([1.0])}
     grad = {"x": -2 * concave["x"]}
     assert np.isinf(centre_distance(lambda z: -jnp.sum(z["x"] ** 2), concave, grad))
+    # a non-finite centre has no distance (NaN, reported by the kernel)
+    nan = {"x": jnp.array([jnp.nan, 0.0, 0.0])}
+    assert np.isnan(centre_distance(potential, nan, jax.grad(potential)(nan)))
 
 
 def test_a_far_control_variate_centre_is_reported():
@@ -397,3 +400,42 @@ def test_a_far_control_variate_centre_is_reported():
         warnings.simplefilter("error", UserWarning)
         near = run("mode")
     assert np.all(near < 2.0)
+
+
+def test_start_at_centre_starts_the_chain_at_the_control_variate_centre():
+    import warnings
+
+    X, y = _data(n=200)
+    model = partial(regression, subsample_size=20)
+    centre = {"w": jnp.array([0.5, -0.5, 0.2]), "sigma": jnp.array(0.1)}
+
+    def first_state(cv, **kw):
+        kernel = SGLD(model, step_size=1e-4, control_variate=cv, **kw)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # far-centre reports
+            return kernel.init(random.PRNGKey(0), 0, None, (X, y), {})
+
+    state = first_state(centre, start_at_centre=True)
+    for k in centre:
+        np.testing.assert_allclose(state.z[k], centre[k])
+    # not asked for: the chain starts at the initial position, not at the centre
+    assert not np.allclose(first_state(centre).z["w"], centre["w"])
+    # the mode search's own centre, per chain
+    kernel = SGLD(model, step_size=1e-4, control_variate="mode", start_at_centre=True)
+    state = kernel.init(random.split(random.PRNGKey(1), 2), 0, None, (X, y), {})
+    for k in state.z:
+        np.testing.assert_array_equal(state.z[k], state.control_variate.centre[k])
+    # a centre that is not finite is reported and not used as the start
+    bad = {"w": jnp.array([jnp.nan, 0.0, 0.0]), "sigma": jnp.array(0.0)}
+    kernel = SGLD(model, step_size=1e-4, control_variate=bad, start_at_centre=True)
+    with pytest.warns(UserWarning, match="not finite"):
+        state = kernel.init(random.PRNGKey(0), 0, None, (X, y), {})
+    assert all(np.all(np.isfinite(v)) for v in state.z.values())
+
+
+def test_start_at_centre_options():
+    model = partial(regression, subsample_size=10)
+    with pytest.raises(ValueError, match="control_variate='mode'"):
+        SGLD(model, step_size=1e-3, start_at_centre=True)
+    with pytest.raises(ValueError, match="True or False"):
+        SGLD(model, step_size=1e-3, control_variate="mode", start_at_centre="yes")
