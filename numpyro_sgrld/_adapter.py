@@ -60,10 +60,12 @@ class SGState(NamedTuple):
       an unbiased but noisy estimate of the full-data potential, not ``-log p(z | data)``.
     - **grad_norm** – Euclidean norm of that step's minibatch gradient :math:`\\nabla\\hat U`.
     - **step_size** – the step size :math:`h_i` used by the last step.
-    - **diverging** – True when the last step produced a non-finite state (or a non-positive
-      step size); the step was then rejected and ``z`` is the previous position. (The check
-      sums the state: a finite state whose entries sum beyond the float range, |sum| > 3.4e38
-      in float32, counts as non-finite too.)
+    - **diverging** – True when the last step had a non-finite gradient or produced a
+      non-finite state (or had a non-positive step size); the step was then rejected and ``z``
+      is the previous position. (The checks are sums: a gradient whose squared norm, or a
+      state whose entries sum, beyond the float range, |sum| > 3.4e38 in float32, counts as
+      non-finite too. A kernel whose state is moving averages of the gradient keeps the
+      state's update when only the new position was non-finite; see ``_accept``.)
     - **rng_key** – random key for the next step.
     - **control_variate** – with ``control_variate`` set on the kernel, the
       :class:`~numpyro_sgrld.gradients.ControlVariate` (centre, full-data potential and
@@ -178,6 +180,9 @@ class SGMCMCKernel(MCMCKernel):
 
     sample_field = "z"
     default_fields = ("z", "diverging")
+    # True when the kernel's own state is moving averages of the gradient (or its square) and
+    # counters, finite whenever the gradient's squared norm is: see :func:`_accept`.
+    _state_averages_gradient = False
 
     def __init__(
         self,
@@ -400,19 +405,18 @@ class SGMCMCKernel(MCMCKernel):
         z, sampler_state = self._transition(
             key_step, state.z, state.sampler_state, grad, grad_fn, step_size, state.i
         )
-        ok = (
-            tree_all_finite(z)
-            & tree_all_finite(sampler_state)
-            & (step_size > 0)
-            & jnp.isfinite(step_size)
+        grad_norm = tree_norm(grad)
+        usable = jnp.isfinite(grad_norm) & (step_size > 0) & jnp.isfinite(step_size)
+        ok, sampler_state = _accept(
+            usable, z, sampler_state, state.sampler_state, self._state_averages_gradient
         )
         return SGState(
             i=state.i + 1,
             z=tree_where(ok, z, state.z),
-            sampler_state=tree_where(ok, sampler_state, state.sampler_state),
+            sampler_state=sampler_state,
             batch_state=batch_state,
             potential_energy=value,
-            grad_norm=tree_norm(grad),
+            grad_norm=grad_norm,
             step_size=step_size,
             diverging=~ok,
             rng_key=key_next,
@@ -534,6 +538,32 @@ def _warn_if_far_centre(cv):
             UserWarning,
             stacklevel=2,
         )
+
+
+def _accept(usable, z, sampler_state, old_sampler_state, state_averages_gradient):
+    r"""Whether a step is accepted, and the kernel state to keep.
+
+    A step is rejected (``diverging``) when the gradient, its squared norm or the step size is
+    not finite (``usable`` false: :math:`\|\nabla\hat U\|^2` is computed anyway for the
+    ``grad_norm`` field, so this costs nothing), or when the new position or kernel state is
+    not finite (:func:`~numpyro_sgrld._tree.tree_all_finite`); a rejected step keeps the old
+    position.
+
+    When the kernel state is made of moving averages of :math:`\bar g` or
+    :math:`\bar g\odot\bar g` (``state_averages_gradient``: RMSprop, Monge, Adam, the
+    identity), a usable gradient cannot make it non-finite, since every new entry is a convex
+    combination of a finite old entry and a finite statistic. Then the state is selected on
+    ``usable`` alone, a scalar known before the update, so XLA fuses the selection into the
+    update itself instead of reading the new state once more for a check and again for the
+    selection (on the 478k parameters of the 784-400-400-10 MLP that is two passes over the
+    state per step). The price: a step rejected only because its new *position* overflowed
+    keeps its statistics update, which comes from a gradient evaluated at the position the
+    chain stays at.
+    """
+    if state_averages_gradient:
+        return usable & tree_all_finite(z), tree_where(usable, sampler_state, old_sampler_state)
+    ok = usable & tree_all_finite(z) & tree_all_finite(sampler_state)
+    return ok, tree_where(ok, sampler_state, old_sampler_state)
 
 
 def _shifted(grad_fn, shift, z):

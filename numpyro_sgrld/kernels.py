@@ -71,6 +71,10 @@ class LangevinKernel(SGMCMCKernel):
     def correction(self):
         return self._correction
 
+    @property
+    def _state_averages_gradient(self):
+        return self._metric.averages_gradient
+
     def _prepare(self):
         self._metric = self._build_metric(self.num_data)
 
@@ -509,7 +513,7 @@ class AdamState(NamedTuple):
 
 
 class AdamSGLD(SGMCMCKernel):
-    (
+    __doc__ = (
         r"""SGLD with an adaptive drift (Kim, Song & Liang 2022, "Stochastic gradient Langevin
     dynamics with adaptive drifts").
 
@@ -544,6 +548,7 @@ class AdamSGLD(SGMCMCKernel):
 """
         + _example("AdamSGLD", "step_size=1e-2")
     )
+    _state_averages_gradient = True  # m and v: moving averages of the gradient and its square
 
     def __init__(
         self,

@@ -51,11 +51,20 @@ class Preconditioner(NamedTuple):
 
 
 class Metric(NamedTuple):
-    """A metric as a pair of pure functions (see the module docstring)."""
+    r"""A metric as a pair of pure functions (see the module docstring).
+
+    ``averages_gradient`` declares that the state is made only of moving averages of
+    :math:`\bar g` or :math:`\bar g\odot\bar g` (and integer counters), so it stays finite
+    whenever the gradient's squared norm is finite: every new entry is a convex combination of
+    a finite old entry and a finite statistic. The kernels then need not check the new state
+    for finiteness on every step (only the gradient and the new position);
+    ``False`` (the default, e.g. for roots of an eigendecomposition) keeps that check.
+    """
 
     init: Callable
     update: Callable
     decay: float | None = None
+    averages_gradient: bool = False
 
 
 def _same(tree):
@@ -94,7 +103,7 @@ def identity() -> Metric:
     def update(grad, state, position):
         return Preconditioner(drift=_same, noise=_same), state
 
-    return Metric(init, update)
+    return Metric(init, update, averages_gradient=True)
 
 
 # --------------------------------------------------------------------------- RMSprop
@@ -134,7 +143,7 @@ def rmsprop(decay=0.99, eps=1e-8, num_data=1, bias_correction=True) -> Metric:
         )
         return precond, RMSpropState(square_avg, count)
 
-    return Metric(init, update, decay)
+    return Metric(init, update, decay, averages_gradient=True)
 
 
 # --------------------------------------------------------------------------- Monge
@@ -207,7 +216,7 @@ def monge(alpha2=1.0, decay=0.9, num_data=1, max_drift_norm=None) -> Metric:
 
         return Preconditioner(safe_drift, safe_noise), MongeState(avg)
 
-    return Metric(init, update, decay)
+    return Metric(init, update, decay, averages_gradient=True)
 
 
 # --------------------------------------------------------------------------- Shampoo

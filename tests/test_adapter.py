@@ -12,7 +12,16 @@ from jax import random
 from numpyro.infer import MCMC, NUTS, Predictive, log_likelihood
 from numpyro.infer.util import constrain_fn, log_density
 
-from numpyro_sgrld import SGHMC, SGLD, find_subsample_plates, full_batch, minibatch_potential
+from numpyro_sgrld import (
+    PSGLD,
+    SGHMC,
+    SGLD,
+    AdamSGLD,
+    ShampooSGLD,
+    find_subsample_plates,
+    full_batch,
+    minibatch_potential,
+)
 from numpyro_sgrld._tree import tree_all_finite
 from numpyro_sgrld.subsample import draw_indices, init_batching
 
@@ -173,8 +182,14 @@ def test_postprocess_returns_constrained_values_and_full_data_deterministics():
     expected = jax.vmap(
         lambda u: constrain_fn(full_batch(regression), (X, y), {}, u, return_deterministic=True)
     )(z)
-    for site in ("w", "sigma", "mu"):
+    for site in ("w", "sigma"):
         np.testing.assert_allclose(samples[site], expected[site], rtol=1e-6)
+    # mu = X @ w is a float32 dot product of length d, summed in whatever order each compiled
+    # program picks: each side is within d * eps * sum_j |x_j w_j| of the exact value, so
+    # near-cancelling entries may differ by far more than rtol (Higham, Accuracy and
+    # Stability, 3.1).
+    bound = 2 * X.shape[1] * np.finfo(np.float32).eps * (np.abs(X) @ np.abs(samples["w"]).T).T
+    assert np.all(np.abs(samples["mu"] - expected["mu"]) <= bound)
     # the same keys as NUTS on the full model
     nuts = MCMC(NUTS(full_batch(regression)), num_warmup=5, num_samples=5, progress_bar=False)
     nuts.run(random.PRNGKey(0), X, y)
@@ -211,6 +226,47 @@ def test_non_finite_steps_are_flagged_and_rejected():
     # a rejected step leaves the position unchanged
     moved = np.concatenate([[True], np.diff(np.asarray(theta)) != 0])
     assert not np.any(moved[np.asarray(diverging)])
+
+
+def _one_step(kernel, x0):
+    state = kernel.init(random.PRNGKey(0), 0, {"x": jnp.array([x0], jnp.float32)}, (), {})
+    return state, kernel.sample(state, (), {})
+
+
+def test_rejected_steps_keep_a_finite_state_whatever_failed():
+    # U(x) = -x: gradient -1, finite; from x = 3e38 a step of h = 1e38 overflows the position
+    def uphill(z):
+        return -jnp.sum(z["x"])
+
+    # PSGLD's state is a moving average of the squared gradient: a usable gradient keeps it
+    # finite, so a step rejected for its position alone keeps that statistic's update
+    before, after = _one_step(PSGLD(potential_fn=uphill, step_size=1e38), 3e38)
+    assert bool(after.diverging) and after.z["x"][0] == np.float32(3e38)
+    assert int(after.sampler_state.count) == 1
+    np.testing.assert_allclose(after.sampler_state.square_avg["x"], [0.01], rtol=1e-6)
+    # Shampoo's state holds roots of an eigendecomposition: it is checked and rolled back
+    before, after = _one_step(ShampooSGLD(potential_fn=uphill, step_size=1e38), 3e38)
+    assert bool(after.diverging) and after.z["x"][0] == np.float32(3e38)
+    assert int(after.sampler_state.count) == 0
+
+    # a gradient that is not finite rejects the step and leaves every state untouched
+    def cliff(z):
+        return -jnp.sum(jnp.sqrt(1.0 - z["x"] ** 2))  # NaN gradient for |x| > 1
+
+    for kernel in (
+        PSGLD(potential_fn=cliff, step_size=1e-2),
+        AdamSGLD(potential_fn=cliff, step_size=1e-2),
+        SGHMC(potential_fn=cliff, step_size=1e-2),
+    ):
+        before, after = _one_step(kernel, 2.0)
+        assert bool(after.diverging) and not np.isfinite(float(after.grad_norm))
+        assert float(after.z["x"][0]) == 2.0
+        old_leaves, new_leaves = (jax.tree.leaves(s.sampler_state) for s in (before, after))
+        for old, new in zip(old_leaves, new_leaves):
+            np.testing.assert_array_equal(old, new)
+    # and a usable step is accepted
+    before, after = _one_step(PSGLD(potential_fn=cliff, step_size=1e-4), 0.5)
+    assert not bool(after.diverging) and float(after.z["x"][0]) != 0.5
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
