@@ -600,6 +600,27 @@ def _fmt(r, scale=1):
     return f"{by_min:.2f}× ({paired:.2f}×)"
 
 
+def _fastest_per_call(contenders, args, repeats, calls):
+    """Fastest of ``repeats`` interleaved batches of ``calls`` calls of each ``fn(*args)``, in
+    seconds per call."""
+    best = {}
+    for fn in contenders.values():
+        jax.block_until_ready(fn(*args))
+    for _ in range(repeats):
+        for name, fn in contenders.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                out = fn(*args)
+            jax.block_until_ready(out)
+            best[name] = min(best.get(name, np.inf), (time.perf_counter() - start) / calls)
+    return best
+
+
+def _per_call_table(title, column, best):
+    lines = [title + "\n", f"| {column} | µs per call |", "|---|---|"]
+    return "\n".join(lines + [f"| {name} | {t * 1e6:.1f} |" for name, t in best.items()])
+
+
 def check_table(p, repeats, calls=200):
     """Per-step finiteness check of the position, timed alone on the problem's parameters:
     the boolean reduction ``all(isfinite(x))`` per leaf against ``isfinite(sum of the leaf
@@ -616,25 +637,37 @@ def check_table(p, repeats, calls=200):
         "x + 1 (a pass over the parameters)": jax.jit(partial(jax.tree.map, lambda x: x + 1)),
     }
     x = p["init"]
-    best = {}
-    for fn in contenders.values():
-        jax.block_until_ready(fn(x))
-    for _ in range(repeats):
-        for name, fn in contenders.items():
-            start = time.perf_counter()
-            for _ in range(calls):
-                out = fn(x)
-            jax.block_until_ready(out)
-            best[name] = min(best.get(name, np.inf), (time.perf_counter() - start) / calls)
     size = sum(v.size for v in jax.tree.leaves(x))
-    lines = [
+    title = (
         f"**Finiteness check alone** ({p['title']}, {size:,} parameters, fastest of {repeats} "
-        f"batches of {calls} calls):\n",
-        "| check | µs per call |",
-        "|---|---|",
-    ]
-    lines += [f"| {name} | {t * 1e6:.1f} |" for name, t in best.items()]
-    return "\n".join(lines)
+        f"batches of {calls} calls):"
+    )
+    return _per_call_table(title, "check", _fastest_per_call(contenders, (x,), repeats, calls))
+
+
+def noise_table(p, repeats, calls=200):
+    """The step's Gaussian noise, drawn alone on the problem's parameters: one draw per leaf
+    (``random.split`` of the key, ``random.normal`` per leaf) against one draw over all
+    entries cut into the leaves (``numpyro_sgrld._tree.tree_normal``); fastest of ``repeats``
+    interleaved batches of ``calls`` calls."""
+    from numpyro_sgrld._tree import tree_normal
+
+    def per_leaf(key, tree):
+        leaves, treedef = jax.tree.flatten(tree)
+        keys = random.split(key, len(leaves))
+        return treedef.unflatten([random.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves)])
+
+    contenders = {
+        "random.normal per leaf": jax.jit(per_leaf),
+        "one draw over all entries (used)": jax.jit(tree_normal),
+    }
+    x = p["init"]
+    title = (
+        f"**Noise draw alone** ({p['title']}, {len(jax.tree.leaves(x))} leaves, fastest of "
+        f"{repeats} batches of {calls} calls):"
+    )
+    best = _fastest_per_call(contenders, (random.PRNGKey(0), x), repeats, calls)
+    return _per_call_table(title, "draw", best)
 
 
 def _xla_cost(fn, *args):
@@ -707,7 +740,11 @@ def main(argv=None):
             print(table, flush=True)
             tables.append(table)
         if name == "mlp":
-            for table in (check_table(p, args.repeats), cost_table(p, names)):
+            for table in (
+                check_table(p, args.repeats),
+                noise_table(p, args.repeats),
+                cost_table(p, names),
+            ):
                 print(table, flush=True)
                 tables.append(table)
         if name == "logreg" and not args.no_chains:
