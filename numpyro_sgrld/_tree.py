@@ -43,8 +43,8 @@ def tree_normal(key, like):
     Drawn as **one** vector over all entries (in the widest floating dtype of the leaves), then
     cut into the leaves, as BlackJAX's ``generate_gaussian_noise`` does: XLA:CPU generates one
     long threefry stream faster than one per leaf. On the 478k parameters of the
-    784-400-400-10 MLP (6 leaves), 1.52 against 1.97 ms per draw, fastest of 7 batches of 200
-    (``benchmarks/speed.py``'s problem), and the noise is most of an SGLD step there.
+    784-400-400-10 MLP (6 leaves), 1.47 against 2.16 ms per draw (the noise-draw table of
+    ``benchmarks/speed.py --problem mlp``, docs/benchmarks.md), about half of an SGLD step there.
     """
     leaves, treedef = jax.tree.flatten(like)
     if not leaves:
