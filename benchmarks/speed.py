@@ -23,6 +23,8 @@ Contenders:
 - ``hand shampoo``: Shampoo SGLD (default decay, eps, interval and block layout) written out
   with einsums on each weight's stack of blocks, the roots by ``eigh`` every 100 steps under a
   ``lax.cond``: the arithmetic the metric needs, without the library's generic tensor code;
+- ``hand sgld (again)``: the reference a second time, identical code: its ratio is the run's
+  own noise;
 - ``hand sgld+write``: hand SGLD that also writes its state into a one-row buffer under a
   ``lax.cond`` every step, as NumPyro's ``fori_collect`` records draws (thinned or not);
 - ``BlackJAX sgld`` / ``BlackJAX sghmc`` (``jit`` + ``lax.scan`` over ``step``; SGHMC does
@@ -45,16 +47,19 @@ Also measured: the **fixed cost** of a repeated ``MCMC.run`` (a 1-step run of an
 ``MCMC`` object: initialisation, dispatch and postprocessing), the throughput of 1, 4 and 16
 vectorized SGLD chains (logreg), the cost of the per-step finiteness check alone (mlp) and XLA's
 own cost analysis (floating-point operations, bytes accessed) of one step of each basic kernel
-against the same update by hand (mlp; deterministic, unlike the timings).
+against the same update by hand, and where the kernels' extra goes (mlp; deterministic,
+unlike the timings). ``--tables`` picks among these (default all).
 
     python benchmarks/speed.py                       # both problems, ~45 min on 2 cores
     python benchmarks/speed.py --problem logreg --repeats 5 --out logreg.md
+    python benchmarks/speed.py --problem mlp --tables cost   # XLA's count only, ~2 min
 """
 
 import argparse
 import random as pyrandom
 import time
 from functools import partial
+from unittest import mock
 
 import jax
 import jax.numpy as jnp
@@ -507,8 +512,13 @@ HAND = {"SGLD": "hand sgld", "SGHMC": "hand sghmc", "PSGLD": "hand psgld",
         "MongeSGLD": "hand monge"}
 IN_SCAN = "(step in lax.scan)"
 NUMPYRO_LOOP = "SGLD (NumPyro's loop)"
+AGAIN = "hand sgld (again)"
+# what `--tables` selects: the speed tables (both problems), then mlp only: the finiteness
+# check, the noise draw, XLA's cost count; logreg only: vectorized chains
+TABLES = ("speed", "check", "noise", "cost", "chains")
 HAND.update({f"{k} {IN_SCAN}": v for k, v in HAND.items()})
 HAND[NUMPYRO_LOOP] = "hand sgld"
+HAND[AGAIN] = "hand sgld"
 HAND["ShampooSGLD"] = "hand shampoo"
 
 
@@ -531,6 +541,8 @@ def speed_tables(p, names, repeats, with_blackjax=True):
             f"hand {k}": hand_written(k, p)
             for k in ("sgld", "sghmc", "psgld", "monge", "sgld+write")
         }
+        # the reference twice: the ratio of two identical programs is this run's noise floor
+        contenders[AGAIN] = hand_written("sgld", p)
         if with_blackjax:
             contenders["BlackJAX sgld"] = blackjax_loop("sgld", p)
             contenders["BlackJAX sghmc"] = blackjax_loop("sghmc", p, 10)
@@ -701,6 +713,62 @@ def cost_table(p, names):
     return "\n".join(lines)
 
 
+def _no_finiteness_checks(tree):
+    return jnp.array(True)
+
+
+def cost_breakdown(p, name):
+    """XLA's (flops, bytes) of one step of kernel ``name``: by hand, the kernel's step, without
+    the potential-energy value, and also without the finiteness checks (see
+    :func:`cost_breakdown_table`)."""
+    from numpyro_sgrld import _adapter
+
+    args = (p["X"], p["y"])
+    hand = hand_written(HAND[name].removeprefix("hand "), p)
+    kernel = _kernel(KERNELS[name], p)
+    state = kernel.init(random.PRNGKey(0), 0, None, args, {})
+
+    def step(s):
+        return kernel.sample(s, args, {})
+
+    def no_value(s):
+        return kernel.sample(s, args, {})._replace(potential_energy=jnp.zeros(()))
+
+    costs = [
+        _xla_cost(lambda key: hand(1, key), random.PRNGKey(0)),
+        _xla_cost(step, state),
+        _xla_cost(no_value, state),
+    ]
+    with mock.patch.object(_adapter, "tree_all_finite", _no_finiteness_checks):
+        # a new function object: `jax.jit` would reuse the trace of `no_value`
+        costs.append(_xla_cost(lambda s: no_value(s), state))
+    return costs
+
+
+def cost_breakdown_table(p, names):
+    """Where the kernels' extra arithmetic goes, in XLA's count of one step (as
+    :func:`cost_table`), each column against the same update by hand: the kernel's step; the
+    same without the potential-energy value (the field set to a constant, so XLA drops the
+    computation: the hand loops compute only the gradient); and also without the finiteness
+    checks of the new position and state (``tree_all_finite`` replaced by ``True`` while
+    tracing). The last two are not kernels anyone should run: they attribute the cost."""
+    lines = [
+        f"**Where the extra arithmetic goes** ({p['title']}; XLA's count of one step, GFLOP and "
+        "MB accessed each as a ratio to the same update by hand; deterministic):\n",
+        "| kernel | kernel step | without the potential-energy value | and without the "
+        "finiteness checks |",
+        "|---|---|---|---|",
+    ]
+    for name in [n for n in names if n in BASIC]:
+        (h_flops, h_bytes), *cells = cost_breakdown(p, name)
+        lines.append(
+            f"| {name} | "
+            + " | ".join(f"{f / h_flops:.3f}× / {b / h_bytes:.3f}×" for f, b in cells)
+            + " |"
+        )
+    return "\n".join(lines)
+
+
 def chains_table(p, repeats, counts=(1, 4, 16)):
     contenders = {f"{c} chains": ours(SGLD, p, num_chains=c) for c in counts}
     samples = measure(contenders, p["t1"], p["t2"], repeats)
@@ -721,6 +789,22 @@ def chains_table(p, repeats, counts=(1, 4, 16)):
     return "\n".join(lines)
 
 
+def _tables(problem, p, names, args):
+    """The tables ``--tables`` asks for on one problem, each computed when reached."""
+    if "speed" in args.tables:
+        yield from speed_tables(p, names, args.repeats, not args.no_blackjax)
+    if problem == "mlp":
+        if "check" in args.tables:
+            yield check_table(p, args.repeats)
+        if "noise" in args.tables:
+            yield noise_table(p, args.repeats)
+        if "cost" in args.tables:
+            yield cost_table(p, names)
+            yield cost_breakdown_table(p, names)
+    if problem == "logreg" and "chains" in args.tables and not args.no_chains:
+        yield chains_table(p, args.repeats)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--problem", nargs="+", default=list(PROBLEMS), choices=list(PROBLEMS))
@@ -728,6 +812,14 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--no-blackjax", action="store_true")
     ap.add_argument("--no-chains", action="store_true")
+    ap.add_argument(
+        "--tables",
+        nargs="+",
+        default=list(TABLES),
+        choices=list(TABLES),
+        help="which measurements to run (default all; `cost` is XLA's deterministic count, "
+        "about two minutes on the MLP)",
+    )
     ap.add_argument("--out", default=None, help="write the Markdown tables here")
     args = ap.parse_args(argv)
     if args.repeats < 1:
@@ -736,19 +828,7 @@ def main(argv=None):
     for name in args.problem:
         p = PROBLEMS[name]()
         names = [k for k in args.kernels if name == "mlp" or "block 64" not in k]
-        for table in speed_tables(p, names, args.repeats, not args.no_blackjax):
-            print(table, flush=True)
-            tables.append(table)
-        if name == "mlp":
-            for table in (
-                check_table(p, args.repeats),
-                noise_table(p, args.repeats),
-                cost_table(p, names),
-            ):
-                print(table, flush=True)
-                tables.append(table)
-        if name == "logreg" and not args.no_chains:
-            table = chains_table(p, args.repeats)
+        for table in _tables(name, p, names, args):
             print(table, flush=True)
             tables.append(table)
         jax.clear_caches()

@@ -43,7 +43,7 @@ def tree_normal(key, like):
     Drawn as **one** vector over all entries (in the widest floating dtype of the leaves), then
     cut into the leaves, as BlackJAX's ``generate_gaussian_noise`` does: XLA:CPU generates one
     long threefry stream faster than one per leaf. On the 478k parameters of the
-    784-400-400-10 MLP (6 leaves), 1.47 against 2.16 ms per draw (the noise-draw table of
+    784-400-400-10 MLP (6 leaves), 1.52 against 2.13 ms per draw (the noise-draw table of
     ``benchmarks/speed.py --problem mlp``, docs/benchmarks.md), about half of an SGLD step there.
     """
     leaves, treedef = jax.tree.flatten(like)

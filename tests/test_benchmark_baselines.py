@@ -93,3 +93,23 @@ def _compare_shampoo(speed):
             np.testing.assert_allclose(ours[name], hand[name], atol=1e-9 * scale)
             # and the metric is far from the identity, so the comparison has teeth
             assert float(jnp.max(jnp.abs(ours[name] - vector[name]))) > 0.1 * scale
+
+
+def test_cost_breakdown_removes_what_it_says(speed):
+    # each column drops work from the compiled step, so XLA's count must not grow column by
+    # column, and dropping the finiteness checks (a sum over the new position) must lower it;
+    # an equal count there would mean the same program was compiled again (e.g. a cached trace
+    # that ignored the patched check). On logistic regression the potential's value costs
+    # next to nothing: the gradient of logaddexp needs its value anyway.
+    hand, step, no_value, no_checks = (
+        flops for flops, _ in speed.cost_breakdown(speed._logreg(), "SGLD")
+    )
+    assert step >= no_value > no_checks > 0 and hand > 0
+    assert speed.cost_breakdown_table(speed._logreg(), ["SGLD"]).count("| SGLD |") == 1
+
+
+def test_tables_option_selects_the_measurements(speed):
+    args = speed.argparse.Namespace(tables=["chains"], repeats=1, no_blackjax=True, no_chains=False)
+    assert list(speed._tables("mlp", None, [], args)) == []  # chains are logreg-only
+    with pytest.raises(SystemExit):
+        speed.main(["--tables", "nonsense"])
