@@ -27,6 +27,17 @@ TREE = {"a": jnp.arange(3.0), "b": {"c": jnp.ones((2, 2)), "d": jnp.array(0.5)}}
 GRAD = jax.tree.map(lambda x: 0.1 * x + 1.0, TREE)
 
 
+def test_noise_is_drawn_in_each_leaf_dtype_and_refuses_integer_leaves():
+    mixed = {"f32": jnp.zeros(3, jnp.float32), "f16": jnp.zeros((2, 2), jnp.float16)}
+    noise = tree_normal(random.PRNGKey(0), mixed)
+    assert {k: v.dtype for k, v in noise.items()} == {"f32": jnp.float32, "f16": jnp.float16}
+    assert all(bool(jnp.all(jnp.isfinite(v))) and float(jnp.std(v)) > 0 for v in noise.values())
+    with pytest.raises(TypeError, match="float dtype"):
+        tree_normal(random.PRNGKey(0), {"w": jnp.zeros(3), "count": jnp.arange(3)})
+    with pytest.raises(TypeError, match="float dtype"):
+        integrators.langevin(random.PRNGKey(0), jnp.arange(3), jnp.ones(3), None, 0.1, 1.0)
+
+
 def test_langevin_identity_is_sgld_formula():
     key = random.PRNGKey(0)
     precond, _ = metrics.identity().update(GRAD, metrics.identity().init(TREE), TREE)
