@@ -688,31 +688,6 @@ def _xla_cost(fn, *args):
     return cost["flops"], cost["bytes accessed"]
 
 
-def cost_table(p, names):
-    """XLA's own cost analysis of one compiled step (``Compiled.cost_analysis()``: floating-point
-    operations and bytes read and written, as XLA counts them): each basic kernel's ``sample``
-    against the same update by hand. Deterministic, so it separates what the kernels add per
-    step from this machine's timing noise."""
-    args = (p["X"], p["y"])
-    lines = [
-        f"**XLA cost analysis of one step** ({p['title']}; deterministic):\n",
-        "| kernel | GFLOP, by hand | GFLOP, kernel | ratio | MB accessed, by hand "
-        "| MB accessed, kernel | ratio |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for name in [n for n in names if n in BASIC]:
-        hand = hand_written(HAND[name].removeprefix("hand "), p)
-        h_flops, h_bytes = _xla_cost(lambda key, hand=hand: hand(1, key), random.PRNGKey(0))
-        kernel = _kernel(KERNELS[name], p)
-        state = kernel.init(random.PRNGKey(0), 0, None, args, {})
-        k_flops, k_bytes = _xla_cost(lambda s, k=kernel: k.sample(s, args, {}), state)
-        lines.append(
-            f"| {name} | {h_flops / 1e9:.3f} | {k_flops / 1e9:.3f} | {k_flops / h_flops:.3f}× "
-            f"| {h_bytes / 1e6:.1f} | {k_bytes / 1e6:.1f} | {k_bytes / h_bytes:.3f}× |"
-        )
-    return "\n".join(lines)
-
-
 def _no_finiteness_checks(tree):
     return jnp.array(True)
 
@@ -720,7 +695,7 @@ def _no_finiteness_checks(tree):
 def cost_breakdown(p, name):
     """XLA's (flops, bytes) of one step of kernel ``name``: by hand, the kernel's step, without
     the potential-energy value, and also without the finiteness checks (see
-    :func:`cost_breakdown_table`)."""
+    :func:`cost_tables`)."""
     from numpyro_sgrld import _adapter
 
     args = (p["X"], p["y"])
@@ -745,14 +720,23 @@ def cost_breakdown(p, name):
     return costs
 
 
-def cost_breakdown_table(p, names):
-    """Where the kernels' extra arithmetic goes, in XLA's count of one step (as
-    :func:`cost_table`), each column against the same update by hand: the kernel's step; the
-    same without the potential-energy value (the field set to a constant, so XLA drops the
-    computation: the hand loops compute only the gradient); and also without the finiteness
-    checks of the new position and state (``tree_all_finite`` replaced by ``True`` while
-    tracing). The last two are not kernels anyone should run: they attribute the cost."""
-    lines = [
+def cost_tables(p, names):
+    """XLA's own cost analysis of one compiled step (``Compiled.cost_analysis()``: floating-point
+    operations and bytes read and written, as XLA counts them), deterministic, so it separates
+    what the kernels add per step from this machine's timing noise. Two tables from one count
+    per kernel (:func:`cost_breakdown`): each basic kernel's ``sample`` against the same update
+    by hand; and where the extra goes, each column against the update by hand: the kernel's
+    step; the same without the potential-energy value (the field set to a constant, so XLA
+    drops the computation: the hand loops compute only the gradient); and also without the
+    finiteness checks of the new position and state (``tree_all_finite`` replaced by ``True``
+    while tracing). The last two are not kernels anyone should run: they attribute the cost."""
+    totals = [
+        f"**XLA cost analysis of one step** ({p['title']}; deterministic):\n",
+        "| kernel | GFLOP, by hand | GFLOP, kernel | ratio | MB accessed, by hand "
+        "| MB accessed, kernel | ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    parts = [
         f"**Where the extra arithmetic goes** ({p['title']}; XLA's count of one step, GFLOP and "
         "MB accessed each as a ratio to the same update by hand; deterministic):\n",
         "| kernel | kernel step | without the potential-energy value | and without the "
@@ -761,12 +745,17 @@ def cost_breakdown_table(p, names):
     ]
     for name in [n for n in names if n in BASIC]:
         (h_flops, h_bytes), *cells = cost_breakdown(p, name)
-        lines.append(
+        k_flops, k_bytes = cells[0]
+        totals.append(
+            f"| {name} | {h_flops / 1e9:.3f} | {k_flops / 1e9:.3f} | {k_flops / h_flops:.3f}× "
+            f"| {h_bytes / 1e6:.1f} | {k_bytes / 1e6:.1f} | {k_bytes / h_bytes:.3f}× |"
+        )
+        parts.append(
             f"| {name} | "
             + " | ".join(f"{f / h_flops:.3f}× / {b / h_bytes:.3f}×" for f, b in cells)
             + " |"
         )
-    return "\n".join(lines)
+    return ["\n".join(totals), "\n".join(parts)]
 
 
 def chains_table(p, repeats, counts=(1, 4, 16)):
@@ -799,8 +788,7 @@ def _tables(problem, p, names, args):
         if "noise" in args.tables:
             yield noise_table(p, args.repeats)
         if "cost" in args.tables:
-            yield cost_table(p, names)
-            yield cost_breakdown_table(p, names)
+            yield from cost_tables(p, names)
     if problem == "logreg" and "chains" in args.tables and not args.no_chains:
         yield chains_table(p, args.repeats)
 

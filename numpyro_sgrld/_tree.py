@@ -63,8 +63,8 @@ def tree_normal(key, like):
     flat = random.normal(key, (sum(sizes),), dtype)
     ends = np.cumsum(sizes)
     noise = [
-        flat[end - size : end].reshape(jnp.shape(x)).astype(jnp.result_type(x))
-        for x, size, end in zip(leaves, sizes, ends)
+        flat[end - size : end].reshape(jnp.shape(x)).astype(t)
+        for x, t, size, end in zip(leaves, dtypes, sizes, ends)
     ]
     return jax.tree.unflatten(treedef, noise)
 
