@@ -25,11 +25,14 @@ from numpyro.infer.util import (
 )
 from numpyro.util import identity, is_prng_key, not_jax_tracer
 
+from numpyro_sgrld import _setup
+from numpyro_sgrld._checks import integer, real
 from numpyro_sgrld._tree import tree_all_finite, tree_norm, tree_where
 from numpyro_sgrld.gradients import (
     control_variate,
     control_variate_estimate,
     find_mode,
+    hessian_diagonal_estimate,
     minibatch_potential,
     value_and_grad_estimator,
 )
@@ -42,7 +45,7 @@ from numpyro_sgrld.subsample import (
     full_batch,
     init_batching,
     placeholder_plates,
-    trace_with_plates,
+    trace_model,
 )
 
 __all__ = ["SGState", "SGMCMCKernel"]
@@ -60,13 +63,19 @@ class SGState(NamedTuple):
       an unbiased but noisy estimate of the full-data potential, not ``-log p(z | data)``.
     - **grad_norm** – Euclidean norm of that step's minibatch gradient :math:`\\nabla\\hat U`.
     - **step_size** – the step size :math:`h_i` used by the last step.
-    - **diverging** – True when the last step had a non-finite gradient or produced a
-      non-finite state (or had a non-positive step size); the step was then rejected and ``z``
-      is the previous position. (The checks are sums: a gradient whose squared norm, or a
+    - **diverging** – True when the last step was rejected: the potential or the gradient at
+      its start was not finite, or the potential at the position it proposed (evaluated on
+      the same minibatch), or the proposed position or kernel state, or the step size was not
+      positive; ``z`` is then the previous position. (In draws collected by ``MCMC`` with
+      ``thinning``, the recorded ``diverging`` is True when *any* step since the previous
+      recorded draw was rejected.) (The checks are sums: a gradient whose squared norm, or a
       state whose entries sum, beyond the float range, |sum| > 3.4e38 in float32, counts as
       non-finite too. A kernel whose state is moving averages of the gradient keeps the
       state's update when only the new position was non-finite; see ``_accept``.)
     - **rng_key** – random key for the next step.
+    - **num_rejected** – how many steps have been rejected since ``init`` (cumulative, whatever
+      the ``thinning``): a chain stuck at a point whose gradient is not finite rejects every
+      step from there on, and this count shows it.
     - **control_variate** – with ``control_variate`` set on the kernel, the
       :class:`~numpyro_sgrld.gradients.ControlVariate` (centre, full-data potential and
       gradient there, estimated distance of the centre from the mode); ``None`` otherwise.
@@ -81,18 +90,8 @@ class SGState(NamedTuple):
     step_size: Any
     diverging: Any
     rng_key: Any
+    num_rejected: Any = 0
     control_variate: Any = None
-
-
-def _check_continuous(model_trace):
-    for name, site in model_trace.items():
-        if site["type"] == "sample" and not site["is_observed"] and site["fn"].support.is_discrete:
-            raise ValueError(
-                f"Latent site '{name}' is discrete ({type(site['fn']).__name__}); "
-                "stochastic-gradient kernels need continuous latent variables. Marginalise it "
-                "out in the model (for a mixture, use dist.MixtureSameFamily), or sample it with "
-                "numpyro.infer.DiscreteHMCGibbs or MixedHMC."
-            )
 
 
 def _constraining_transforms(model_trace):
@@ -114,17 +113,13 @@ def _constraining_transforms(model_trace):
 
 
 def _check_temperature(temperature):
-    if not (
-        isinstance(temperature, (int, float)) and temperature >= 0 and temperature < float("inf")
-    ):
-        raise ValueError(f"`temperature` must be a finite number >= 0, got {temperature!r}.")
-    return float(temperature)
+    return real(temperature, "temperature", low=0, hint="1 samples the posterior.")
 
 
 def _check_num_data(num_data):
-    if num_data is not None and not (isinstance(num_data, int) and num_data >= 1):
-        raise ValueError(f"`num_data` must be a positive integer or None, got {num_data!r}.")
-    return num_data
+    if num_data is None:
+        return None
+    return integer(num_data, "num_data", hint="Or None (inferred from the model's plates).")
 
 
 class SGMCMCKernel(MCMCKernel):
@@ -179,7 +174,7 @@ class SGMCMCKernel(MCMCKernel):
     """
 
     sample_field = "z"
-    default_fields = ("z", "diverging")
+    default_fields = ("z", "diverging", "num_rejected")
     # True when the kernel's own state is moving averages of the gradient (or its square) and
     # counters, finite whenever the gradient's squared norm is: see :func:`_accept`.
     _state_averages_gradient = False
@@ -198,6 +193,7 @@ class SGMCMCKernel(MCMCKernel):
         control_variate=None,
         mode_steps=1000,
         start_at_centre=False,
+        check_proposal=True,
     ):
         if (model is None) == (potential_fn is None):
             raise ValueError("Give exactly one of `model` or `potential_fn`.")
@@ -213,21 +209,29 @@ class SGMCMCKernel(MCMCKernel):
         self._temperature = _check_temperature(temperature)
         self._num_data_arg = _check_num_data(num_data)
         self._batching = check_batching(batching)
+        if not callable(init_strategy):
+            raise ValueError(
+                f"`init_strategy` must be a NumPyro init strategy (a callable such as "
+                f"numpyro.infer.init_to_uniform, init_to_median or init_to_value(values=...)), "
+                f"got {init_strategy!r}."
+            )
         self._init_strategy = init_strategy
         self._index_sharding = index_sharding(data_parallel)
         self._control_variate = _check_control_variate(control_variate, model)
-        if not (isinstance(mode_steps, int) and mode_steps >= 1):
-            raise ValueError(f"`mode_steps` must be a positive integer, got {mode_steps!r}.")
-        self._mode_steps = mode_steps
-        if not isinstance(start_at_centre, bool):
+        self._mode_steps = integer(mode_steps, "mode_steps")
+        if not isinstance(start_at_centre, (bool, np.bool_)):
             raise ValueError(f"`start_at_centre` must be True or False, got {start_at_centre!r}.")
         if start_at_centre and control_variate is None:
             raise ValueError(
                 "`start_at_centre=True` starts the chain at the control-variate centre: also pass "
                 "`control_variate='mode'` (or a dict of unconstrained latent values)."
             )
-        self._start_at_centre = start_at_centre
+        self._start_at_centre = bool(start_at_centre)
+        if not isinstance(check_proposal, (bool, np.bool_)):
+            raise ValueError(f"`check_proposal` must be True or False, got {check_proposal!r}.")
+        self._check_proposal = bool(check_proposal)
         self._plates = ()
+        self._inferred_num_data = None
         self._prepared_model = None
         self._inv_transforms = None
         self._replay = False
@@ -235,8 +239,9 @@ class SGMCMCKernel(MCMCKernel):
         self._jitted = {}
 
     # ------------------------------------------------------------------ subclass hooks
-    def _init_sampler(self, key, z):
-        """The kernel's own initial state at position ``z``."""
+    def _init_sampler(self, key, z, curvature):
+        """The kernel's own initial state at position ``z``; ``curvature()`` estimates the
+        diagonal of the potential's Hessian there (for metrics with a ``warm_start``)."""
         raise NotImplementedError
 
     def _prepare(self):
@@ -269,15 +274,19 @@ class SGMCMCKernel(MCMCKernel):
 
     @property
     def num_data(self):
-        """:math:`N`: the ``num_data`` argument, else the largest subsample plate's size, else 1."""
+        """:math:`N`: the ``num_data`` argument; else the size of the largest plate given a
+        ``subsample_size`` (also when it equals the plate's size, so that :math:`N` does not
+        jump when the minibatch grows to the whole data set); else the size of the largest
+        plate that holds an observed site (e.g. ``full_batch(model)``, or a model written
+        without subsampling); else 1."""
         if self._num_data_arg is not None:
             return self._num_data_arg
-        return max((p.size for p in self._plates), default=1)
+        return self._inferred_num_data or 1
 
     # ------------------------------------------------------------------ NumPyro interface
     def _setup_model(self, rng_key, init_params, model_args, model_kwargs):
-        model_trace, self._plates = trace_with_plates(self._model, model_args, model_kwargs)
-        _check_continuous(model_trace)
+        with _setup.evaluate_now():  # concrete even when MCMC runs init inside pmap
+            model_trace = self._trace_model(model_args, model_kwargs)
         fixed = {
             name: site["value"]
             for name, site in model_trace.items()
@@ -287,16 +296,71 @@ class SGMCMCKernel(MCMCKernel):
             handlers.substitute(self._model, data=fixed) if fixed else self._model
         )
         self._inv_transforms, self._replay = _constraining_transforms(model_trace)
+        with _setup.evaluate_now():
+            prototype = {
+                name: transform.inv(model_trace[name]["value"])
+                for name, transform in self._inv_transforms.items()
+            }
+        self._prototype = prototype
+        self._check_data(model_args, model_kwargs)
         if init_params is not None:
-            return init_params.z if isinstance(init_params, ParamInfo) else init_params
-        prototype = {
-            name: transform.inv(model_trace[name]["value"])
-            for name, transform in self._inv_transforms.items()
-        }
+            init_params = init_params.z if isinstance(init_params, ParamInfo) else init_params
+            num_chains = None if is_prng_key(rng_key) else rng_key.shape[0]
+            _setup.check_init_params(init_params, prototype, num_chains)
+            return init_params
         if is_prng_key(rng_key):
             z = self._batched_init_params(rng_key[None], prototype, model_args, model_kwargs)
             return jax.tree.map(lambda x: x[0], z)
         return self._batched_init_params(rng_key, prototype, model_args, model_kwargs)
+
+    def _trace_model(self, model_args, model_kwargs):
+        """Trace the model once with placeholder minibatches; find its subsample plates and
+        :math:`N`; refuse what cannot be sampled (see :mod:`numpyro_sgrld._setup`)."""
+        try:
+            model_trace, self._plates, declared = trace_model(
+                self._model, model_args, model_kwargs
+            )
+        except _setup.ModelSetupError:
+            raise
+        except Exception as e:
+            e.add_note(
+                "numpyro_sgrld: raised by the model when the kernel ran it once to find its "
+                "sites (minibatch indices 0..n-1 for every subsample plate), with arguments "
+                f"{_setup.describe_args(model_args, model_kwargs)}."
+            )
+            raise
+        _setup.check_latent_sites(model_trace, self._plates)
+        _setup.check_observed_shapes(model_trace)
+        self._inferred_num_data = _setup.infer_num_data(model_trace, declared)
+        self._model_trace = model_trace
+        return model_trace
+
+    def _check_data(self, model_args, model_kwargs):
+        """Refuse plates larger than the data they index (JAX would clamp the indices)."""
+        if not self._plates:
+            return
+        args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
+        if not _concrete((args, kwargs)):
+            return
+        with _setup.evaluate_now():  # MCMC calls init inside pmap for parallel chains
+            fn = _setup.indices_in_bounds_fn(self._prepared_model, self._plates)
+            fn = self._jit_once(("bounds", self._plates), fn, args, kwargs)
+            error = fn(args, kwargs)
+        _setup.raise_if_out_of_bounds(error, self._plates)
+
+    def _check_observed(self, z, model_args, model_kwargs):
+        """Refuse data points whose log-density is not finite at the initial position ``z``
+        (one chain's; the model's prototype position when ``z`` is traced, as under
+        ``pmap``), checked on the full data."""
+        args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
+        if not _concrete((args, kwargs)):
+            return
+        z = z if _concrete(z) else self._prototype
+        key = ("observed", self._plates, id(self._prepared_model))
+        fn = self._jit_once(key, _setup.observed_ok_fn(self._prepared_model), args, kwargs)
+        with _setup.evaluate_now():
+            checked = fn(z, args, kwargs)
+        _setup.raise_if_bad_data(checked, self._model_trace)
 
     def _jit_once(self, name, fn, model_args, model_kwargs):
         """``fn`` jitted once per kernel (so a repeated ``MCMC.run`` with the same shapes does
@@ -343,6 +407,7 @@ class SGMCMCKernel(MCMCKernel):
 
     def _init_one(self, z, rng_key, model_args, model_kwargs):
         key_next, key_sampler, key_batch, key_idx = random.split(rng_key, 4)
+        key_curv = random.fold_in(key_sampler, 2)
         batch_state = init_batching(key_batch, self._plates, self._batching)
         idx, _ = self._draw_indices(key_idx, batch_state)
         potential = self._potential(model_args, model_kwargs)
@@ -357,13 +422,16 @@ class SGMCMCKernel(MCMCKernel):
         return SGState(
             i=jnp.zeros((), jnp.int32),
             z=z,
-            sampler_state=self._init_sampler(key_sampler, z),
+            sampler_state=self._init_sampler(
+                key_sampler, z, partial(hessian_diagonal_estimate, potential, z, idx, key_curv)
+            ),
             batch_state=batch_state,
             potential_energy=value,
             grad_norm=tree_norm(grad),
             step_size=jnp.asarray(self._schedule(0), jnp.result_type(float)),
             diverging=jnp.zeros((), bool),
             rng_key=key_next,
+            num_rejected=jnp.zeros((), jnp.int32),
             control_variate=cv,
         )
 
@@ -406,9 +474,17 @@ class SGMCMCKernel(MCMCKernel):
             key_step, state.z, state.sampler_state, grad, grad_fn, step_size, state.i
         )
         grad_norm = tree_norm(grad)
-        usable = jnp.isfinite(grad_norm) & (step_size > 0) & jnp.isfinite(step_size)
+        usable = (
+            jnp.isfinite(grad_norm)
+            & jnp.isfinite(value)
+            & (step_size > 0)
+            & jnp.isfinite(step_size)
+        )
+        # A step may not land where the density is zero (a factor wall, log of a negative
+        # number): the potential at the proposal, on this minibatch, must be finite too.
+        landed = jnp.isfinite(potential(z, idx)) if self._check_proposal else True
         ok, sampler_state = _accept(
-            usable, z, sampler_state, state.sampler_state, self._state_averages_gradient
+            usable, z, landed, sampler_state, state.sampler_state, self._state_averages_gradient
         )
         return SGState(
             i=state.i + 1,
@@ -420,11 +496,15 @@ class SGMCMCKernel(MCMCKernel):
             step_size=step_size,
             diverging=~ok,
             rng_key=key_next,
+            num_rejected=state.num_rejected + (~ok).astype(jnp.int32),
             control_variate=state.control_variate,
         )
 
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
         model_kwargs = {} if model_kwargs is None else model_kwargs
+        # NumPy data becomes JAX arrays once, here: a model indexes it with traced indices
+        with _setup.evaluate_now():  # concrete, even when MCMC calls init inside pmap
+            model_args, model_kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
         vectorized = not is_prng_key(rng_key)
         if vectorized:
             rng_key, key_init = jnp.swapaxes(jax.vmap(random.split)(rng_key), 0, 1)
@@ -432,10 +512,16 @@ class SGMCMCKernel(MCMCKernel):
             rng_key, key_init = random.split(rng_key)
         if self._model is not None:
             init_params = self._setup_model(key_init, init_params, model_args, model_kwargs)
+            first = init_params if not vectorized else jax.tree.map(lambda x: x[0], init_params)
+            self._check_observed(first, model_args, model_kwargs)
         elif init_params is None:
             raise ValueError(
                 "`init_params` must be given when the kernel is built from `potential_fn`: "
                 "pass `init_params=` (an unconstrained pytree) to `MCMC.run`."
+            )
+        elif _concrete(init_params):
+            _setup.check_potential_init_params(
+                init_params, rng_key.shape[0] if vectorized else None
             )
         check_divisible(self._plates, self._index_sharding)
         self._prepare()
@@ -471,12 +557,19 @@ class SGMCMCKernel(MCMCKernel):
         return partial(transform_fn, self._inv_transforms)
 
     def get_diagnostics_str(self, state):
-        return "h={:.2e} |grad|={:.2e} U_batch={:.4g}{}".format(
+        rejected = int(state.num_rejected)
+        return "h={:.2e} |grad|={:.2e} U_batch={:.4g}{}{}".format(
             float(state.step_size),
             float(state.grad_norm),
             float(state.potential_energy),
+            f" rejected={rejected}" if rejected else "",
             " DIVERGING" if bool(state.diverging) else "",
         )
+
+
+def _concrete(tree):
+    """Whether no leaf of ``tree`` is a tracer (values known now, not inside a trace)."""
+    return all(not_jax_tracer(x) for x in jax.tree.leaves(tree))
 
 
 def _find_valid_batched(model, init_strategy, keys, prototype, model_args, model_kwargs):
@@ -540,14 +633,15 @@ def _warn_if_far_centre(cv):
         )
 
 
-def _accept(usable, z, sampler_state, old_sampler_state, state_averages_gradient):
+def _accept(usable, z, landed, sampler_state, old_sampler_state, state_averages_gradient):
     r"""Whether a step is accepted, and the kernel state to keep.
 
-    A step is rejected (``diverging``) when the gradient, its squared norm or the step size is
-    not finite (``usable`` false: :math:`\|\nabla\hat U\|^2` is computed anyway for the
-    ``grad_norm`` field, so this costs nothing), or when the new position or kernel state is
-    not finite (:func:`~numpyro_sgrld._tree.tree_all_finite`); a rejected step keeps the old
-    position.
+    A step is rejected (``diverging``) when the potential, the gradient, its squared norm or
+    the step size is not finite (``usable`` false: :math:`\|\nabla\hat U\|^2` is computed
+    anyway for the ``grad_norm`` field, so this costs nothing), when the potential at the new
+    position is not finite (``landed`` false: one forward pass on the same minibatch), or when
+    the new position or kernel state is not finite
+    (:func:`~numpyro_sgrld._tree.tree_all_finite`); a rejected step keeps the old position.
 
     When the kernel state is made of moving averages of :math:`\bar g` or
     :math:`\bar g\odot\bar g` (``state_averages_gradient``: RMSprop, Monge, Adam, the
@@ -561,8 +655,9 @@ def _accept(usable, z, sampler_state, old_sampler_state, state_averages_gradient
     chain stays at.
     """
     if state_averages_gradient:
-        return usable & tree_all_finite(z), tree_where(usable, sampler_state, old_sampler_state)
-    ok = usable & tree_all_finite(z) & tree_all_finite(sampler_state)
+        ok = usable & landed & tree_all_finite(z)
+        return ok, tree_where(usable, sampler_state, old_sampler_state)
+    ok = usable & landed & tree_all_finite(z) & tree_all_finite(sampler_state)
     return ok, tree_where(ok, sampler_state, old_sampler_state)
 
 

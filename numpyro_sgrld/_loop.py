@@ -55,28 +55,58 @@ def _is_kept(i, start, thinning):
     return (offset >= 0) & (offset % thinning == thinning - 1)
 
 
-def _record(transform, collection, val, k):
+def _record(transform, collection, val, k, since):
     if not all(buf.shape[0] for buf in jax.tree.leaves(collection)):
         return collection  # a collection of size 0: nothing is kept
-    return jax.tree.map(lambda buf, x: buf.at[k].set(x), collection, transform(val))
+    return jax.tree.map(lambda buf, x: buf.at[k].set(x), collection, transform(_window(val, since)))
 
 
-def _skip(collection, val, k):
+def _skip(collection, val, k, since):
     return collection
 
 
-def _sample_loop(body_fun, transform, lo, hi, val, collection, start, thinning):
+def _plain_tuple(val):
+    return isinstance(val, tuple) and not hasattr(val, "_fields")
+
+
+def _state_of(val):
+    """The kernel state in ``MCMC``'s loop value (``(state, args, kwargs)`` or ``(state,)``)."""
+    return val[0] if _plain_tuple(val) else val
+
+
+def _rejections(val):
+    """The kernel state's cumulative count of rejected steps (``None`` if it has none)."""
+    state = _state_of(val)
+    return getattr(state, "num_rejected", None) if hasattr(state, "diverging") else None
+
+
+def _window(val, since):
+    """``val`` whose ``diverging`` says whether any step since the previous recorded draw (the
+    count ``since``) was rejected, not only the recorded step: with ``thinning`` a rejected
+    step between two records stays visible in the draws' ``diverging``."""
+    if since is None:
+        return val
+    state = _state_of(val)
+    state = state._replace(diverging=state.num_rejected > since)
+    return (state,) + tuple(val[1:]) if _plain_tuple(val) else state
+
+
+def _sample_loop(body_fun, transform, lo, hi, val, collection, start, thinning, since):
     """Steps ``lo .. hi - 1`` of ``body_fun``; the kept ones transformed into ``collection``
-    (the transform runs inside the ``lax.cond``, so only on kept steps)."""
+    (the transform runs inside the ``lax.cond``, so only on kept steps). ``since`` is the
+    rejection count at the previous record (or ``None`` for states without one)."""
     record = partial(_record, transform)
 
     def step(i, carry):
-        val, collection = carry
+        val, collection, since = carry
         val = body_fun(val)
         kept, k = _is_kept(i, start, thinning), (i - start) // thinning
-        return val, lax.cond(kept, record, _skip, collection, val, k)
+        collection = lax.cond(kept, record, _skip, collection, val, k, since)
+        if since is not None:
+            since = jnp.where(kept | (i < start), _rejections(val), since)
+        return val, collection, since
 
-    return lax.fori_loop(lo, hi, step, (val, collection))
+    return lax.fori_loop(lo, hi, step, (val, collection, since))
 
 
 def _compiled(body_fun, transform):
@@ -86,7 +116,18 @@ def _compiled(body_fun, transform):
 
 def _empty_collection(transform, init_val, size):
     """Zero buffers of ``size`` draws shaped like ``transform(init_val)``, which is not run."""
-    shapes = jax.eval_shape(transform, init_val)
+    try:
+        shapes = jax.eval_shape(transform, init_val)
+    except (AttributeError, TypeError, KeyError) as e:
+        fields = getattr(_state_of(init_val), "_fields", None)
+        if fields is None:
+            raise
+        raise ValueError(
+            f"Cannot collect the requested fields from the kernel's state ({type(e).__name__}: "
+            f"{e}). A stochastic-gradient kernel's state has the fields {list(fields)}; "
+            "`extra_fields` must name some of them (NUTS fields such as accept_prob, "
+            "num_steps or adapt_state do not exist here)."
+        ) from e
     return jax.tree.map(lambda s: jnp.zeros((size,) + s.shape, s.dtype), shapes)
 
 
@@ -125,16 +166,68 @@ def collect(
     collection = _empty_collection(transform, init_val, collection_size)
     run = _compiled(body_fun, transform)
     start, thin = np.int32(start), np.int32(thinning)
+    since = _rejections(init_val)
     if not progbar or upper == 0 or _is_traced((init_val, collection)):
-        val, collection = run(np.int32(0), np.int32(upper), init_val, collection, start, thin)
+        val, collection, _ = run(
+            np.int32(0), np.int32(upper), init_val, collection, start, thin, since
+        )
     else:
         val, collection = _with_progress_bar(
-            run, upper, init_val, collection, start, thin, progress_rate, progbar_opts
+            run, upper, init_val, collection, start, thin, since, progress_rate, progbar_opts
         )
+    _warn_if_rejected(since, _rejections(val), upper)
     return (collection, val) if return_last_val else collection
 
 
-def _with_progress_bar(run, upper, val, collection, start, thin, progress_rate, progbar_opts):
+def _warn_if_rejected(before, after, num_steps):
+    """Warn when steps of this run were rejected (whatever the ``thinning``: a chain stuck
+    where the gradient is not finite rejects every step and repeats one point)."""
+    if before is None or _is_traced((before, after)):
+        return
+    rejected = np.asarray(after) - np.asarray(before)
+    if not np.any(rejected > 0):
+        return
+    import warnings
+
+    worst = int(np.max(rejected))
+    chains = ""
+    if rejected.size > 1:
+        chains = f" in {int(np.sum(rejected > 0))} of {rejected.size} chains"
+    warnings.warn(
+        f"{int(np.sum(rejected))} of {num_steps * rejected.size} steps were rejected{chains} "
+        f"(up to {worst} in one chain): the potential, its gradient or the new state was not "
+        "finite, and the chain stayed where it was. A few rejections mean the step size is "
+        "too large at times; a chain that rejects every step from some point on is stuck "
+        "where the gradient is not finite (check the model there, e.g. jnp.where with a NaN "
+        "branch, sqrt or log at 0). The state's `num_rejected` counts them; the draws' "
+        "`diverging` marks the thinning windows that had one.",
+        UserWarning,
+        stacklevel=_caller_level(),
+    )
+
+
+def _caller_level():
+    """``stacklevel`` of the first frame outside numpyro_sgrld, NumPyro and JAX (the user's
+    ``MCMC.run``), counted from :func:`_warn_if_rejected`'s caller."""
+    import inspect
+    import os
+
+    skip = tuple(
+        os.path.dirname(m.__file__) + os.sep for m in (jax, np) if getattr(m, "__file__", None)
+    )
+    import numpyro
+
+    skip += (os.path.dirname(numpyro.__file__) + os.sep, os.path.dirname(__file__) + os.sep)
+    level = 2
+    frame = inspect.currentframe().f_back.f_back
+    while frame is not None and frame.f_code.co_filename.startswith(skip):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _with_progress_bar(
+    run, upper, val, collection, start, thin, since, progress_rate, progbar_opts
+):
     """Chunks of ``progress_rate`` steps (default ``upper / 20``), the bar updated after each
     with NumPyro's description and the kernel's diagnostics string."""
     from tqdm import tqdm  # the bar NumPyro's one-chain loop shows
@@ -145,7 +238,9 @@ def _with_progress_bar(run, upper, val, collection, start, thin, progress_rate, 
     with tqdm(total=upper) as bar:
         for lo in range(0, upper, rate):
             hi = min(lo + rate, upper)
-            val, collection = run(np.int32(lo), np.int32(hi), val, collection, start, thin)
+            val, collection, since = run(
+                np.int32(lo), np.int32(hi), val, collection, start, thin, since
+            )
             bar.set_description(describe(hi - 1), refresh=False)
             if diagnostics is not None:
                 bar.set_postfix_str(diagnostics(val), refresh=False)

@@ -23,6 +23,7 @@ from numpyro_sgrld._tree import tree_dot
 
 __all__ = [
     "minibatch_potential",
+    "hessian_diagonal_estimate",
     "value_and_grad_estimator",
     "ControlVariate",
     "control_variate",
@@ -47,6 +48,20 @@ def minibatch_potential(model, model_args=(), model_kwargs=None):
 def value_and_grad_estimator(potential):
     """Default estimator: the exact gradient of the minibatch potential, by reverse mode."""
     return jax.value_and_grad(potential)
+
+
+def hessian_diagonal_estimate(potential, z, idx, key):
+    r"""Hutchinson's unbiased estimate of the diagonal of :math:`\nabla^2\hat U(z)` on the
+    minibatch ``idx``: :math:`\zeta\odot(H\zeta)` with Rademacher :math:`\zeta` (Bekas,
+    Kokiopoulou & Saad 2007), one Hessian-vector product (forward over reverse)."""
+    leaves, treedef = jax.tree.flatten(z)
+    keys = random.split(key, max(len(leaves), 1))
+    probe = jax.tree.unflatten(
+        treedef,
+        [random.rademacher(k, jnp.shape(x), jnp.result_type(x)) for k, x in zip(keys, leaves)],
+    )
+    hvp = jax.jvp(jax.grad(lambda x: potential(x, idx)), (z,), (probe,))[1]
+    return jax.tree.map(jnp.multiply, probe, hvp)
 
 
 # --------------------------------------------------------------------------- control variates

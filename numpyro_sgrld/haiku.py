@@ -5,6 +5,7 @@ site (so every kernel of this library, NUTS and ``Predictive`` see it) and retur
 ``apply`` with the sampled parameters bound.
 """
 
+import inspect
 import math
 
 import haiku as hk
@@ -58,9 +59,9 @@ def random_haiku_module(name, transformed, input_shape, prior, *, apply_rng=None
     """Register the parameters of a Haiku network as NumPyro sample sites; return ``apply(x)``.
 
     :param name: prefix of the site names (see :func:`site_name`).
-    :param transformed: ``hk.transform(f)`` or ``hk.transform_with_state(f)``
-        (``hk.without_apply_rng`` is not required: ``apply_rng``, default ``None``, is passed
-        to ``apply``).
+    :param transformed: ``hk.transform(f)`` or ``hk.transform_with_state(f)``, with or
+        without ``hk.without_apply_rng`` (``apply_rng``, default ``None``, is passed to an
+        ``apply`` that takes one).
     :param input_shape: shape of an input batch, used once to find the parameter shapes.
     :param prior: a NumPyro distribution (scalar ones are expanded to every parameter), a dict
         by site path or Haiku path (``"mlp/~/linear_0/w"``), or a callable ``(path, shape)``
@@ -75,6 +76,8 @@ def random_haiku_module(name, transformed, input_shape, prior, *, apply_rng=None
     ``random_eqx_module``: those register parameters as sample sites the same way.
     """
     with_state = isinstance(transformed, hk.TransformedWithState)
+    # hk.without_apply_rng(...) drops the rng argument of apply
+    takes_rng = "rng" in inspect.signature(transformed.apply).parameters
     dummy = jnp.zeros(input_shape)
     shapes = jax.eval_shape(transformed.init, random.PRNGKey(0), dummy)
     param_shapes = shapes[0] if with_state else shapes
@@ -92,6 +95,8 @@ def random_haiku_module(name, transformed, input_shape, prior, *, apply_rng=None
                 value = numpyro.deterministic(path, jnp.reshape(resolved, shape))
             params[module][param] = value
     if not with_state:
+        if not takes_rng:
+            return lambda x, *args, **kwargs: transformed.apply(params, x, *args, **kwargs)
         return lambda x, *args, **kwargs: transformed.apply(params, apply_rng, x, *args, **kwargs)
 
     state_site = mutable(f"{name}$state")
@@ -101,9 +106,8 @@ def random_haiku_module(name, transformed, input_shape, prior, *, apply_rng=None
         )
 
     def apply(x, *args, **kwargs):
-        out, new_state = transformed.apply(
-            params, state_site["state"], apply_rng, x, *args, **kwargs
-        )
+        rng = (apply_rng,) if takes_rng else ()
+        out, new_state = transformed.apply(params, state_site["state"], *rng, x, *args, **kwargs)
         state_site["state"] = new_state
         return out
 

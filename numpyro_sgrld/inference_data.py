@@ -34,12 +34,13 @@ __all__ = [
 
 #: The per-step statistics of the SG kernels; pass ``extra_fields=SG_EXTRA_FIELDS`` to
 #: ``MCMC.run`` to have all of them in ``sample_stats``.
-SG_EXTRA_FIELDS = ("diverging", "potential_energy", "grad_norm", "step_size")
+SG_EXTRA_FIELDS = ("diverging", "num_rejected", "potential_energy", "grad_norm", "step_size")
 
 # sample_stats names. SG kernels: the potential and gradient are minibatch estimates, so they
 # do not get ArviZ's "lp" (a full-data log density).
 _SG_STAT_NAMES = {
     "diverging": "diverging",
+    "num_rejected": "num_rejected",
     "potential_energy": "minibatch_potential_energy",
     "grad_norm": "minibatch_grad_norm",
     "step_size": "step_size",
@@ -144,7 +145,9 @@ def to_inference_data(mcmc, *model_args, log_likelihood=True, batch_size=None, *
     - ``posterior``: the constrained draws (and deterministic sites), grouped by chain.
     - ``sample_stats``: the recorded extra fields. For the SG kernels the minibatch estimates
       are named as such (``minibatch_potential_energy``, ``minibatch_grad_norm``; there is no
-      ``lp``), plus ``step_size`` and ``diverging``; run with
+      ``lp``), plus ``step_size``, ``diverging`` (with ``thinning``: a rejected step since
+      the previous draw) and ``num_rejected`` (the chain's cumulative count of rejected
+      steps, always recorded); run with
       ``extra_fields=SG_EXTRA_FIELDS`` to record them all. For NUTS/HMC the usual ArviZ names
       (``lp``, ``diverging``, ``n_steps``, ``acceptance_rate``, ``energy``, ``step_size``).
     - ``log_likelihood``: the **full-data** pointwise log-likelihood of every observed site

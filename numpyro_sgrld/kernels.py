@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from jax import random
 
 from numpyro_sgrld._adapter import SGMCMCKernel
+from numpyro_sgrld._checks import integer, real
 from numpyro_sgrld._tree import tree_normal, tree_where
 from numpyro_sgrld.correction import check_correction, correction_drift
 from numpyro_sgrld.integrators import adaptive_drift_langevin, langevin, sghmc
@@ -78,8 +79,11 @@ class LangevinKernel(SGMCMCKernel):
     def _prepare(self):
         self._metric = self._build_metric(self.num_data)
 
-    def _init_sampler(self, key, z):
-        return self._metric.init(z)
+    def _init_sampler(self, key, z, curvature):
+        state = self._metric.init(z)
+        if self._metric.warm_start is not None:
+            state = self._metric.warm_start(state, curvature())
+        return state
 
     def _transition(self, key, z, sampler_state, grad, grad_fn, step_size, i):
         preconditioner, new_state = self._metric.update(grad, sampler_state, z)
@@ -144,17 +148,18 @@ class SGHMCState(NamedTuple):
 
 
 def _check_friction(friction, noise_estimate):
-    if not (isinstance(friction, (int, float)) and 0 < friction <= 1):
-        raise ValueError(
-            f"`friction` must be in (0, 1] (the momentum decay alpha; 0.01 to 0.1 is typical), "
-            f"got {friction!r}."
-        )
-    if not (isinstance(noise_estimate, (int, float)) and 0 <= noise_estimate < friction):
+    friction = real(
+        friction, "friction", low=0, low_open=True, high=1,
+        hint="It is the momentum decay alpha; 0.01 to 0.1 is typical.",
+    )
+    noise_estimate = real(noise_estimate, "noise_estimate", low=0)
+    if not noise_estimate < friction:
         raise ValueError(
             f"`noise_estimate` must satisfy 0 <= noise_estimate < friction ({friction}), "
             f"got {noise_estimate!r}: the injected noise variance 2(friction - noise_estimate)h "
             "must stay positive. Lower it or raise `friction`."
         )
+    return friction, noise_estimate
 
 
 class SGHMC(SGMCMCKernel):
@@ -216,17 +221,14 @@ class SGHMC(SGMCMCKernel):
         **kwargs,
     ):
         super().__init__(model, step_size, **kwargs)
-        _check_friction(friction, noise_estimate)
+        friction, noise_estimate = _check_friction(friction, noise_estimate)
         if initial_momentum not in ("zero", "random"):
             raise ValueError(
                 f"Unknown initial_momentum={initial_momentum!r}; use 'zero' or 'random'."
             )
-        if resample_momentum_every is not None and not (
-            isinstance(resample_momentum_every, int) and resample_momentum_every >= 1
-        ):
-            raise ValueError(
-                "`resample_momentum_every` must be a positive integer or None, "
-                f"got {resample_momentum_every!r}."
+        if resample_momentum_every is not None:
+            resample_momentum_every = integer(
+                resample_momentum_every, "resample_momentum_every", hint="Or None (never)."
             )
         self._friction = float(friction)
         self._noise_estimate = float(noise_estimate)
@@ -237,7 +239,7 @@ class SGHMC(SGMCMCKernel):
         scale = jnp.sqrt(step_size * self._temperature)
         return jax.tree.map(lambda n: scale * n, tree_normal(key, z))
 
-    def _init_sampler(self, key, z):
+    def _init_sampler(self, key, z, curvature):
         if self._initial_momentum == "zero":
             return SGHMCState(jax.tree.map(jnp.zeros_like, z))
         step_size = jnp.asarray(self._schedule(0), jnp.result_type(float))
@@ -268,7 +270,8 @@ _COMMON = """    :param model: NumPyro model (or ``potential_fn=``).
     :param step_size: :math:`h`, float > 0 or a schedule (:mod:`numpyro_sgrld.schedules`).
     :param kwargs: ``temperature``, ``num_data``, ``batching``, ``init_strategy``,
         ``potential_fn``, ``data_parallel``, ``control_variate``, ``mode_steps``,
-        ``start_at_centre`` (see :class:`~numpyro_sgrld._adapter.SGMCMCKernel`)."""
+        ``start_at_centre``, ``check_proposal`` (see
+        :class:`~numpyro_sgrld._adapter.SGMCMCKernel`)."""
 
 
 def _example(name, args):
@@ -567,7 +570,7 @@ class AdamSGLD(SGMCMCKernel):
         self._beta2 = _check_decay(beta2, "beta2")
         self._eps = _check_nonnegative(eps, "eps")
 
-    def _init_sampler(self, key, z):
+    def _init_sampler(self, key, z, curvature):
         zeros = jax.tree.map(jnp.zeros_like, z)
         return AdamState(zeros, zeros)
 

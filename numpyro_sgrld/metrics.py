@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from numpyro_sgrld._checks import integer, real
 from numpyro_sgrld._tree import tree_dot, tree_norm
 
 __all__ = [
@@ -59,12 +60,21 @@ class Metric(NamedTuple):
     a finite old entry and a finite statistic. The kernels then need not check the new state
     for finiteness on every step (only the gradient and the new position);
     ``False`` (the default, e.g. for roots of an eigendecomposition) keeps that check.
+
+    ``warm_start(state, curvature) -> state`` (optional) gives a metric whose statistic
+    estimates :math:`E[\bar g\odot\bar g]` a starting value that does not depend on where the
+    chain starts: ``curvature`` is an unbiased estimate of the diagonal of the minibatch
+    potential's Hessian at the initial position, and under the posterior
+    :math:`E_\pi[(\partial_i U)^2] = E_\pi[\partial_{ii} U]` (integration by parts, the
+    Fisher identity), so it is what the squared gradient averages to — also at a mode, where
+    the gradient itself is zero.
     """
 
     init: Callable
     update: Callable
     decay: float | None = None
     averages_gradient: bool = False
+    warm_start: Callable | None = None
 
 
 def _same(tree):
@@ -72,21 +82,15 @@ def _same(tree):
 
 
 def _check_decay(decay, name="decay"):
-    if not (isinstance(decay, (int, float)) and 0 <= decay < 1):
-        raise ValueError(f"`{name}` must be in [0, 1), got {decay!r}.")
-    return float(decay)
+    return real(decay, name, low=0, high=1, high_open=True)
 
 
 def _check_nonnegative(value, name):
-    if not (isinstance(value, (int, float)) and 0 <= value < math.inf):
-        raise ValueError(f"`{name}` must be a finite number >= 0, got {value!r}.")
-    return float(value)
+    return real(value, name, low=0)
 
 
 def _check_interval(value, name="update_interval"):
-    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
-    return value
+    return integer(value, name, low=1)
 
 
 # --------------------------------------------------------------------------- identity
@@ -108,10 +112,13 @@ def identity() -> Metric:
 
 # --------------------------------------------------------------------------- RMSprop
 class RMSpropState(NamedTuple):
-    """``square_avg``: :math:`V` (same tree as the position); ``count``: steps taken."""
+    """``square_avg``: :math:`V` (same tree as the position); ``count``: steps taken;
+    ``floor``: the curvature-based starting value :math:`V_0` of the statistic (zeros unless
+    the metric was warm-started), which fades as :math:`\alpha^t V_0`."""
 
     square_avg: Any
     count: Any
+    floor: Any = None
 
 
 def rmsprop(decay=0.99, eps=1e-8, num_data=1, bias_correction=True) -> Metric:
@@ -124,26 +131,66 @@ def rmsprop(decay=0.99, eps=1e-8, num_data=1, bias_correction=True) -> Metric:
 
     ``decay`` :math:`\alpha`, ``eps`` :math:`\lambda`, ``bias_correction`` the Adam-style
     :math:`1/(1-\alpha^t)` (so the first steps are not huge). State: one number per parameter.
+
+    **A chain started at a mode.** There the gradient is (nearly) zero, so the first
+    statistics are (nearly) zero and :math:`D_{ii}` up to :math:`1/\lambda` (1e8 with the
+    default): the first step would land hundreds of standard deviations away, and pSGLD's
+    drift, about :math:`h` per step, takes very long to come back. Two guards:
+
+    - warm start (the kernels call ``warm_start`` at ``init``): the statistic used is
+      :math:`\max(\hat V_t, \alpha^t V_0)`, :math:`V_0 = |\widehat{\mathrm{diag}\,H}|/N^2`
+      from one Hutchinson Hessian-vector product at the initial position, what
+      :math:`\bar g\odot\bar g` averages to under the posterior (see :class:`Metric`). Its
+      weight :math:`\alpha^t` fades within a few :math:`1/(1-\alpha)` steps; it only raises
+      a statistic that is smaller than the curvature says it should be;
+    - where the statistic is still exactly zero (no information at all: zero curvature and
+      zero gradients so far) :math:`D_{ii} = 1`, the identity, not :math:`1/\lambda`.
+
+    Called directly (``init`` without ``warm_start``), the metric is exactly Li et al.'s
+    except for the second guard.
     """
     decay, eps = _check_decay(decay), _check_nonnegative(eps, "eps")
 
     def init(position):
-        return RMSpropState(jax.tree.map(jnp.zeros_like, position), jnp.zeros((), jnp.int32))
+        zeros = jax.tree.map(jnp.zeros_like, position)
+        return RMSpropState(zeros, jnp.zeros((), jnp.int32), zeros)
+
+    def warm_start(state, curvature):
+        floor = jax.tree.map(
+            lambda c, v: jnp.abs(c).astype(v.dtype) / num_data**2, curvature, state.square_avg
+        )
+        return state._replace(floor=floor)
 
     def update(grad, state, position):
         count = state.count + 1
         square_avg = jax.tree.map(
             lambda v, g: decay * v + (1 - decay) * (g / num_data) ** 2, state.square_avg, grad
         )
-        scale = 1.0 / (1.0 - decay ** count.astype(jnp.float32)) if bias_correction else 1.0
-        diag = jax.tree.map(lambda v: 1.0 / (eps + jnp.sqrt(scale * v)), square_avg)
+        weight = decay ** count.astype(jnp.float32)
+        scale = 1.0 / (1.0 - weight) if bias_correction else 1.0
+        if state.floor is None:
+            estimate = jax.tree.map(lambda v: scale * v, square_avg)
+        else:
+            estimate = jax.tree.map(
+                lambda v, f: jnp.maximum(scale * v, weight * f), square_avg, state.floor
+            )
+        diag = jax.tree.map(partial(_rmsprop_diag, eps), estimate)
         precond = Preconditioner(
             drift=lambda t: jax.tree.map(jnp.multiply, diag, t),
             noise=lambda t: jax.tree.map(lambda d, x: jnp.sqrt(d) * x, diag, t),
         )
-        return precond, RMSpropState(square_avg, count)
+        return precond, RMSpropState(square_avg, count, state.floor)
 
-    return Metric(init, update, decay, averages_gradient=True)
+    return Metric(init, update, decay, averages_gradient=True, warm_start=warm_start)
+
+
+def _rmsprop_diag(eps, v):
+    r""":math:`1/(\lambda + \sqrt{\hat V})`, and 1 where :math:`\hat V = 0` (no
+    information). The ``where`` is applied to the argument of the square root as well, so that
+    the derivative (taken by the Γ correction) is finite at :math:`\hat V = 0`."""
+    empty = v == 0
+    safe = jnp.where(empty, 1.0, v)
+    return jnp.where(empty, 1.0, 1.0 / (eps + jnp.sqrt(safe)))
 
 
 # --------------------------------------------------------------------------- Monge
@@ -178,10 +225,10 @@ def monge(alpha2=1.0, decay=0.9, num_data=1, max_drift_norm=None) -> Metric:
     """
     alpha2 = _check_nonnegative(alpha2, "alpha2")
     decay = _check_decay(decay)
-    if max_drift_norm is not None and not (
-        isinstance(max_drift_norm, (int, float)) and max_drift_norm > 0
-    ):
-        raise ValueError(f"`max_drift_norm` must be None or > 0, got {max_drift_norm!r}.")
+    if max_drift_norm is not None:
+        max_drift_norm = real(
+            max_drift_norm, "max_drift_norm", low=0, low_open=True, hint="Or None (off)."
+        )
 
     def init(position):
         return MongeState(jax.tree.map(jnp.zeros_like, position))
@@ -322,8 +369,13 @@ def _after(x, token):
     return x + jnp.where(jnp.isfinite(t), t, 0.0).astype(x.dtype) * 0
 
 
-def _fresh_roots(stats_l, roots_l, precs_l, eps):
+def _fresh_roots(stats_l, roots_l, precs_l, eps, decay, count):
     """Noise roots and drift factors of every leaf and mode from the statistics.
+
+    ``floor`` is the decayed initial statistic :math:`\alpha^t\\epsilon` (the state keeps the
+    statistics without it), added back here. A block whose statistic is still exactly zero
+    (no gradient information: a start at a mode with exact gradients) gets the identity, not
+    :math:`(\alpha^t\\epsilon)^{-1/(4k)}`.
 
     The batched eigendecompositions run one at a time. XLA:CPU (jaxlib 0.10) runs independent
     operations concurrently, and a batched LAPACK ``eigh`` blocks its worker until its chunks,
@@ -337,7 +389,12 @@ def _fresh_roots(stats_l, roots_l, precs_l, eps):
         k = len(stats)
         roots = []
         for s in stats:
-            r = jax.vmap(_inverse_root, (0, None, None))(_after(s, token), eps, 4 * k)
+            eye = jnp.eye(s.shape[-1], dtype=s.dtype)
+            floor = eps * jnp.asarray(decay, s.dtype) ** count
+            ridged = _after(s + floor * eye, token)
+            r = jax.vmap(_inverse_root, (0, None, None))(ridged, eps, 4 * k)
+            empty = jnp.all(s == 0, axis=(-2, -1), keepdims=True)
+            r = jnp.where(empty, eye, r)
             token = r[..., 0, 0]
             roots.append(r)
         roots_out.append(tuple(roots))
@@ -346,9 +403,10 @@ def _fresh_roots(stats_l, roots_l, precs_l, eps):
 
 
 class ShampooState(NamedTuple):
-    """Per leaf, tuples over modes of arrays ``(num_blocks, n_i, n_i)``: the statistics
-    ``stats`` (:math:`L_i`), the noise roots ``roots`` (:math:`N_i`) and the drift factors
-    ``precs`` (:math:`P_i = N_i^2`); ``count`` counts steps."""
+    r"""Per leaf, tuples over modes of arrays ``(num_blocks, n_i, n_i)``: the statistics
+    ``stats`` (:math:`L_i - \alpha^t\epsilon I`, the moving average of the gradients' Gram
+    matrices without its decayed initial value), the noise roots ``roots`` (:math:`N_i`) and
+    the drift factors ``precs`` (:math:`P_i = N_i^2`); ``count`` counts steps."""
 
     stats: Any
     roots: Any
@@ -375,8 +433,12 @@ def shampoo(decay=0.99, eps=1e-8, update_interval=100, block_size=128, num_data=
     is :math:`D = L^{-1/4} \otimes R^{-1/4}`; vectors and biases (k = 1) get the full-matrix
     :math:`L^{-1/2}`, as in Yu et al.'s funnel experiment (their network code left vectors
     unpreconditioned). The ridge :math:`\epsilon\lambda_{max}` is added at the root only, not
-    into :math:`L_i` (unlike the authors' code). State: three :math:`n_i \times n_i` matrices per
-    block and mode, at most :math:`3\cdot 128^2` numbers each.
+    into :math:`L_i` (unlike the authors' code). A block whose gradients have all been exactly
+    zero so far (:math:`L_i = \alpha^t\epsilon I`: no information, e.g. a start at a mode with
+    exact gradients and ``update_interval=1``) keeps the identity instead of the root
+    :math:`(\alpha^t\epsilon)^{-1/(4k)}` of its initial value. State: three
+    :math:`n_i \times n_i` matrices per block and mode, at most :math:`3\cdot 128^2` numbers
+    each.
     """
     decay = _check_decay(decay)
     eps = _check_nonnegative(eps, "eps")
@@ -393,7 +455,7 @@ def shampoo(decay=0.99, eps=1e-8, update_interval=100, block_size=128, num_data=
             eye = [
                 jnp.broadcast_to(jnp.eye(b, dtype=jnp.result_type(x)), (nb, b, b)) for b in block
             ]
-            return tuple(eps * e for e in eye), tuple(eye), tuple(eye)
+            return tuple(jnp.zeros_like(e) for e in eye), tuple(eye), tuple(eye)
 
         parts = jax.tree.map(leaf_init, position)
         is_triple = lambda t: isinstance(t, tuple) and len(t) == 3  # noqa: E731
@@ -419,7 +481,7 @@ def shampoo(decay=0.99, eps=1e-8, update_interval=100, block_size=128, num_data=
             )
         new_roots, new_precs = lax.cond(
             recompute,
-            partial(_fresh_roots, eps=eps),
+            partial(_fresh_roots, eps=eps, decay=decay, count=count),
             lambda stats, roots, precs: (roots, precs),
             new_stats,
             roots_l,

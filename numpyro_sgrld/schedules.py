@@ -12,15 +12,17 @@ import math
 from collections.abc import Callable
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+
+from numpyro_sgrld._checks import _scalar, integer, real
 
 __all__ = ["constant", "polynomial_decay", "cyclical", "as_schedule"]
 
 
 def _check_positive(name, value):
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-        raise ValueError(f"`{name}` must be a finite number > 0, got {value!r}.")
+    real(value, name, low=0, low_open=True)
 
 
 class constant(NamedTuple):
@@ -80,14 +82,27 @@ def _validate(schedule):
     elif isinstance(schedule, cyclical):
         _check_positive("cyclical.step_size", schedule.step_size)
         for field in ("num_steps", "num_cycles"):
-            value = getattr(schedule, field)
-            if not (isinstance(value, int) and value >= 1):
-                raise ValueError(f"`cyclical.{field}` must be an integer >= 1, got {value!r}.")
+            integer(getattr(schedule, field), f"cyclical.{field}")
     # Any schedule, built-in or user supplied: probe it on a grid of iterations that covers
     # runs of up to ten million steps, so that a schedule that goes non-positive fails now,
     # loudly, rather than deep inside a compiled loop.
+    # It is called as the kernels call it: on a traced 0-d int32 step counter, inside jit (here
+    # vmapped over the probe; a schedule that ignores t is broadcast).
     probe = np.unique(np.concatenate([np.arange(1000), np.geomspace(1000, 1e7, 200).astype(int)]))
-    values = np.asarray(schedule(jnp.asarray(probe)))
+    try:
+        values = np.asarray(jax.jit(jax.vmap(schedule))(jnp.asarray(probe, jnp.int32)))
+    except jax.errors.ConcretizationTypeError as e:
+        raise ValueError(
+            "The step-size schedule cannot be traced: it is called with the step counter t as a "
+            "traced JAX integer inside a compiled loop, so Python control flow on t (`if t < "
+            "100`, `min(t, ...)`, `math.` functions) fails. Write it with jax.numpy, e.g. "
+            "`lambda t: jnp.where(t < 100, 1e-3, 1e-4)`, or use `polynomial_decay`/`cyclical`."
+        ) from e
+    except Exception as e:  # noqa: BLE001 (any failure of user code, explained)
+        raise ValueError(
+            f"The step-size schedule raised {type(e).__name__} when called on the step counter "
+            f"t (a traced 0-d int32 JAX array): {e}"
+        ) from e
     if values.shape != probe.shape or not np.all(np.isfinite(values)) or np.any(values <= 0):
         bad = probe[~(np.isfinite(values) & (values > 0))] if values.shape == probe.shape else probe
         raise ValueError(
@@ -99,10 +114,10 @@ def _validate(schedule):
 
 def as_schedule(step_size) -> Callable:
     """Turn ``step_size`` (a float or a schedule) into a validated schedule ``t -> h_t``."""
-    if isinstance(step_size, bool) or step_size is None:
+    if isinstance(step_size, (bool, np.bool_)) or step_size is None:
         raise ValueError(f"`step_size` must be a number > 0 or a schedule, got {step_size!r}.")
-    if isinstance(step_size, (int, float, np.floating, np.integer)):
-        schedule = constant(float(step_size))
+    if _scalar(step_size) is not None:
+        schedule = constant(real(step_size, "step_size", low=0, low_open=True))
     elif callable(step_size):
         schedule = step_size
     else:

@@ -77,20 +77,43 @@ class _PlateRecorder(Messenger):
 
     def __init__(self, fn=None):
         self.plates = {}
+        self.declared = {}
         super().__init__(fn)
 
     def process_message(self, msg):
-        if msg["type"] != "plate" or msg.get("value") is not None:
+        if msg["type"] != "plate":
             return
         size, subsample_size = msg["args"]
-        if subsample_size > size:
-            raise ValueError(
-                f"Plate '{msg['name']}' has subsample_size={subsample_size} larger than its "
-                f"size {size}. Use a subsample_size of at most {size} (or omit it to use all "
-                "the data)."
-            )
+        if subsample_size is not None and msg.get("value") is not None:
+            # subsample_size == size: no subsampling, but the plate still says how many data
+            # points there are (num_data must not jump when n reaches N)
+            self.declared[msg["name"]] = int(size)
+        if msg.get("value") is not None:
+            return
+        _check_subsample_size(msg["name"], size, subsample_size)
         self.plates[msg["name"]] = (size, subsample_size)
+        self.declared[msg["name"]] = int(size)
         msg["value"] = jnp.arange(subsample_size)
+
+
+def _check_subsample_size(name, size, subsample_size):
+    from numpyro_sgrld._setup import ModelSetupError
+
+    integral = isinstance(subsample_size, (int, np.integer)) and not isinstance(
+        subsample_size, (bool, np.bool_)
+    )
+    if not integral or subsample_size < 1:
+        raise ModelSetupError(
+            f"Plate '{name}' has subsample_size={subsample_size!r}: it must be an integer "
+            f"between 1 and the plate's size {size} (a subsample of size 0 would drop the "
+            "likelihood and sample the prior). Omit subsample_size to use all the data."
+        )
+    if subsample_size > size:
+        raise ModelSetupError(
+            f"Plate '{name}' has subsample_size={subsample_size} larger than its "
+            f"size {size}. Use a subsample_size of at most {size} (or omit it to use all "
+            "the data)."
+        )
 
 
 def placeholder_plates(model):
@@ -106,6 +129,13 @@ def trace_with_plates(model, model_args=(), model_kwargs=None):
     with ``subsample_size < size``. Raises ``ValueError`` for a plate whose
     ``subsample_size`` exceeds its size.
     """
+    model_trace, plates, _ = trace_model(model, model_args, model_kwargs)
+    return model_trace, plates
+
+
+def trace_model(model, model_args=(), model_kwargs=None):
+    """:func:`trace_with_plates`, plus ``declared``: ``{name: size}`` of every plate given a
+    ``subsample_size`` (including ``subsample_size == size``)."""
     model_kwargs = {} if model_kwargs is None else model_kwargs
     recorder = _PlateRecorder(handlers.seed(model, rng_seed=0))
     with handlers.block():
@@ -114,7 +144,7 @@ def trace_with_plates(model, model_args=(), model_kwargs=None):
         SubsamplePlate(name, int(size), int(subsample_size))
         for name, (size, subsample_size) in recorder.plates.items()
     )
-    return model_trace, plates
+    return model_trace, plates, recorder.declared
 
 
 def find_subsample_plates(model, model_args=(), model_kwargs=None):

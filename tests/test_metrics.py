@@ -258,7 +258,7 @@ def test_hutchinson_is_unbiased_for_exact(name):
     ],
 )
 def test_decay_outside_unit_interval(factory):
-    with pytest.raises(ValueError, match=r"`decay` must be in \[0, 1\)"):
+    with pytest.raises(ValueError, match=r"`decay` must be a finite number in \[0, 1\)"):
         factory()
 
 

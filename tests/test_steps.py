@@ -197,9 +197,9 @@ def test_correction_errors():
         LangevinKernel(
             _pytree_model, step_size=0.1, metric=metrics.wenzel(), correction="hutchinson"
         )
-    with pytest.raises(ValueError, match=r"`decay` must be in \[0, 1\)"):
+    with pytest.raises(ValueError, match=r"`decay` must be a finite number in \[0, 1\)"):
         MongeSGLD(_pytree_model, step_size=0.1, decay=1.0)
-    with pytest.raises(ValueError, match=r"`beta2` must be in \[0, 1\)"):
+    with pytest.raises(ValueError, match=r"`beta2` must be a finite number in \[0, 1\)"):
         AdamSGLD(_pytree_model, step_size=0.1, beta2=1.0)
 
 

@@ -1,0 +1,68 @@
+"""Validation of numeric arguments: Python, NumPy and JAX scalars alike.
+
+A user passes ``decay=np.float32(0.95)``, ``num_data=X.shape[0]`` (a Python int) or
+``num_data=jnp.size(y)`` (a 0-d JAX array) and means the same number; all are accepted. Bools
+are refused (``True`` is an ``int`` to Python, never a decay or a step count), and so are traced
+values (a hyperparameter must be known when the kernel is built).
+"""
+
+import math
+import numbers
+
+import jax
+import numpy as np
+
+__all__ = ["real", "integer"]
+
+
+def _scalar(value):
+    """``value`` as a Python number, or ``None`` when it is not a real scalar."""
+    if isinstance(value, (bool, np.bool_)) or isinstance(value, jax.core.Tracer):
+        return None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, (np.ndarray, jax.Array)) and np.ndim(value) == 0:
+        kind = np.asarray(value).dtype.kind
+        if kind in "iu":
+            return int(value)
+        if kind == "f":
+            return float(value)
+    return None
+
+
+def real(value, name, *, low=None, high=None, low_open=False, high_open=False, hint=""):
+    """A finite real number in the given range, returned as a ``float``.
+
+    ``low``/``high`` are the bounds (``None``: unbounded), ``*_open`` whether they are
+    excluded. The error names the argument, the value, the range and ``hint``.
+    """
+    number = _scalar(value)
+    ok = number is not None and math.isfinite(number)
+    if ok and low is not None:
+        ok = number > low if low_open else number >= low
+    if ok and high is not None:
+        ok = number < high if high_open else number <= high
+    if not ok:
+        lo = "(" if low_open else "["
+        hi = ")" if high_open else "]"
+        span = f"{lo}{'-inf' if low is None else low}, {'inf' if high is None else high}{hi}"
+        raise ValueError(
+            f"`{name}` must be a finite number in {span}, got {value!r}"
+            + (f" ({type(value).__name__})" if number is None and value is not None else "")
+            + f".{(' ' + hint) if hint else ''}"
+        )
+    return float(number)
+
+
+def integer(value, name, *, low=1, hint=""):
+    """An integer ``>= low`` (Python, NumPy or 0-d JAX integer; not a bool or a float)."""
+    number = _scalar(value)
+    if isinstance(number, float) or number is None or number < low:
+        raise ValueError(
+            f"`{name}` must be an integer >= {low}, got {value!r}"
+            + (" (a float: write it as an int)" if isinstance(number, float) else "")
+            + f".{(' ' + hint) if hint else ''}"
+        )
+    return int(number)

@@ -1,0 +1,328 @@
+"""Checks of a model and its data made when a kernel is set up, before the first step.
+
+Each one refuses a model, an argument or a data set that would otherwise run and return a
+wrong posterior without a word, or crash deep inside JAX or NumPyro; each error names the
+site, argument or data point, the value, and what to do.
+"""
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+from jax.experimental import checkify
+from numpyro import handlers
+from numpyro.distributions.transforms import biject_to
+
+from numpyro_sgrld.subsample import full_batch
+
+__all__ = [
+    "ModelSetupError",
+    "check_latent_sites",
+    "check_observed_shapes",
+    "infer_num_data",
+    "check_init_params",
+    "indices_in_bounds_fn",
+    "raise_if_out_of_bounds",
+    "observed_ok_fn",
+    "raise_if_bad_data",
+]
+
+
+class ModelSetupError(ValueError):
+    """A model, its arguments or its data cannot be sampled as given."""
+
+
+def evaluate_now():
+    """A context in which JAX computes on concrete values now, even inside a trace (``MCMC``
+    calls a kernel's ``init`` inside ``pmap`` for parallel chains; the set-up checks need the
+    data's values, which are concrete there). JAX's ``eval_context`` (its
+    ``ensure_compile_time_eval`` does not reach through ``checkify`` and ``jit``); where a
+    JAX release lacks it, ``ensure_compile_time_eval``."""
+    from jax._src import core
+
+    context = getattr(core, "eval_context", None)
+    return context() if context is not None else jax.ensure_compile_time_eval()
+
+
+def describe_args(model_args, model_kwargs):
+    """The model's arguments in a line: array shapes and dtypes, other values' types."""
+
+    def one(x):
+        if hasattr(x, "shape") and hasattr(x, "dtype"):
+            return f"{type(x).__name__}{tuple(x.shape)} {x.dtype}"
+        return type(x).__name__
+
+    parts = [one(x) for x in model_args] + [f"{k}={one(v)}" for k, v in model_kwargs.items()]
+    return "(" + ", ".join(parts) + ")"
+
+
+# --------------------------------------------------------------------------- the model's sites
+def check_latent_sites(model_trace, plates):
+    """Refuse discrete latent sites, a model without latent sites, and latent sites inside a
+    subsample plate (local latent variables)."""
+    latent = {
+        name: site
+        for name, site in model_trace.items()
+        if site["type"] == "sample" and not site["is_observed"]
+    }
+    for name, site in latent.items():
+        if site["fn"].support.is_discrete:
+            raise ModelSetupError(
+                f"Latent site '{name}' is discrete ({type(site['fn']).__name__}); "
+                "stochastic-gradient kernels need continuous latent variables. Marginalise it "
+                "out in the model (for a mixture, use dist.MixtureSameFamily), or sample it with "
+                "numpyro.infer.DiscreteHMCGibbs or MixedHMC."
+            )
+    if not latent:
+        raise ModelSetupError(
+            "The model has no latent sample sites: there is nothing to sample (every "
+            "numpyro.sample site is observed). Check that the parameters are numpyro.sample "
+            "sites (not numpyro.param or plain arrays)."
+        )
+    subsampled = {p.name: p for p in plates}
+    for name, site in latent.items():
+        frames = [f.name for f in site["cond_indep_stack"] if f.name in subsampled]
+        if not frames:
+            continue
+        plate = subsampled[frames[0]]
+        hint = (
+            f" If '{name}' is meant to be observed, its data is missing: the model was run with "
+            "obs=None there (e.g. y=None)."
+            if site["fn"].batch_shape and site.get("infer", {}).get("obs_mask") is None
+            else ""
+        )
+        raise ModelSetupError(
+            f"Latent site '{name}' is inside the subsample plate '{plate.name}' (size "
+            f"{plate.size}, subsample_size={plate.subsample_size}): a local latent variable. "
+            "Every step draws new indices, so its slots would be reassigned to other data "
+            "points at every step and its draws would mean nothing. Move the site out of the "
+            "subsampled plate (a plate without subsample_size, e.g. one over the groups), "
+            f"marginalise it out of the likelihood, or do not subsample this plate.{hint}"
+        )
+
+
+def check_observed_shapes(model_trace):
+    """Refuse an observed value whose shape broadcasts the distribution to a larger batch
+    (``obs`` of shape ``(n, 1)`` against ``loc`` of shape ``(n,)`` counts every data point
+    ``n`` times)."""
+    for name, site in model_trace.items():
+        if site["type"] != "sample" or not site["is_observed"]:
+            continue
+        fn, value = site["fn"], site["value"]
+        event = len(fn.event_shape)
+        value_batch = jnp.shape(value)[: max(jnp.ndim(value) - event, 0)]
+        expected = tuple(fn.batch_shape)
+        try:
+            combined = tuple(jnp.broadcast_shapes(expected, value_batch))
+        except ValueError:
+            continue  # NumPyro itself raises on the log-density
+        if combined != expected and np.prod(combined) > np.prod(expected):
+            raise ModelSetupError(
+                f"Observed site '{name}': its value of shape {tuple(jnp.shape(value))} "
+                f"broadcasts the distribution's batch shape {expected} to {combined}, so each "
+                f"data point would be counted {int(np.prod(combined) // max(np.prod(expected), 1))}"
+                " times. Give the observation the distribution's shape (e.g. `y.reshape(-1)` or "
+                "`y[:, 0]` for a column vector)."
+            )
+
+
+def infer_num_data(model_trace, declared):
+    """:math:`N` for the per-datum gradient: the largest plate given a ``subsample_size``
+    (``declared``: name -> size, including plates whose subsample size equals their size),
+    else the largest plate that holds an observed site, else ``None``."""
+    if declared:
+        return max(declared.values())
+    sizes = [
+        frame.size
+        for site in model_trace.values()
+        if site["type"] == "sample" and site["is_observed"]
+        for frame in site["cond_indep_stack"]
+    ]
+    return max(sizes) if sizes else None
+
+
+# --------------------------------------------------------------------------- initial values
+def check_init_params(init_params, prototype, num_chains):
+    """``init_params`` (unconstrained values, one per latent site; with a leading chain axis
+    when ``num_chains`` > 1 chains are vectorized) against the model's latent sites."""
+    if not isinstance(init_params, dict):
+        raise ModelSetupError(
+            f"`init_params` must be a dict of unconstrained values keyed by latent site name "
+            f"({sorted(prototype)}), got {type(init_params).__name__}."
+        )
+    unknown, missing = set(init_params) - set(prototype), set(prototype) - set(init_params)
+    if unknown or missing:
+        raise ModelSetupError(
+            f"`init_params` has the sites {sorted(init_params)}, but the model's latent sites "
+            f"are {sorted(prototype)}"
+            + (f"; unknown: {sorted(unknown)}" if unknown else "")
+            + (f"; missing: {sorted(missing)}" if missing else "")
+            + ". Give one unconstrained value per latent site."
+        )
+    lead = () if num_chains is None else (num_chains,)
+    for name, value in init_params.items():
+        want = lead + tuple(jnp.shape(prototype[name]))
+        got = tuple(jnp.shape(value))
+        if got != want:
+            chains = (
+                f" (a leading axis of {num_chains} for the vectorized chains, then the site's "
+                f"unconstrained shape {tuple(jnp.shape(prototype[name]))})"
+                if lead
+                else " (its unconstrained shape)"
+            )
+            raise ModelSetupError(
+                f"`init_params['{name}']` has shape {got}; the model needs {want}{chains}."
+            )
+        _raise_if_not_finite(name, value)
+
+
+def check_potential_init_params(init_params, num_chains):
+    """``init_params`` for a ``potential_fn`` kernel: finite, with a leading chain axis when
+    chains are vectorized."""
+    for path, value in jax.tree_util.tree_leaves_with_path(init_params):
+        name = jax.tree_util.keystr(path) or "init_params"
+        if num_chains is not None and (jnp.ndim(value) < 1 or jnp.shape(value)[0] != num_chains):
+            raise ModelSetupError(
+                f"`init_params{name}` has shape {tuple(jnp.shape(value))}: with {num_chains} "
+                f"vectorized chains every leaf needs a leading axis of {num_chains} (one "
+                "starting point per chain)."
+            )
+        _raise_if_not_finite(name, value)
+
+
+def _raise_if_not_finite(name, value):
+    if isinstance(value, jax.core.Tracer):
+        return
+    value = np.asarray(value)
+    if np.issubdtype(value.dtype, np.inexact) and not np.all(np.isfinite(value)):
+        where = np.argwhere(~np.isfinite(value))[0].tolist() if value.ndim else []
+        raise ModelSetupError(
+            f"`init_params` for '{name}' is not finite"
+            + (f" (first at index {tuple(where)}: {value[tuple(where)]})" if where else "")
+            + ". Start the chain at finite unconstrained values."
+        )
+
+
+# --------------------------------------------------------------------------- the data
+def _last_indices(plates):
+    return {p.name: jnp.arange(p.size - p.subsample_size, p.size) for p in plates}
+
+
+def indices_in_bounds_fn(model, plates):
+    """A function ``(args, kwargs) -> checkify error`` that runs ``model`` on the *last*
+    minibatch indices of every subsample plate (``N - n .. N - 1``) with JAX's index checks
+    on: an index past the end of the data it selects from (a plate larger than the data; JAX
+    would otherwise clamp it to the last row) is an error."""
+    substituted = handlers.substitute(handlers.seed(model, rng_seed=0), data=_last_indices(plates))
+
+    def run(args, kwargs):
+        with handlers.block():
+            handlers.trace(substituted).get_trace(*args, **kwargs)
+
+    checked = checkify.checkify(run, errors=checkify.index_checks)
+
+    def fn(args, kwargs):
+        return checked(args, kwargs)[0]
+
+    return fn
+
+
+def raise_if_out_of_bounds(error, plates):
+    message = error.get()
+    if message is None:
+        return
+    described = ", ".join(f"'{p.name}' (size {p.size})" for p in plates)
+    raise ModelSetupError(
+        f"The model indexes past the end of its data with the subsample plate(s) {described}: "
+        f"{message.splitlines()[0]} The plate's size must be the number of data points it "
+        "selects from (e.g. numpyro.plate('data', X.shape[0], subsample_size=n)); JAX would "
+        "clamp such indices to the last data point and count it many times."
+    )
+
+
+def observed_ok_fn(model):
+    """A function ``(z, args, kwargs) -> {site: (ok, value_ok)}`` that evaluates every observed
+    site on the **full** data at the unconstrained position ``z``: ``ok`` marks the data points
+    whose log-density is finite and whose observed value lies in the support (masked-out
+    points count as ok), ``value_ok`` those whose observed value itself is finite."""
+    whole = full_batch(model)
+
+    def fn(z, args, kwargs):
+        # one pass: each latent site takes its constrained value as the model runs
+        constrained = handlers.substitute(whole, substitute_fn=partial(_constrained, z))
+        seeded = handlers.seed(constrained, rng_seed=0)
+        with handlers.block():
+            model_trace = handlers.trace(seeded).get_trace(*args, **kwargs)
+        out = {}
+        for name, site in model_trace.items():
+            if site["type"] != "sample" or not site["is_observed"]:
+                continue
+            fn_, value = site["fn"], site["value"]
+            if isinstance(fn_, dist.Unit):  # numpyro.factor: a term of the density, not data
+                continue
+            log_prob = fn_.log_prob(value)
+            if _fixed_support(fn_.support):
+                ok = jnp.isfinite(log_prob) & jnp.broadcast_to(
+                    fn_.support(value), jnp.shape(log_prob)
+                )
+            else:  # -inf may be the parameters' doing (e.g. Uniform(0, theta)): only NaN
+                ok = ~jnp.isnan(log_prob)
+            if site.get("mask") is not None:
+                ok = ok | ~jnp.broadcast_to(site["mask"], jnp.shape(ok))
+            event = len(fn_.event_shape)
+            finite = jnp.isfinite(value)
+            if event:
+                finite = jnp.all(finite, axis=tuple(range(-event, 0)))
+            out[name] = (ok, jnp.broadcast_to(finite, jnp.shape(ok)))
+        return out
+
+    return fn
+
+
+def _constrained(z, site):
+    if site["type"] == "sample" and not site["is_observed"] and site["name"] in z:
+        return biject_to(site["fn"].support)(z[site["name"]])
+    return None
+
+
+def _fixed_support(support):
+    """Whether ``support`` does not depend on the parameters (no array-valued bound)."""
+    for bound in ("lower_bound", "upper_bound"):
+        value = getattr(support, bound, None)
+        if value is not None and not isinstance(value, (int, float)):
+            return False
+    return True
+
+
+def raise_if_bad_data(checked, model_trace):
+    """Raise for the first observed site with a data point whose log-density is not finite
+    or whose value lies outside the support (``checked`` from :func:`observed_ok_fn`; the
+    plates are named from ``model_trace``, the set-up trace of the model)."""
+    for name, (ok, value_ok) in checked.items():
+        ok, value_ok = np.asarray(ok), np.asarray(value_ok)
+        if ok.all():
+            continue
+        bad = np.argwhere(~ok)
+        first = tuple(bad[0].tolist())
+        site = model_trace.get(name, {"cond_indep_stack": []})
+        names = {f.dim: f.name for f in site["cond_indep_stack"]}
+        where = ", ".join(
+            f"{i} of plate '{names[d]}'" if d in names else f"index {i} of axis {d}"
+            for d, i in zip(range(-len(first), 0), first)
+        )
+        cause = (
+            "its observed value there is not finite (NaN or inf)"
+            if not value_ok[first]
+            else "a covariate there is not finite, or the observed value lies outside the "
+            "distribution's support"
+        )
+        raise ModelSetupError(
+            f"Observed site '{name}' has a non-finite log-density at {bad.shape[0]} data "
+            f"point(s), the first at {where or 'its only point'}: {cause}. Remove or impute "
+            "those data points, or mask them out (numpyro.handlers.mask, or obs_mask for "
+            "missing values). (Checked on the full data at the initial position; a "
+            "stochastic-gradient chain would meet them only on the minibatches that hold them, "
+            "as rejected steps.)"
+        )
