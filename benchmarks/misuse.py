@@ -532,6 +532,20 @@ def nan_in_haiku_network_input():
     return run(sg.SGLD(model, step_size=1e-5), jnp.asarray(X), jnp.asarray(y)), None
 
 
+@case("error", "10 non-finite data")
+def class_label_out_of_range():
+    X, _ = regression_data()
+    labels = (np.arange(X.shape[0]) % 3).astype(np.int32)
+    labels[77] = 3  # three classes: 0, 1, 2
+
+    def model(X, y):
+        w = numpyro.sample("w", dist.Normal(0, 1).expand([3, 3]).to_event(2))
+        with numpyro.plate("data", X.shape[0], subsample_size=50) as idx:
+            numpyro.sample("y", dist.Categorical(logits=X[idx] @ w), obs=y[idx])
+
+    return run(sg.SGLD(model, step_size=1e-4), jnp.asarray(X), jnp.asarray(labels)), None
+
+
 # --------------------------------------------------------------------------- also: stuck chains
 @case("flagged", "also stuck chain")
 def stuck_chain_thinned():
@@ -666,6 +680,25 @@ def python_list_data():
     post_sd = 1 / np.sqrt(20 + 1e-2)
     post_mean = np.sum(ys) / (20 + 1e-2)
     return m, lambda c: check_normal(m.get_samples()["mu"], post_mean, post_sd, m, c)
+
+
+@case("ok", "7 NumPy data")
+def numpy_data_with_jit_model_args():
+    X, y = regression_data()
+    mcmc = MCMC(sg.SGLD(regression(), step_size=2e-4), num_warmup=1000, num_samples=4000,
+                jit_model_args=True, progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(0), X, y)
+    return mcmc, lambda c: check_regression(mcmc, c, X, y)
+
+
+@case("ok", "other")
+def vectorized_chains_with_progress_bar():
+    X, y = regression_data()
+    mcmc = MCMC(sg.SGLD(regression(), step_size=2e-4), num_warmup=100, num_samples=100,
+                num_chains=2, chain_method="vectorized", progress_bar=True)
+    mcmc.progress_bar = True
+    mcmc.run(jax.random.PRNGKey(0), X, y)
+    return mcmc, None
 
 
 @case("error", "other")

@@ -232,6 +232,7 @@ class SGMCMCKernel(MCMCKernel):
         self._check_proposal = bool(check_proposal)
         self._plates = ()
         self._inferred_num_data = None
+        self._checked_data = None
         self._prepared_model = None
         self._inv_transforms = None
         self._replay = False
@@ -355,12 +356,18 @@ class SGMCMCKernel(MCMCKernel):
         args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
         if not _concrete((args, kwargs)):
             return
+        # a repeated run on the same (immutable) JAX arrays was checked already: skip the
+        # full-data pass (NumPy data is converted anew on every run, so it is checked again)
+        seen = (self._prepared_model, self._plates, jax.tree.leaves((args, kwargs)))
+        if self._checked_data is not None and _same_objects(seen, self._checked_data):
+            return
         z = z if _concrete(z) else self._prototype
         key = ("observed", self._plates, id(self._prepared_model))
         fn = self._jit_once(key, _setup.observed_ok_fn(self._prepared_model), args, kwargs)
         with _setup.evaluate_now():
             checked = fn(z, args, kwargs)
         _setup.raise_if_bad_data(checked, self._model_trace)
+        self._checked_data = seen
 
     def _jit_once(self, name, fn, model_args, model_kwargs):
         """``fn`` jitted once per kernel (so a repeated ``MCMC.run`` with the same shapes does
@@ -565,6 +572,16 @@ class SGMCMCKernel(MCMCKernel):
             f" rejected={rejected}" if rejected else "",
             " DIVERGING" if bool(state.diverging) else "",
         )
+
+
+def _same_objects(a, b):
+    """``(model, plates, leaves)`` of two runs: the same model, plates and array objects."""
+    return (
+        a[0] is b[0]
+        and a[1] == b[1]
+        and len(a[2]) == len(b[2])
+        and all(x is y for x, y in zip(a[2], b[2]))
+    )
 
 
 def _concrete(tree):

@@ -157,7 +157,9 @@ def rmsprop(decay=0.99, eps=1e-8, num_data=1, bias_correction=True) -> Metric:
 
     def warm_start(state, curvature):
         floor = jax.tree.map(
-            lambda c, v: jnp.abs(c).astype(v.dtype) / num_data**2, curvature, state.square_avg
+            lambda c, v: jnp.abs(c).astype(v.dtype) / float(num_data) ** 2,
+            curvature,
+            state.square_avg,
         )
         return state._replace(floor=floor)
 

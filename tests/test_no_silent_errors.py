@@ -113,6 +113,14 @@ def test_shampoo_empty_statistic_is_the_identity():
     assert abs(_variance_z(draws, 2 * 1e-3)) < Z_MAX
 
 
+def test_psgld_warm_start_with_a_large_data_set():
+    """N^2 beyond the int32 range (N = 60,000, MNIST's size) in the warm start's scaling."""
+    kernel = PSGLD(potential_fn=lambda z: 0.5 * jnp.sum(z["t"] ** 2), step_size=1e-3,
+                   num_data=60_000)
+    state = kernel.init(random.PRNGKey(0), 0, {"t": jnp.zeros(3)}, (), {})
+    np.testing.assert_allclose(state.sampler_state.floor["t"], 1.0 / 60_000.0**2, rtol=1e-6)
+
+
 def test_psgld_from_the_map_on_full_data_stays_in_the_posterior():
     """``init_to_value`` at the exact MAP of a conjugate regression, full-data gradients: the
     chain must stay in the posterior bulk (it used to jump ~50 posterior sds and not come
