@@ -79,16 +79,42 @@ def _is_moments(reference):
 
 
 def _reference_moments(reference, sites):
+    """``{label: (mean, sd, mcse_mean, mcse_sd)}`` of a moments reference; the Monte Carlo
+    errors are the optional ``"mcse_mean"``/``"mcse_sd"`` entries (0: an exact reference)."""
     out = {}
     for site in sites:
         if site not in reference:
             continue
-        mean = np.asarray(reference[site]["mean"], np.float64)
-        sd = np.asarray(reference[site]["sd"], np.float64)
+        entry = reference[site]
+        mean = np.asarray(entry["mean"], np.float64)
         shape = mean.shape
-        for j, (m, s) in enumerate(zip(mean.ravel(), np.broadcast_to(sd, shape).ravel())):
-            out[_label(site, j, shape)] = (float(m), float(s))
+        parts = [mean] + [
+            np.broadcast_to(np.asarray(entry.get(k, 0.0), np.float64), shape)
+            for k in ("sd", "mcse_mean", "mcse_sd")
+        ]
+        for j, values in enumerate(zip(*(p.ravel() for p in parts))):
+            out[_label(site, j, shape)] = tuple(float(v) for v in values)
     return out
+
+
+def _z(difference, standard_error):
+    """``difference / standard_error``; ±inf (0 for no difference) when the error is 0."""
+    if standard_error > 0:
+        return difference / standard_error
+    return 0.0 if difference == 0 else float(np.copysign(np.inf, difference))
+
+
+def _chain_moments(x):
+    """Mean, sd and their ESS-based Monte Carlo standard errors (ArviZ's ``mcse``) of draws
+    ``x`` of shape ``(chain, draw)``."""
+    import arviz as az
+
+    return (
+        x.mean(),
+        x.std(ddof=1),
+        float(az.mcse(x, method="mean")),
+        float(az.mcse(x, method="sd")),
+    )
 
 
 def wasserstein1(x, y):
@@ -99,20 +125,33 @@ def wasserstein1(x, y):
     return float(wasserstein_distance(np.ravel(x), np.ravel(y)))
 
 
-def compare_to_reference(samples, reference, sites=None, group_by_chain=False):
+def compare_to_reference(
+    samples, reference, sites=None, group_by_chain=False, z_threshold=3.0
+):
     r"""A :class:`pandas.DataFrame`, one row per scalar parameter, comparing ``samples`` with
-    ``reference``:
+    ``reference``, every difference with its Monte Carlo error:
 
     - ``mean``, ``sd``: of the draws (all chains pooled); ``ref_mean``, ``ref_sd``;
-    - ``std_mean_error`` :math:`= (\bar\theta - \mu_{ref}) / \sigma_{ref}`;
+    - ``mcse_mean``, ``mcse_sd``: their Monte Carlo standard errors, ArviZ's ESS-based
+      ``az.mcse(method="mean" | "sd")`` of the chains; ``ref_mcse_mean``, ``ref_mcse_sd``: the
+      same for the reference when it is a finite run (draws), else the moments' optional
+      ``"mcse_mean"``/``"mcse_sd"`` entries (0 for an exact reference);
+    - ``std_mean_error`` :math:`= (\bar\theta - \mu_{ref}) / \sigma_{ref}` and its standard
+      error ``std_mean_error_se`` :math:`= \sqrt{m^2 + m_{ref}^2} / \sigma_{ref}`;
+    - ``z_mean`` :math:`= (\bar\theta - \mu_{ref}) / \sqrt{m^2 + m_{ref}^2}` and ``z_sd``, the
+      same for the sd: standard normal when the sampler is exact (up to the MCSEs' own error);
     - ``sd_ratio`` :math:`= \hat\sigma / \sigma_{ref}`;
+    - ``resolved``: ``|z_mean|`` or ``|z_sd|`` above ``z_threshold`` (default 3), i.e. the
+      difference from the reference is resolved above the Monte Carlo noise; where it is not,
+      the run cannot tell this parameter's bias from noise;
     - ``w1``: Wasserstein-1 distance between the marginal of the draws and of the reference
       (only when the reference has draws), and ``w1_sd`` :math:`= W_1 / \sigma_{ref}`;
     - ``ess_bulk``, ``r_hat``: ArviZ's rank-normalised bulk ESS and split R-hat of the chains.
 
     ``reference`` is draws (InferenceData, MCMC, dict of arrays with a leading draw dimension)
     or moments ``{site: {"mean": array, "sd": array}}`` (closed forms, published moments such
-    as posteriordb's). ``sites`` defaults to the sites the two have in common.
+    as posteriordb's; optionally with ``"mcse_mean"``, ``"mcse_sd"``). ``sites`` defaults to the
+    sites the two have in common.
     """
     import arviz as az
     import pandas as pd
@@ -130,19 +169,33 @@ def compare_to_reference(samples, reference, sites=None, group_by_chain=False):
         ref_draws = {}
     else:
         ref_draws = scalar_draws(ref_chains, sites, group_by_chain=True)
-        ref = {k: (v.mean(), v.std(ddof=1)) for k, v in ref_draws.items()}
+        ref = {k: _chain_moments(v) for k, v in ref_draws.items()}
     rows = {}
     for label, x in draws.items():
         if label not in ref:
             continue
-        ref_mean, ref_sd = ref[label]
+        ref_mean, ref_sd, ref_mcse_mean, ref_mcse_sd = ref[label]
+        mean, sd, mcse_mean, mcse_sd = _chain_moments(x)
+        se_mean = np.hypot(mcse_mean, ref_mcse_mean)
+        se_sd = np.hypot(mcse_sd, ref_mcse_sd)
         row = dict(
-            mean=x.mean(),
-            sd=x.std(ddof=1),
+            mean=mean,
+            sd=sd,
             ref_mean=ref_mean,
             ref_sd=ref_sd,
-            std_mean_error=(x.mean() - ref_mean) / ref_sd,
-            sd_ratio=x.std(ddof=1) / ref_sd,
+            mcse_mean=mcse_mean,
+            mcse_sd=mcse_sd,
+            ref_mcse_mean=ref_mcse_mean,
+            ref_mcse_sd=ref_mcse_sd,
+            std_mean_error=(mean - ref_mean) / ref_sd,
+            std_mean_error_se=se_mean / ref_sd,
+            z_mean=_z(mean - ref_mean, se_mean),
+            sd_ratio=sd / ref_sd,
+            z_sd=_z(sd - ref_sd, se_sd),
+        )
+        row["resolved"] = bool(
+            max(abs(np.nan_to_num(row["z_mean"])), abs(np.nan_to_num(row["z_sd"])))
+            > z_threshold
         )
         if label in ref_draws:
             row["w1"] = wasserstein1(x, ref_draws[label])

@@ -137,6 +137,56 @@ def test_compare_to_reference_matches_numpy():
         diagnostics.compare_to_reference({"b": np.zeros(10)}, ref)
 
 
+def test_compare_to_reference_mcse_columns_are_arviz_numbers():
+    import arviz as az
+
+    rng = np.random.default_rng(1)
+    # autocorrelated chains (AR(1), rho 0.9): the ESS-based errors differ from sd / sqrt(n)
+    noise = rng.normal(size=(4, 2000))
+    x = np.zeros_like(noise)
+    for t in range(1, noise.shape[1]):
+        x[:, t] = 0.9 * x[:, t - 1] + noise[:, t]
+    ref = rng.normal(0.0, 2.0, 5000)  # reference draws: a leading draw axis, one chain
+    table = diagnostics.compare_to_reference({"a": x}, {"a": ref}, group_by_chain=True)
+    row = table.loc["a"]
+    assert row["mcse_mean"] == pytest.approx(float(az.mcse(x, method="mean")))
+    assert row["mcse_sd"] == pytest.approx(float(az.mcse(x, method="sd")))
+    assert row["ref_mcse_mean"] == pytest.approx(float(az.mcse(ref[None], method="mean")))
+    se = np.hypot(row["mcse_mean"], row["ref_mcse_mean"])
+    assert row["z_mean"] == pytest.approx((x.mean() - ref.mean()) / se)
+    assert row["std_mean_error_se"] == pytest.approx(se / ref.std(ddof=1))
+    # an exact reference (moments): only the draws' error counts
+    moments = {"a": {"mean": 0.0, "sd": np.sqrt(1 / (1 - 0.81))}}
+    exact = diagnostics.compare_to_reference({"a": x}, moments, group_by_chain=True).loc["a"]
+    assert exact["ref_mcse_mean"] == 0 and exact["z_mean"] == pytest.approx(
+        x.mean() / exact["mcse_mean"]
+    )
+
+
+def test_z_scores_are_standard_normal_on_exact_draws():
+    """Draws and reference from the same law (iid and AR(1) chains): the z-scores of 400
+    parameters are standard normal, so about 4.55 % lie beyond 2 (binomial: within 4 standard
+    errors) and the resolved flag (|z| > 3 for mean or sd) is rare; a shifted sampler is
+    resolved."""
+    rng = np.random.default_rng(2)
+    n_par = 400
+    noise = rng.normal(size=(4, 1000, n_par))
+    x = np.zeros_like(noise)
+    for t in range(1, noise.shape[1]):
+        x[:, t] = 0.5 * x[:, t - 1] + noise[:, t]
+    ref = rng.normal(0.0, np.sqrt(1 / 0.75), (4000, n_par))
+    table = diagnostics.compare_to_reference({"a": x}, {"a": ref}, group_by_chain=True)
+    z = np.concatenate([table["z_mean"].to_numpy(), table["z_sd"].to_numpy()])
+    p = np.mean(np.abs(z) > 2)
+    expected = 2 * stats.norm.sf(2)
+    assert abs(p - expected) < 4 * np.sqrt(expected * (1 - expected) / z.size)
+    assert table["resolved"].mean() < 0.02
+    shifted = diagnostics.compare_to_reference(
+        {"a": x + 0.3}, {"a": ref}, group_by_chain=True
+    )
+    assert shifted["resolved"].mean() > 0.95
+
+
 def _gaussian_ksd(x):
     return diagnostics.kernel_stein_discrepancy(x, -x)  # score of N(0, I)
 
