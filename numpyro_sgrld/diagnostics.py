@@ -5,7 +5,8 @@ r"""How far a sampler's draws are from the truth.
 - :func:`energy_distance`: a multivariate distance between two samples.
 - :func:`kernel_stein_discrepancy` and :func:`model_scores`: a distance to the posterior that
   needs no reference draws, only the model's full-data score.
-- :func:`bias_vs_step_size`: the bias of a kernel over a grid of step sizes.
+- :func:`bias_vs_step_size`: the bias of a kernel over a grid of step sizes, each run to a
+  target ESS, with standard errors; :func:`fit_bias_order` fits its order in h.
 - :func:`histogram_l1`: L1 distance of a 1-D histogram to a density (Rensmeyer & Niggemann).
 
 Plots are in :mod:`numpyro_sgrld.plots`.
@@ -24,6 +25,7 @@ __all__ = [
     "as_chains",
     "scalar_draws",
     "compare_to_reference",
+    "fit_bias_order",
     "energy_distance",
     "kernel_stein_discrepancy",
     "model_scores",
@@ -362,44 +364,159 @@ def bias_vs_step_size(
     num_chains=1,
     seed=0,
     sites=None,
+    target_ess=None,
+    max_samples=None,
     **model_kwargs,
 ):
     """Run ``kernel(step_size=h)`` (e.g. ``partial(SGLD, model)``) for each ``h`` of
     ``step_sizes`` through :class:`numpyro.infer.MCMC` and summarise
-    :func:`compare_to_reference` per step size.
+    :func:`compare_to_reference` per step size, each bias measure with its Monte Carlo
+    standard error.
 
-    Returns a :class:`pandas.DataFrame` indexed by step size with the largest absolute
-    standardised mean error, the extreme sd ratios, the mean W1 / sd (when the reference has
-    draws) and the number of diverging recorded draws. Chains are vectorized.
+    A fixed number of steps gives a small step size a small ESS: its error would then be
+    mixing error, not discretisation bias (which grows with h). With ``target_ess``, a run
+    whose smallest bulk ESS falls short is continued (from its last state, same chains) for
+    as many more draws as its ESS per draw says are needed, up to ``max_samples`` draws in all
+    (default 20 × ``num_samples``), so every step size is measured to about the same
+    precision.
+
+    Returns a :class:`pandas.DataFrame` indexed by step size: ``max_abs_std_mean_error`` and
+    its standard error ``max_abs_std_mean_error_se`` (of the parameter with the largest
+    error), ``max_abs_z_mean``; ``worst_sd_ratio`` (the sd ratio farthest from 1) with
+    ``worst_sd_ratio_se``; ``min_sd_ratio``, ``max_sd_ratio``; ``mean_w1_sd`` (when the
+    reference has draws); ``num_resolved`` (parameters whose difference is above the noise,
+    see :func:`compare_to_reference`); ``ess_min``, ``num_samples`` (draws per chain) and the
+    number of ``diverging`` recorded draws. Chains are vectorized. Fit the order of the bias
+    in h with :func:`fit_bias_order`.
     """
     import pandas as pd
-    from numpyro.infer import MCMC
 
+    if target_ess is not None and not target_ess > 0:
+        raise ValueError(f"`target_ess` must be > 0 or None, got {target_ess!r}.")
+    max_samples = 20 * num_samples if max_samples is None else int(max_samples)
     rows = {}
     for h in step_sizes:
-        mcmc = MCMC(
-            kernel(step_size=h),
-            num_warmup=num_warmup,
-            num_samples=num_samples,
-            thinning=thinning,
-            num_chains=num_chains,
-            chain_method="vectorized",
-            progress_bar=False,
+        draws, diverging = _run_to_ess(
+            kernel(step_size=h), model_args, model_kwargs, num_warmup, num_samples, thinning,
+            num_chains, seed, target_ess, max_samples, reference, sites,
         )
-        mcmc.run(jax.random.PRNGKey(seed), *model_args, **model_kwargs)
-        table = compare_to_reference(mcmc, reference, sites=sites)
+        table = compare_to_reference(draws, reference, sites=sites, group_by_chain=True)
+        worst = table["std_mean_error"].abs().idxmax()
+        off = (table["sd_ratio"] - 1).abs().idxmax()
         row = dict(
-            max_abs_std_mean_error=float(table["std_mean_error"].abs().max()),
+            max_abs_std_mean_error=float(abs(table.loc[worst, "std_mean_error"])),
+            max_abs_std_mean_error_se=float(table.loc[worst, "std_mean_error_se"]),
+            max_abs_z_mean=float(table["z_mean"].abs().max()),
+            worst_sd_ratio=float(table.loc[off, "sd_ratio"]),
+            worst_sd_ratio_se=float(
+                np.hypot(table.loc[off, "mcse_sd"], table.loc[off, "ref_mcse_sd"])
+                / table.loc[off, "ref_sd"]
+            ),
             min_sd_ratio=float(table["sd_ratio"].min()),
             max_sd_ratio=float(table["sd_ratio"].max()),
         )
         if "w1_sd" in table:
             row["mean_w1_sd"] = float(table["w1_sd"].mean())
-        row["diverging"] = int(np.asarray(mcmc.get_extra_fields()["diverging"]).sum())
+        row["num_resolved"] = int(table["resolved"].sum())
+        row["ess_min"] = float(table["ess_bulk"].min())
+        row["num_samples"] = int(next(iter(draws.values())).shape[1])
+        row["diverging"] = diverging
         rows[float(h)] = row
     out = pd.DataFrame.from_dict(rows, orient="index")
     out.index.name = "step_size"
     return out
+
+
+def _run_to_ess(
+    kernel, args, kwargs, num_warmup, num_samples, thinning, num_chains, seed, target_ess,
+    max_samples, reference, sites,
+):
+    """Grouped draws of one kernel, continued until the smallest bulk ESS reaches
+    ``target_ess`` (or ``max_samples`` draws per chain); and the number of diverging draws."""
+    import arviz as az
+    from numpyro.infer import MCMC
+
+    mcmc = MCMC(
+        kernel,
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        thinning=thinning,
+        num_chains=num_chains,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
+    mcmc.run(jax.random.PRNGKey(seed), *args, **kwargs)
+    parts = [mcmc.get_samples(group_by_chain=True)]
+    diverging = int(np.asarray(mcmc.get_extra_fields()["diverging"]).sum())
+    drawn = num_samples // thinning
+    while target_ess is not None and drawn < max_samples // thinning:
+        draws = {k: np.concatenate([np.asarray(p[k]) for p in parts], 1) for k in parts[0]}
+        labels = scalar_draws(draws, sites, group_by_chain=True)
+        ess = min(float(az.ess(x, method="bulk")) for x in labels.values())
+        if ess >= target_ess:
+            break
+        more = int(np.ceil(drawn * (target_ess / max(ess, 1.0) - 1) * 1.1))
+        more = max(1, min(more, max_samples // thinning - drawn))
+        mcmc.post_warmup_state = mcmc.last_state
+        mcmc.num_samples = more * thinning
+        mcmc.run(mcmc.last_state.rng_key, *args, **kwargs)
+        parts.append(mcmc.get_samples(group_by_chain=True))
+        diverging += int(np.asarray(mcmc.get_extra_fields()["diverging"]).sum())
+        drawn += more
+    draws = {k: np.concatenate([np.asarray(p[k]) for p in parts], 1) for k in parts[0]}
+    return draws, diverging
+
+
+def fit_bias_order(step_sizes, bias, standard_error, level=0.95):
+    r"""The order :math:`p` of a bias in the step size: a weighted least-squares fit of
+    :math:`b(h) = c\,h^p` to measured biases ``bias`` with standard errors
+    ``standard_error`` (e.g. ``worst_sd_ratio - 1`` and ``worst_sd_ratio_se`` of
+    :func:`bias_vs_step_size`), the errors taken as known (``absolute_sigma``).
+
+    Returns a dict: ``order`` :math:`\hat p`, its ``level`` interval ``order_low``,
+    ``order_high`` (normal approximation, :math:`\hat p \pm z\,\mathrm{se}`), ``scale``
+    :math:`\hat c`, and ``chi2``, ``dof`` of the fit (a chi-square far above ``dof`` says
+    the power law does not describe the points within their errors). SGLD's variance bias on
+    a Gaussian has order 1 (:math:`\sigma^2/(1 - h/2\sigma^2)`).
+    """
+    from scipy import optimize, stats
+
+    h = np.asarray(step_sizes, np.float64)
+    b = np.asarray(bias, np.float64)
+    se = np.asarray(standard_error, np.float64)
+    if h.shape != b.shape or h.shape != se.shape or h.size < 3:
+        raise ValueError(
+            "`step_sizes`, `bias` and `standard_error` must have the same length, at least 3 "
+            f"(got {h.size}, {b.size}, {se.size})."
+        )
+    if np.any(h <= 0) or np.any(se <= 0) or not np.all(np.isfinite(b)):
+        raise ValueError("Step sizes and standard errors must be > 0 and biases finite.")
+    sign = np.sign(np.sum(b / se**2)) or 1.0
+    positive = b * sign > 0
+    if positive.sum() >= 2:
+        slope, intercept = np.polyfit(np.log(h[positive]), np.log(b[positive] * sign), 1)
+    else:
+        slope, intercept = 1.0, np.log(np.max(np.abs(b)) / np.max(h))
+    h_ref = np.exp(np.mean(np.log(h)))  # fit c at the geometric mean step: better conditioned
+
+    def model(x, log_c, p):
+        return sign * np.exp(log_c) * (x / h_ref) ** p
+
+    start = (intercept + slope * np.log(h_ref), slope)
+    params, cov = optimize.curve_fit(
+        model, h, b, p0=start, sigma=se, absolute_sigma=True, maxfev=10000
+    )
+    z = stats.norm.ppf(0.5 + level / 2)
+    p_se = float(np.sqrt(cov[1, 1]))
+    residual = (b - model(h, *params)) / se
+    return dict(
+        order=float(params[1]),
+        order_low=float(params[1] - z * p_se),
+        order_high=float(params[1] + z * p_se),
+        scale=float(sign * np.exp(params[0]) * h_ref ** (-params[1])),
+        chi2=float(np.sum(residual**2)),
+        dof=int(h.size - 2),
+    )
 
 
 def histogram_l1(samples, density, bin_width=0.1, low=-5.0, high=5.0, resolution=200):

@@ -79,21 +79,41 @@ def _kde(x, grid):
 
 
 def plot_bias_vs_step_size(curves, column="max_abs_std_mean_error", path=None):
-    """Log-log curves of a bias measure against the step size, one line per kernel.
+    """Log-log curves of a bias measure against the step size, one line per kernel, with
+    error bars of ±2 standard errors where the table has ``column + "_se"`` (as
+    :func:`~numpyro_sgrld.diagnostics.bias_vs_step_size` gives for its bias measures).
+    ``worst_sd_ratio`` is shown as ``|sd ratio - 1|``.
 
     ``curves``: ``{kernel name: DataFrame}`` from
     :func:`~numpyro_sgrld.diagnostics.bias_vs_step_size` (or one DataFrame).
     """
+    from matplotlib.ticker import LogLocator, NullFormatter
+
     plt = _pyplot()
     if not isinstance(curves, dict):
         curves = {"": curves}
     fig, ax = plt.subplots(figsize=(5, 3.6))
     for name, table in curves.items():
-        ax.plot(table.index.values, np.abs(table[column].values), "o-", label=name or None)
+        values = table[column].to_numpy(np.float64)
+        values = np.abs(values - 1.0 if column == "worst_sd_ratio" else values)
+        se = table.get(column + "_se")
+        yerr = None if se is None else 2 * se.to_numpy(np.float64)
+        ax.errorbar(
+            table.index.values, values, yerr=yerr, fmt="o-", capsize=3, label=name or None
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
+    # label the measured step sizes only (a log axis labels minor ticks too, which overlap)
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ticks = np.unique(np.concatenate([t.index.values for t in curves.values()]))
+    if len(ticks) <= 8:
+        ax.set_xticks(ticks, [f"{t:.2g}" for t in ticks], rotation=30 if len(ticks) > 4 else 0)
+    else:
+        ax.xaxis.set_major_locator(LogLocator(numticks=6))
     ax.set_xlabel("step size h")
-    ax.set_ylabel(column.replace("_", " "))
+    label = "|sd ratio - 1|" if column == "worst_sd_ratio" else column.replace("_", " ")
+    ax.set_ylabel(label + ("  (±2 se)" if any(column + "_se" in t for t in curves.values())
+                           else ""))
     if any(curves):
         ax.legend(fontsize=8)
     fig.tight_layout()
