@@ -29,8 +29,13 @@ __all__ = [
     "pointwise_log_likelihood",
     "observed_data",
     "reference_posterior",
+    "add_reference",
+    "REFERENCE_GROUP",
     "SG_EXTRA_FIELDS",
 ]
+
+#: The InferenceData group that holds a reference posterior next to a sampler's draws.
+REFERENCE_GROUP = "reference_posterior"
 
 #: The per-step statistics of the SG kernels; pass ``extra_fields=SG_EXTRA_FIELDS`` to
 #: ``MCMC.run`` to have all of them in ``sample_stats``.
@@ -139,7 +144,52 @@ def _sample_stats(mcmc):
     return stats
 
 
-def to_inference_data(mcmc, *model_args, log_likelihood=True, batch_size=None, **model_kwargs):
+def add_reference(idata, reference):
+    """``idata`` with the reference posterior stored beside its posterior, in the group
+    ``"reference_posterior"`` (:data:`REFERENCE_GROUP`), so that ArviZ users can compare the
+    two with their own tools (``az.summary(idata, group="reference_posterior")``,
+    ``az.plot_dist``, ...) and the pair travels in one NetCDF file.
+
+    ``reference``: an InferenceData (its posterior, e.g. :func:`reference_posterior`), a
+    finished ``MCMC``, or a dict of draws with a leading ``(chain, draw)``. The reference's
+    chains and draws keep their own sizes. Returns ``idata`` (modified in place).
+    """
+    import warnings
+
+    import arviz as az
+
+    if hasattr(reference, "posterior"):
+        dataset = reference.posterior
+    else:
+        grouped = (
+            reference.get_samples(group_by_chain=True)
+            if hasattr(reference, "get_samples")
+            else reference
+        )
+        if not isinstance(grouped, dict) or not grouped:
+            raise TypeError(
+                "`reference` must be an InferenceData, a finished MCMC or a dict of draws with "
+                f"a leading (chain, draw); got {type(reference).__name__}."
+            )
+        dataset = az.from_dict(posterior={k: np.asarray(v) for k, v in grouped.items()}).posterior
+    missing = set(idata.posterior.data_vars) - set(dataset.data_vars)
+    if missing == set(idata.posterior.data_vars):
+        raise ValueError(
+            f"The reference has none of the posterior's variables ({sorted(missing)}); it has "
+            f"{sorted(dataset.data_vars)}."
+        )
+    with warnings.catch_warnings():
+        # ArviZ warns about a group outside its schema; this one is ours by design
+        warnings.simplefilter("ignore", UserWarning)
+        if REFERENCE_GROUP in idata.groups():
+            del idata[REFERENCE_GROUP]
+        idata.add_groups({REFERENCE_GROUP: dataset})
+    return idata
+
+
+def to_inference_data(
+    mcmc, *model_args, log_likelihood=True, batch_size=None, reference=None, **model_kwargs
+):
     """An :class:`arviz.InferenceData` of a finished ``MCMC`` run on a model.
 
     - ``posterior``: the constrained draws (and deterministic sites), grouped by chain.
@@ -153,6 +203,9 @@ def to_inference_data(mcmc, *model_args, log_likelihood=True, batch_size=None, *
     - ``log_likelihood``: the **full-data** pointwise log-likelihood of every observed site
       (:func:`pointwise_log_likelihood`, chunked), unless ``log_likelihood=False``.
     - ``observed_data``: the full observed data.
+
+    - ``reference_posterior`` (with ``reference=``, draws of the exact posterior such as
+      :func:`reference_posterior`): the reference beside the draws (:func:`add_reference`).
 
     ``model_args`` / ``model_kwargs`` are those given to ``MCMC.run``. Works for the SG
     kernels here and for NumPyro's kernels on ``full_batch(model)`` (or any model). Then
@@ -184,7 +237,8 @@ def to_inference_data(mcmc, *model_args, log_likelihood=True, batch_size=None, *
             groups["log_likelihood"] = {
                 k: v.reshape((num_chains, -1) + v.shape[1:]) for k, v in loglik.items()
             }
-    return az.from_dict(**groups)
+    idata = az.from_dict(**groups)
+    return idata if reference is None else add_reference(idata, reference)
 
 
 def _fingerprint(obj, h, seen=None):

@@ -6,7 +6,14 @@ import numpy as np
 
 from numpyro_sgrld.diagnostics import scalar_draws
 
-__all__ = ["plot_marginals", "plot_bias_vs_step_size", "plot_trace", "plot_rank"]
+__all__ = [
+    "plot_marginals",
+    "plot_bias_vs_step_size",
+    "plot_trace",
+    "plot_rank",
+    "plot_dist_against_reference",
+    "plot_rank_against_reference",
+]
 
 
 def _pyplot():
@@ -135,3 +142,86 @@ def plot_rank(idata, var_names=None, path=None, **kwargs):
 
     axes = az.plot_rank(idata, var_names=var_names, **kwargs)
     return _finish(np.ravel(axes)[0].figure, path)
+
+
+def _reference_dataset(idata, reference):
+    from numpyro_sgrld.inference_data import REFERENCE_GROUP, add_reference
+
+    if reference is not None:
+        add_reference(idata, reference)
+    if REFERENCE_GROUP not in idata.groups():
+        raise ValueError(
+            "No reference: pass `reference=` (draws of the exact posterior), or store one in "
+            "the InferenceData with numpyro_sgrld.inference_data.add_reference."
+        )
+    return idata[REFERENCE_GROUP]
+
+
+def _names(idata, ref, var_names):
+    names = [v for v in idata.posterior.data_vars if v in ref.data_vars]
+    return names if var_names is None else [v for v in var_names if v in names]
+
+
+def plot_dist_against_reference(idata, reference=None, var_names=None, max_panels=12, path=None):
+    """ArviZ's ``az.plot_dist`` of the draws (all chains) over the reference's, one panel per
+    scalar parameter (the first ``max_panels``): the reference filled in grey, the draws as a
+    line. The reference comes from ``reference`` (stored into ``idata`` with
+    :func:`~numpyro_sgrld.inference_data.add_reference`) or from ``idata``'s
+    ``reference_posterior`` group."""
+    import arviz as az
+
+    plt = _pyplot()
+    ref = _reference_dataset(idata, reference)
+    names = _names(idata, ref, var_names)
+    post = scalar_draws({k: idata.posterior[k].values for k in names}, group_by_chain=True)
+    refs = scalar_draws({k: ref[k].values for k in names}, group_by_chain=True)
+    labels = list(post)[:max_panels]
+    ncols = min(4, len(labels))
+    nrows = -(-len(labels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.2 * ncols, 2.4 * nrows), squeeze=False)
+    for ax, label in zip(axes.ravel(), labels):
+        az.plot_dist(refs[label].ravel(), ax=ax, color="0.55", fill_kwargs={"alpha": 0.4},
+                     label="reference")
+        az.plot_dist(post[label].ravel(), ax=ax, color="C0", label="draws")
+        ax.set_title(label, fontsize=9)
+        ax.set_yticks([])
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+    for ax in axes.ravel()[len(labels):]:
+        ax.axis("off")
+    handles, texts = axes.ravel()[0].get_legend_handles_labels()
+    fig.legend(handles, texts, loc="lower center", ncol=2, fontsize=8)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    return _finish(fig, path)
+
+
+def plot_rank_against_reference(idata, reference=None, var_names=None, path=None, **kwargs):
+    """ArviZ's rank plot (``az.plot_rank``) of the sampler's chains *and* the reference's,
+    ranked together: the reference's draws are thinned to the chains' length and shown as
+    extra chains (the last ones). When the sampler draws from the reference's law, every
+    chain's rank histogram is flat; a biased sampler's chains pile up at one end (a shifted
+    mean) or at both ends or the middle (a wrong spread), and the reference's mirror them."""
+    import arviz as az
+
+    ref = _reference_dataset(idata, reference)
+    names = _names(idata, ref, var_names)
+    draws = idata.posterior.sizes["draw"]
+    combined = {}
+    for k in names:
+        own = np.asarray(idata.posterior[k].values)
+        other = np.asarray(ref[k].values)
+        step = max(other.shape[1] // draws, 1)
+        other = other[:, ::step][:, :draws]
+        if other.shape[1] < draws:
+            own = own[:, : other.shape[1]]
+        combined[k] = np.concatenate([own, other], axis=0)
+    axes = az.plot_rank(az.from_dict(posterior=combined), var_names=names, **kwargs)
+    fig = np.ravel(axes)[0].figure
+    chains = idata.posterior.sizes["chain"]
+    fig.suptitle(
+        f"chains 0-{chains - 1}: the sampler; {chains}-{chains + ref.sizes['chain'] - 1}: the "
+        "reference",
+        fontsize=11,
+        y=1.04,
+    )
+    return _finish(fig, path)

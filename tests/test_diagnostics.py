@@ -350,3 +350,32 @@ def test_sgrld_compare_rejects_bad_options(argv, message, capsys):
         main(["compare", *argv])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_reference_group_travels_with_the_posterior(tmp_path):
+    import arviz as az
+
+    from numpyro_sgrld import plots
+    from numpyro_sgrld.inference_data import REFERENCE_GROUP
+
+    def model():
+        numpyro.sample("theta", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+
+    mcmc = MCMC(SGLD(model, step_size=0.1), num_warmup=50, num_samples=200, num_chains=2,
+                chain_method="vectorized", progress_bar=False)
+    mcmc.run(random.PRNGKey(0))
+    ref = {"theta": np.random.default_rng(0).normal(size=(3, 500, 2))}
+    idata = to_inference_data(mcmc, reference=ref, log_likelihood=False)
+    np.testing.assert_array_equal(idata[REFERENCE_GROUP]["theta"].values, ref["theta"])
+    idata.to_netcdf(tmp_path / "run.nc")
+    again = az.from_netcdf(tmp_path / "run.nc")
+    assert REFERENCE_GROUP in again.groups()
+    summary = az.summary(again, group=REFERENCE_GROUP, kind="stats")
+    assert summary.loc["theta[1]", "mean"] == pytest.approx(ref["theta"][..., 1].mean(), abs=1e-3)
+    fig = plots.plot_rank_against_reference(again)
+    # the sampler's 2 chains and the reference's 3, ranked together
+    assert "chains 0-1: the sampler; 2-4: the reference" in fig._suptitle.get_text()
+    fig = plots.plot_dist_against_reference(again)
+    assert [ax.get_title() for ax in fig.axes[:2]] == ["theta[0]", "theta[1]"]
+    with pytest.raises(ValueError, match="No reference"):
+        plots.plot_rank_against_reference(to_inference_data(mcmc, log_likelihood=False))
