@@ -1,0 +1,33 @@
+"""Every Python block of README.md and docs/*.md runs as written: the blocks of a page run in
+order in one namespace, as a reader pasting them into one session would run them, and a page
+defines every name (data included) it uses."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+
+
+def _blocks(page):
+    return BLOCK.findall(page.read_text())
+
+
+@pytest.mark.parametrize(
+    "page", [p for p in PAGES if _blocks(p)], ids=lambda p: p.relative_to(ROOT).as_posix()
+)
+def test_code_blocks_run(page, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a page that writes files writes them here
+    namespace = {"__name__": "__docs__"}
+    for number, code in enumerate(_blocks(page), 1):
+        try:
+            exec(compile(code, f"{page.name}, block {number}", "exec"), namespace)
+        except Exception as e:  # noqa: BLE001
+            pytest.fail(f"{page.name}, block {number} fails: {type(e).__name__}: {e}")
+
+
+def test_every_page_with_code_is_tested():
+    assert [p.name for p in PAGES if _blocks(p)], "no Python block found: the pattern broke"
