@@ -62,6 +62,10 @@ def _compare(args, parser):
         )
     except ValueError as err:
         parser.error(str(err))
+    if not args.budget > 0:
+        parser.error(f"--budget must be > 0, got {args.budget}")
+    if args.target_ess < 0:
+        parser.error(f"--target-ess must be >= 0, got {args.target_ess}")
 
     rows = run_compare(
         model=args.model,
@@ -76,6 +80,8 @@ def _compare(args, parser):
         seed=args.seed,
         out=args.out,
         progress_bar=not args.no_progress_bar,
+        target_ess=args.target_ess,
+        budget=args.budget,
     )
     print()
     print(format_table(rows))
@@ -118,6 +124,20 @@ def _add_compare_options(p):
         type=_kernel_name,
         choices=list(KERNELS),
         help="kernels whose bias is traced over 4 step sizes (none: no bias plot)",
+    )
+    p.add_argument(
+        "--target-ess",
+        type=float,
+        default=100,
+        help="continue each kernel (up to 5x --num-steps) until its smallest bulk ESS reaches "
+        "this (0: fixed length)",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=1.0,
+        help="scale the SG runs (steps and the cap on continuing them); e.g. 5 for a longer, "
+        "more precise comparison",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="sgrld-report", help="report folder")

@@ -130,21 +130,83 @@ def _ksd(model, args, draws, max_draws=1000):
     return diagnostics.kernel_stein_discrepancy(x, s)
 
 
+#: A kernel whose chains have a split R-hat above this, or a bulk ESS below
+#: :data:`MIN_ESS`, is flagged as not converged in the table (Vehtari et al. 2021 recommend
+#: R-hat < 1.01 and a bulk ESS of at least 100 per parameter).
+MAX_RHAT = 1.01
+MIN_ESS = 100
+
+
 def _summary_row(table, idata, seconds, energy, ksd):
     stats = idata.sample_stats
     diverging = int(np.asarray(stats["diverging"]).sum()) if "diverging" in stats else 0
+    worst = table["std_mean_error"].abs().idxmax()
+    off = (table["sd_ratio"] - 1).abs().idxmax()
+    rhat, ess = float(table["r_hat"].max()), float(table["ess_bulk"].min())
+    problems = []
+    if np.isfinite(rhat) and rhat > MAX_RHAT:
+        problems.append(f"R-hat {rhat:.3g}")
+    if ess < MIN_ESS:
+        problems.append(f"ESS {ess:.0f}")
     return {
-        "max abs mean err/sd": float(table["std_mean_error"].abs().max()),
-        "min sd ratio": float(table["sd_ratio"].min()),
-        "max sd ratio": float(table["sd_ratio"].max()),
+        "max abs mean err/sd": float(abs(table.loc[worst, "std_mean_error"])),
+        "± se": float(table.loc[worst, "std_mean_error_se"]),
+        "worst sd ratio": float(table.loc[off, "sd_ratio"]),
+        "± se (sd)": float(
+            np.hypot(table.loc[off, "mcse_sd"], table.loc[off, "ref_mcse_sd"])
+            / table.loc[off, "ref_sd"]
+        ),
+        "resolved": f"{int(table['resolved'].sum())}/{len(table)}",
         "mean W1/sd": float(table["w1_sd"].mean()),
         "energy dist": energy,
         "KSD": ksd,
-        "min ESS": float(table["ess_bulk"].min()),
-        "max R-hat": float(table["r_hat"].max()),
+        "min ESS": ess,
+        "max R-hat": rhat,
+        "converged": "yes" if not problems else "NO: " + ", ".join(problems),
         "diverging": diverging,
         "seconds": seconds,
     }
+
+
+def _run_kernel(kernel, problem, num_warmup, num_steps, thinning, num_chains, seed,
+                target_ess, max_steps):
+    """One kernel's run as InferenceData, continued (same chains, from the last state) until
+    the smallest bulk ESS over the parameters reaches ``target_ess`` or ``max_steps`` steps
+    per chain were taken; returns ``(idata, seconds, steps)``."""
+    import arviz as az
+
+    mcmc = MCMC(
+        kernel,
+        num_warmup=num_warmup,
+        num_samples=num_steps,
+        thinning=thinning,
+        num_chains=num_chains,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
+    start = time.perf_counter()
+    mcmc.run(jax.random.PRNGKey(seed), *problem.args, extra_fields=SG_EXTRA_FIELDS)
+    jax.block_until_ready(mcmc.get_samples())
+    seconds = time.perf_counter() - start
+    parts = [to_inference_data(mcmc, *problem.args, log_likelihood=False)]
+    steps = num_steps
+    while target_ess and steps < max_steps:
+        idata = parts[0] if len(parts) == 1 else az.concat(*parts, dim="draw")
+        ess = float(np.min(az.ess(idata).to_array().values))
+        if not np.isfinite(ess) or ess >= target_ess:
+            break
+        more = int(np.ceil(steps * (target_ess / max(ess, 1.0) - 1) * 1.1 / thinning)) * thinning
+        more = max(thinning, min(more, max_steps - steps))
+        mcmc.post_warmup_state = mcmc.last_state
+        mcmc.num_samples = more
+        start = time.perf_counter()
+        mcmc.run(mcmc.last_state.rng_key, *problem.args, extra_fields=SG_EXTRA_FIELDS)
+        jax.block_until_ready(mcmc.get_samples())
+        seconds += time.perf_counter() - start
+        parts.append(to_inference_data(mcmc, *problem.args, log_likelihood=False))
+        steps += more
+    idata = parts[0] if len(parts) == 1 else az.concat(*parts, dim="draw")
+    return idata, seconds, steps
 
 
 def check_options(
@@ -192,14 +254,26 @@ def run_compare(
     out="sgrld-report",
     progress_bar=True,
     log=print,
+    target_ess=MIN_ESS,
+    budget=1.0,
 ):
     """Run the comparison and write the report folder ``out``; returns the summary rows
-    ``{kernel: {...}}`` (the reference NUTS run included)."""
+    ``{kernel: {...}}`` (the reference NUTS run included).
+
+    Each kernel runs ``num_steps`` steps per chain, then continues until the smallest bulk
+    ESS over the parameters reaches ``target_ess`` or it has taken ``5 * num_steps`` steps;
+    ``budget`` multiplies both (and the bias curves' runs). The table gives the worst errors
+    with their standard errors, how many parameters differ from the reference above the
+    Monte Carlo noise, and flags a kernel that has not converged."""
     from tqdm.auto import tqdm
 
     kernels = check_options(
         model, kernels, step_sizes, num_steps, num_warmup, thinning, num_chains, reference_samples
     )
+    if not (isinstance(budget, (int, float)) and budget > 0):
+        raise ValueError(f"`budget` must be a number > 0, got {budget!r}.")
+    num_steps = max(thinning * 2, int(round(num_steps * budget / thinning)) * thinning)
+    max_steps = 5 * num_steps
     problem = PROBLEMS[model]()
     steps = dict(problem.step_sizes, **(step_sizes or {}))
     out = Path(out)
@@ -228,28 +302,19 @@ def run_compare(
         ref_table, ref, ref_seconds, float("nan"), _ksd(problem.model, problem.args, ref_draws)
     )
     # errors of the reference against itself are 0 by construction: leave them blank
-    for key in ("max abs mean err/sd", "min sd ratio", "max sd ratio", "mean W1/sd"):
+    for key in ("max abs mean err/sd", "± se", "worst sd ratio", "± se (sd)", "mean W1/sd"):
         ref_row[key] = float("nan")
+    ref_row["resolved"] = "—"
     rows = {"NUTS (reference)": ref_row}
-    tables, idatas = {}, {}
+    tables, idatas, taken = {}, {}, {}
     bar = tqdm(kernels, desc="SG kernels", disable=not progress_bar)
     for name in bar:
         bar.set_postfix_str(name)
         kernel = KERNELS[name](problem.model, step_size=steps[name])
-        mcmc = MCMC(
-            kernel,
-            num_warmup=num_warmup,
-            num_samples=num_steps,
-            thinning=thinning,
-            num_chains=num_chains,
-            chain_method="vectorized",
-            progress_bar=False,
+        idata, seconds, taken[name] = _run_kernel(
+            kernel, problem, num_warmup, num_steps, thinning, num_chains, seed + 1, target_ess,
+            max_steps,
         )
-        start = time.perf_counter()
-        mcmc.run(jax.random.PRNGKey(seed + 1), *problem.args, extra_fields=SG_EXTRA_FIELDS)
-        jax.block_until_ready(mcmc.get_samples())
-        seconds = time.perf_counter() - start
-        idata = to_inference_data(mcmc, *problem.args, log_likelihood=False)
         idata.to_netcdf(out / f"{_file_name(name)}.nc")
         table = diagnostics.compare_to_reference(idata, ref)
         draws = _latent_only(idata, problem.model, problem.args)
@@ -277,9 +342,11 @@ def run_compare(
             thinning=thinning,
             num_chains=num_chains,
             seed=seed + 2,
+            target_ess=target_ess,
+            max_samples=max_steps,
         )
     if curves:
-        plots.plot_bias_vs_step_size(curves, path=out / "bias.png")
+        plots.plot_bias_vs_step_size(curves, column="worst_sd_ratio", path=out / "bias.png")
     _write_report(
         out,
         problem,
@@ -294,6 +361,8 @@ def run_compare(
             num_chains=num_chains,
             reference_samples=reference_samples,
             seed=seed,
+            target_ess=target_ess,
+            taken=taken,
         ),
     )
     return rows
@@ -337,18 +406,28 @@ def _write_report(out, problem, rows, curves, settings):
         "",
         problem.description + ".",
         "",
-        f"SG kernels: {settings['num_chains']} vectorized chains x {settings['num_steps']} steps "
-        f"after {settings['num_warmup']} burn-in steps, every {settings['thinning']}th kept; "
-        f"step sizes {steps}; seed {settings['seed']}. Reference: NUTS on the full data, "
+        f"SG kernels: {settings['num_chains']} vectorized chains x at least "
+        f"{settings['num_steps']} steps after {settings['num_warmup']} burn-in steps, every "
+        f"{settings['thinning']}th kept, continued until the smallest bulk ESS reached "
+        f"{settings['target_ess']} (steps per chain: "
+        + ", ".join(f"{k} {v}" for k, v in settings["taken"].items())
+        + f"); step sizes {steps}; seed {settings['seed']}. Reference: NUTS on the full data, "
         f"4 chains x {settings['reference_samples']} draws.",
         "",
-        "Errors are in reference posterior standard deviations, per scalar parameter (worst or "
-        "mean over parameters); the energy distance is between pooled draws and the reference; "
-        "KSD is the IMQ kernel Stein discrepancy from the model's full-data score (no reference "
-        "needed; the NUTS row is its value for exact-ish draws). Per-parameter numbers: "
-        "`per_parameter.csv`.",
+        "Errors are in reference posterior standard deviations, per scalar parameter: the worst "
+        "standardised mean error and the sd ratio farthest from 1, each ± its Monte Carlo "
+        "standard error (the draws' and the reference's, ESS-based); *resolved* counts the "
+        "parameters whose mean or sd differs from the reference by more than 3 standard errors "
+        "— elsewhere this run cannot tell bias from noise. *converged* is NO when the split "
+        f"R-hat exceeds {MAX_RHAT} or the smallest bulk ESS is below {MIN_ESS}: that kernel's "
+        "numbers are mixing error, not bias. The energy distance is between pooled draws and "
+        "the reference; KSD is the IMQ kernel Stein discrepancy from the model's full-data "
+        "score (no reference needed; the NUTS row is its value for exact-ish draws). "
+        "Per-parameter numbers, with z-scores: `per_parameter.csv`.",
         "",
         format_table(rows, markdown=True),
+        "",
+        _resolution_text(rows),
         "",
         "## Marginals",
         "",
@@ -363,6 +442,25 @@ def _write_report(out, problem, rows, curves, settings):
     text += [f"![{p.stem}]({p.name})" for p in sorted(out.glob("trace_*.png"))]
     text += ["", "![rank plot of the reference](rank_reference.png)", ""]
     (out / "report.md").write_text("\n".join(text))
+
+
+def _resolution_text(rows):
+    """One sentence per kernel: is its difference from the reference resolved, has it
+    converged."""
+    lines = []
+    for name, row in rows.items():
+        if name.startswith("NUTS") or "/" not in row["resolved"]:
+            continue
+        count, total = row["resolved"].split("/")
+        verdict = (
+            f"{count} of {total} parameters differ from the reference above the noise"
+            if int(count)
+            else "no difference from the reference is resolved above the noise"
+        )
+        if row["converged"] != "yes":
+            verdict += f"; not converged ({row['converged'][4:]})"
+        lines.append(f"- {name}: {verdict}.")
+    return "\n".join(lines)
 
 
 def _frame_markdown(frame):

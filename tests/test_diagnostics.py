@@ -315,6 +315,8 @@ def test_sgrld_compare_writes_a_report(tmp_path, monkeypatch):
             "PSGLD",
             "--num-steps",
             "1000",
+            "--budget",
+            "0.5",
             "--num-warmup",
             "200",
             "--reference-samples",
@@ -326,6 +328,12 @@ def test_sgrld_compare_writes_a_report(tmp_path, monkeypatch):
     )
     report = (out / "report.md").read_text()
     assert "| SGLD |" in report and "| PSGLD |" in report and "marginals.png" in report
+    # errors with their standard errors, resolution and convergence in the table and the text
+    assert "| ± se |" in report and "| resolved |" in report and "| converged |" in report
+    assert "- SGLD: " in report and "continued until the smallest bulk ESS reached 100" in report
+    # a run of 500 steps, continued at most to 2500: SGLD's steps per chain are in the text
+    steps = int(report.split("steps per chain: SGLD ")[1].split(",")[0])
+    assert 500 <= steps <= 2500
     for name in ("marginals", "bias", "trace_SGLD", "trace_PSGLD", "rank_reference"):
         image = mpimg.imread(out / f"{name}.png")
         assert image.ndim == 3 and image.shape[0] > 150 and image.shape[1] > 200, name
