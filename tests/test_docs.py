@@ -1,5 +1,5 @@
 """Every Python block of README.md and docs/*.md runs as written: the blocks of a page run in
-order in one namespace, as a reader pasting them into one session would run them, and a page
+order in one namespace, as a reader pasting them into one interpreter would run them, and a page
 defines every name (data included) it uses."""
 
 import re
