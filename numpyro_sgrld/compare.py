@@ -186,9 +186,9 @@ def _summary_row(table, idata, seconds, energy, ksd):
 
 def _run_kernel(kernel, problem, num_warmup, num_steps, thinning, num_chains, seed,
                 target_ess, max_steps):
-    """One kernel's run as InferenceData, continued (same chains, from the last state) until
-    the smallest bulk ESS over the parameters reaches ``target_ess`` or ``max_steps`` steps
-    per chain were taken; returns ``(idata, seconds, steps)``."""
+    """One kernel's run as InferenceData, continued (same chains) until its smallest bulk ESS
+    reaches ``target_ess`` or it took ``max_steps`` steps per chain
+    (:func:`~numpyro_sgrld.diagnostics.continue_to_ess`); returns ``(idata, seconds, steps)``."""
     import arviz as az
 
     mcmc = MCMC(
@@ -200,29 +200,22 @@ def _run_kernel(kernel, problem, num_warmup, num_steps, thinning, num_chains, se
         chain_method="vectorized",
         progress_bar=False,
     )
-    start = time.perf_counter()
-    mcmc.run(jax.random.PRNGKey(seed), *problem.args, extra_fields=SG_EXTRA_FIELDS)
-    jax.block_until_ready(mcmc.get_samples())
-    seconds = time.perf_counter() - start
-    parts = [to_inference_data(mcmc, *problem.args, log_likelihood=False)]
-    steps = num_steps
-    while target_ess and steps < max_steps:
-        idata = parts[0] if len(parts) == 1 else az.concat(*parts, dim="draw")
-        ess = float(np.min(az.ess(idata).to_array().values))
-        if not np.isfinite(ess) or ess >= target_ess:
-            break
-        more = int(np.ceil(steps * (target_ess / max(ess, 1.0) - 1) * 1.1 / thinning)) * thinning
-        more = max(thinning, min(more, max_steps - steps))
-        mcmc.post_warmup_state = mcmc.last_state
-        mcmc.num_samples = more
-        start = time.perf_counter()
-        mcmc.run(mcmc.last_state.rng_key, *problem.args, extra_fields=SG_EXTRA_FIELDS)
-        jax.block_until_ready(mcmc.get_samples())
-        seconds += time.perf_counter() - start
-        parts.append(to_inference_data(mcmc, *problem.args, log_likelihood=False))
-        steps += more
-    idata = parts[0] if len(parts) == 1 else az.concat(*parts, dim="draw")
-    return idata, seconds, steps
+
+    def joined(parts):
+        return parts[0] if len(parts) == 1 else az.concat(*parts, dim="draw")
+
+    parts, steps, seconds = diagnostics.continue_to_ess(
+        mcmc,
+        jax.random.PRNGKey(seed),
+        problem.args,
+        {},
+        target_ess,
+        max_steps,
+        lambda m: to_inference_data(m, *problem.args, log_likelihood=False),
+        lambda parts: float(np.min(az.ess(joined(parts)).to_array().values)),
+        extra_fields=SG_EXTRA_FIELDS,
+    )
+    return joined(parts), seconds, steps
 
 
 def check_options(

@@ -398,7 +398,7 @@ def bias_vs_step_size(
     for h in step_sizes:
         draws, diverging = _run_to_ess(
             kernel(step_size=h), model_args, model_kwargs, num_warmup, num_samples, thinning,
-            num_chains, seed, target_ess, max_samples, reference, sites,
+            num_chains, seed, target_ess, max_samples, sites,
         )
         table = compare_to_reference(draws, reference, sites=sites, group_by_chain=True)
         worst = table["std_mean_error"].abs().idxmax()
@@ -427,12 +427,51 @@ def bias_vs_step_size(
     return out
 
 
+def continue_to_ess(mcmc, key, model_args, model_kwargs, target_ess, max_steps, collect, ess_of,
+                    **run_kwargs):
+    """Run ``mcmc`` (``num_samples`` steps per chain after its warm-up), then continue it —
+    the same chains, from their last state — until ``ess_of(parts)``, the smallest bulk ESS
+    of the parts collected so far, reaches ``target_ess`` or ``max_steps`` steps per chain
+    were taken. Each continuation is as long as the ESS per step so far says is needed (plus
+    10 %). ``collect(mcmc)`` turns each run into a part. Returns ``(parts, steps, seconds)``,
+    ``seconds`` the wall time of the runs alone."""
+    import time
+
+    thinning = mcmc.thinning
+    steps = mcmc.num_samples
+
+    def timed_run(rng_key):
+        start = time.perf_counter()
+        mcmc.run(rng_key, *model_args, **run_kwargs, **model_kwargs)
+        jax.block_until_ready(mcmc.get_samples())
+        return time.perf_counter() - start
+
+    seconds = timed_run(key)
+    parts = [collect(mcmc)]
+    while target_ess and steps < max_steps:
+        ess = ess_of(parts)
+        if not np.isfinite(ess) or ess >= target_ess:
+            break
+        more = int(np.ceil(steps * (target_ess / max(ess, 1.0) - 1) * 1.1 / thinning))
+        more = max(thinning, min(more * thinning, (max_steps - steps) // thinning * thinning))
+        mcmc.post_warmup_state = mcmc.last_state
+        mcmc.num_samples = more
+        seconds += timed_run(mcmc.last_state.rng_key)
+        parts.append(collect(mcmc))
+        steps += more
+    return parts, steps, seconds
+
+
+def _concat_draws(parts):
+    return {k: np.concatenate([p[0][k] for p in parts], 1) for k in parts[0][0]}
+
+
 def _run_to_ess(
     kernel, args, kwargs, num_warmup, num_samples, thinning, num_chains, seed, target_ess,
-    max_samples, reference, sites,
+    max_samples, sites,
 ):
-    """Grouped draws of one kernel, continued until the smallest bulk ESS reaches
-    ``target_ess`` (or ``max_samples`` draws per chain); and the number of diverging draws."""
+    """Grouped draws of one kernel run by :func:`continue_to_ess` (``max_samples`` steps per
+    chain at most), and the number of diverging draws."""
     import arviz as az
     from numpyro.infer import MCMC
 
@@ -445,26 +484,19 @@ def _run_to_ess(
         chain_method="vectorized",
         progress_bar=False,
     )
-    mcmc.run(jax.random.PRNGKey(seed), *args, **kwargs)
-    parts = [mcmc.get_samples(group_by_chain=True)]
-    diverging = int(np.asarray(mcmc.get_extra_fields()["diverging"]).sum())
-    drawn = num_samples // thinning
-    while target_ess is not None and drawn < max_samples // thinning:
-        draws = {k: np.concatenate([np.asarray(p[k]) for p in parts], 1) for k in parts[0]}
-        labels = scalar_draws(draws, sites, group_by_chain=True)
-        ess = min(float(az.ess(x, method="bulk")) for x in labels.values())
-        if ess >= target_ess:
-            break
-        more = int(np.ceil(drawn * (target_ess / max(ess, 1.0) - 1) * 1.1))
-        more = max(1, min(more, max_samples // thinning - drawn))
-        mcmc.post_warmup_state = mcmc.last_state
-        mcmc.num_samples = more * thinning
-        mcmc.run(mcmc.last_state.rng_key, *args, **kwargs)
-        parts.append(mcmc.get_samples(group_by_chain=True))
-        diverging += int(np.asarray(mcmc.get_extra_fields()["diverging"]).sum())
-        drawn += more
-    draws = {k: np.concatenate([np.asarray(p[k]) for p in parts], 1) for k in parts[0]}
-    return draws, diverging
+
+    def collect(m):
+        draws = {k: np.asarray(v) for k, v in m.get_samples(group_by_chain=True).items()}
+        return draws, int(np.asarray(m.get_extra_fields()["diverging"]).sum())
+
+    def ess_of(parts):
+        labels = scalar_draws(_concat_draws(parts), sites, group_by_chain=True)
+        return min(float(az.ess(x, method="bulk")) for x in labels.values())
+
+    parts, _, _ = continue_to_ess(
+        mcmc, jax.random.PRNGKey(seed), args, kwargs, target_ess, max_samples, collect, ess_of
+    )
+    return _concat_draws(parts), sum(p[1] for p in parts)
 
 
 def fit_bias_order(step_sizes, bias, standard_error, level=0.95):
