@@ -30,12 +30,16 @@ routes ``MCMC`` runs of :class:`~numpyro_sgrld.SGMCMCKernel` instances here; eve
 keeps NumPyro's loop.
 """
 
+import inspect
+import os
+import warnings
 from collections import OrderedDict
 from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro
 from jax import lax
 
 from numpyro_sgrld._cache import lru_get
@@ -187,8 +191,6 @@ def _warn_if_rejected(before, after, num_steps):
     rejected = np.asarray(after) - np.asarray(before)
     if not np.any(rejected > 0):
         return
-    import warnings
-
     worst = int(np.max(rejected))
     chains = ""
     if rejected.size > 1:
@@ -209,15 +211,11 @@ def _warn_if_rejected(before, after, num_steps):
 def _caller_level():
     """``stacklevel`` of the first frame outside numpyro_sgrld, NumPyro and JAX (the user's
     ``MCMC.run``), counted from :func:`_warn_if_rejected`'s caller."""
-    import inspect
-    import os
-
     skip = tuple(
-        os.path.dirname(m.__file__) + os.sep for m in (jax, np) if getattr(m, "__file__", None)
-    )
-    import numpyro
-
-    skip += (os.path.dirname(numpyro.__file__) + os.sep, os.path.dirname(__file__) + os.sep)
+        os.path.dirname(m.__file__) + os.sep
+        for m in (jax, np, numpyro)
+        if getattr(m, "__file__", None)
+    ) + (os.path.dirname(__file__) + os.sep,)
     level = 2
     frame = inspect.currentframe().f_back.f_back
     while frame is not None and frame.f_code.co_filename.startswith(skip):

@@ -19,10 +19,13 @@ from numpyro_sgrld.subsample import full_batch
 
 __all__ = [
     "ModelSetupError",
+    "evaluate_now",
+    "describe_args",
     "check_latent_sites",
     "check_observed_shapes",
     "infer_num_data",
     "check_init_params",
+    "check_potential_init_params",
     "indices_in_bounds_fn",
     "raise_if_out_of_bounds",
     "observed_ok_fn",
