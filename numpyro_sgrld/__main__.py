@@ -82,6 +82,7 @@ def _compare(args, parser):
         progress_bar=not args.no_progress_bar,
         target_ess=args.target_ess,
         budget=args.budget,
+        gamma_panel=not args.no_gamma_panel,
     )
     print()
     print(format_table(rows))
@@ -110,7 +111,7 @@ def _add_compare_options(p):
     p.add_argument("--num-steps", type=int, default=20000, help="steps per chain after burn-in")
     p.add_argument("--num-warmup", type=int, default=2000, help="burn-in steps")
     p.add_argument("--thinning", type=int, default=5)
-    p.add_argument("--num-chains", type=int, default=2, help="vectorized chains per kernel")
+    p.add_argument("--num-chains", type=int, default=4, help="vectorized chains per kernel")
     p.add_argument(
         "--reference-samples",
         type=int,
@@ -120,15 +121,21 @@ def _add_compare_options(p):
     p.add_argument(
         "--bias-kernels",
         nargs="*",
-        default=["SGLD"],
+        default=["SGLD", "PSGLD", "PSGLD+Γ"],
         type=_kernel_name,
         choices=list(KERNELS),
         help="kernels whose bias is traced over 4 step sizes (none: no bias plot)",
     )
     p.add_argument(
+        "--no-gamma-panel",
+        action="store_true",
+        help="leave out the Γ panel (pSGLD with and without Γ on the 1-D target of "
+        "Rensmeyer & Niggemann)",
+    )
+    p.add_argument(
         "--target-ess",
         type=float,
-        default=100,
+        default=200,
         help="continue each kernel (up to 5x --num-steps) until its smallest bulk ESS reaches "
         "this (0: fixed length)",
     )

@@ -383,7 +383,10 @@ def bias_vs_step_size(
     Returns a :class:`pandas.DataFrame` indexed by step size: ``max_abs_std_mean_error`` and
     its standard error ``max_abs_std_mean_error_se`` (of the parameter with the largest
     error), ``max_abs_z_mean``; ``worst_sd_ratio`` (the sd ratio farthest from 1) with
-    ``worst_sd_ratio_se``; ``min_sd_ratio``, ``max_sd_ratio``; ``mean_w1_sd`` (when the
+    ``worst_sd_ratio_se``; ``min_sd_ratio``, ``max_sd_ratio``; ``mean_sd_ratio`` (over the
+    parameters: a bias that widens or narrows them all shows here far above the noise) with
+    ``mean_sd_ratio_se`` (the parameters' standard errors combined as if independent);
+    ``mean_w1_sd`` (when the
     reference has draws); ``num_resolved`` (parameters whose difference is above the noise,
     see :func:`compare_to_reference`); ``ess_min``, ``num_samples`` (draws per chain) and the
     number of ``diverging`` recorded draws. Chains are vectorized. Fit the order of the bias
@@ -414,6 +417,12 @@ def bias_vs_step_size(
             ),
             min_sd_ratio=float(table["sd_ratio"].min()),
             max_sd_ratio=float(table["sd_ratio"].max()),
+            mean_sd_ratio=float(table["sd_ratio"].mean()),
+            mean_sd_ratio_se=float(
+                np.sqrt(np.sum(np.square(
+                    np.hypot(table["mcse_sd"], table["ref_mcse_sd"]) / table["ref_sd"]
+                ))) / len(table)
+            ),
         )
         if "w1_sd" in table:
             row["mean_w1_sd"] = float(table["w1_sd"].mean())

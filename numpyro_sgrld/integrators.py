@@ -16,12 +16,15 @@ def langevin(key, position, grad, preconditioner, step_size, temperature):
     r"""Euler–Maruyama step of the (Riemannian) Langevin diffusion.
 
     .. math::
-        \theta \leftarrow \theta - h\,D\nabla\hat U(\theta) + h\,\Gamma
+        \theta \leftarrow \theta - h\,D\nabla\hat U(\theta) + hT\,\Gamma
                           + \sqrt{2hT}\,D^{1/2}\xi, \qquad \xi \sim \mathcal N(0, I).
 
     With :math:`D = I` this is SGLD (Welling & Teh 2011). ``step_size`` is :math:`h`,
     ``temperature`` is :math:`T`; :math:`\Gamma` is ``preconditioner.correction`` (skipped when
-    ``None``).
+    ``None``). Γ is multiplied by :math:`T`: the diffusion :math:`\sqrt{2T D}\,dW` has
+    stationary density :math:`\propto e^{-U/T}` only with the drift :math:`-D\nabla U + T\,
+    \nabla\cdot D` (Fokker–Planck), so a tempered or cold chain (:math:`T \ne 1`) needs
+    :math:`T\Gamma`, and none at :math:`T = 0`.
     """
     xi = tree_normal(key, position)
     drift = preconditioner.drift(grad)
@@ -29,7 +32,9 @@ def langevin(key, position, grad, preconditioner, step_size, temperature):
     scale = jnp.sqrt(2.0 * step_size * temperature)
     new = jax.tree.map(lambda x, d, n: x - step_size * d + scale * n, position, drift, noise)
     if preconditioner.correction is not None:
-        new = jax.tree.map(lambda x, g: x + step_size * g, new, preconditioner.correction)
+        new = jax.tree.map(
+            lambda x, g: x + step_size * temperature * g, new, preconditioner.correction
+        )
     return new
 
 

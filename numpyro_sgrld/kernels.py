@@ -10,7 +10,7 @@ from jax import random
 from numpyro_sgrld._adapter import SGMCMCKernel
 from numpyro_sgrld._checks import integer, real
 from numpyro_sgrld._tree import tree_normal, tree_where
-from numpyro_sgrld.correction import check_correction, correction_drift
+from numpyro_sgrld.correction import check_correction, init_correction, lagged_correction
 from numpyro_sgrld.integrators import adaptive_drift_langevin, langevin, sghmc
 from numpyro_sgrld.metrics import (
     Metric,
@@ -25,6 +25,7 @@ from numpyro_sgrld.metrics import (
 
 __all__ = [
     "LangevinKernel",
+    "CorrectedState",
     "SGLD",
     "SGHMC",
     "SGHMCState",
@@ -37,27 +38,48 @@ __all__ = [
 ]
 
 
+class CorrectedState(NamedTuple):
+    """A Γ-corrected kernel's state: the metric's state and the correction's
+    (:class:`~numpyro_sgrld.correction.CorrectionState`)."""
+
+    metric: Any
+    correction: Any
+
+
 class LangevinKernel(SGMCMCKernel):
     r"""Riemannian Langevin kernel for any :class:`~numpyro_sgrld.metrics.Metric`.
 
     .. math::
-        \theta \leftarrow \theta - h\,D\nabla\hat U + h\,\Gamma + \sqrt{2hT}\,D^{1/2}\xi.
+        \theta \leftarrow \theta - h\,D\nabla\hat U + hT\,\Gamma + \sqrt{2hT}\,D^{1/2}\xi.
 
     ``metric`` is a :class:`~numpyro_sgrld.metrics.Metric`, or a factory called as
     ``metric(num_data=N)`` once the model's data size is known (e.g.
     ``functools.partial(metrics.rmsprop, 0.99, 1e-8)``). ``correction`` (``None``, ``"exact"``,
     ``"hutchinson"``) adds the Γ drift (:mod:`numpyro_sgrld.correction`); only metrics with a
-    ``decay`` support it. The kernel's ``sampler_state`` is the metric's state. Other keyword
-    arguments are those of :class:`~numpyro_sgrld._adapter.SGMCMCKernel`.
+    ``decay`` support it; ``correction_form`` is ``"lagged"`` (default: scaled by the moving
+    average's response and tamed) or ``"instant"`` (Rensmeyer & Niggemann's Γ as written). The
+    kernel's ``sampler_state`` is the metric's state, or a :class:`CorrectedState` with a
+    correction. Other keyword arguments are those of
+    :class:`~numpyro_sgrld._adapter.SGMCMCKernel`.
     """
 
-    def __init__(self, model=None, step_size=None, *, metric, correction=None, **kwargs):
+    def __init__(
+        self,
+        model=None,
+        step_size=None,
+        *,
+        metric,
+        correction=None,
+        correction_form="lagged",
+        **kwargs,
+    ):
         super().__init__(model, step_size, **kwargs)
         self._metric_arg = metric
         probe = self._build_metric(1)  # validates the metric's parameters now
         self._correction = check_correction(
-            correction, probe.decay, type(self).__name__, self._correction_hint()
+            correction, probe.decay, type(self).__name__, self._correction_hint(), correction_form
         )
+        self._correction_form = correction_form
         self._metric = probe
 
     def _correction_hint(self):
@@ -83,16 +105,31 @@ class LangevinKernel(SGMCMCKernel):
         state = self._metric.init(z)
         if self._metric.warm_start is not None:
             state = self._metric.warm_start(state, curvature())
+        if self._correction is not None:
+            state = CorrectedState(state, init_correction(z))
         return state
 
     def _transition(self, key, z, sampler_state, grad, grad_fn, step_size, i):
-        preconditioner, new_state = self._metric.update(grad, sampler_state, z)
-        if self._correction is not None:
+        if self._correction is None:
+            preconditioner, new_state = self._metric.update(grad, sampler_state, z)
+        else:
+            metric_state = sampler_state.metric
+            preconditioner, new_metric_state = self._metric.update(grad, metric_state, z)
             key, key_probe = random.split(key)
-            gamma = correction_drift(
-                self._correction, key_probe, z, grad_fn, self._metric, sampler_state
+            gamma, correction_state = lagged_correction(
+                self._correction,
+                key_probe,
+                z,
+                grad_fn,
+                self._metric,
+                metric_state,
+                sampler_state.correction,
+                step_size,
+                self._temperature,
+                self._correction_form,
             )
             preconditioner = preconditioner._replace(correction=gamma)
+            new_state = CorrectedState(new_metric_state, correction_state)
         return langevin(key, z, grad, preconditioner, step_size, self._temperature), new_state
 
 
@@ -322,6 +359,8 @@ class PSGLD(LangevinKernel):
     :param decay: :math:`\\alpha \\in [0, 1)`, default 0.99.
     :param eps: :math:`\\lambda \\ge 0`, default 1e-8.
     :param correction: ``None`` (default), ``"exact"`` or ``"hutchinson"``.
+    :param correction_form: ``"lagged"`` (default) or ``"instant"``
+        (:mod:`numpyro_sgrld.correction`).
     :param bias_correction: divide V by :math:`1 - \\alpha^t` (default True).
 """
         + _example("PSGLD", "step_size=1e-2")
@@ -374,6 +413,8 @@ class MongeSGLD(LangevinKernel):
     :param alpha2: :math:`\\alpha^2 \\ge 0`, default 1.0.
     :param decay: :math:`\\lambda \\in [0, 1)`, default 0.9.
     :param correction: ``None`` (default), ``"exact"`` or ``"hutchinson"``.
+    :param correction_form: ``"lagged"`` (default) or ``"instant"``
+        (:mod:`numpyro_sgrld.correction`).
     :param max_drift_norm: safeguard threshold, default ``None`` (off).
 """
         + _example("MongeSGLD", "step_size=1e-2, alpha2=1.0")
@@ -434,6 +475,8 @@ class ShampooSGLD(LangevinKernel):
     :param block_size: largest block dimension, default 128.
     :param correction: ``None`` (default); ``"exact"`` or ``"hutchinson"`` need
         ``update_interval=1``.
+    :param correction_form: ``"lagged"`` (default) or ``"instant"``
+        (:mod:`numpyro_sgrld.correction`).
 """
         + _example("ShampooSGLD", "step_size=1e-2, update_interval=10")
     )

@@ -61,6 +61,10 @@ class Metric(NamedTuple):
     for finiteness on every step (only the gradient and the new position);
     ``False`` (the default, e.g. for roots of an eigendecomposition) keeps that check.
 
+    ``statistic_order`` is the power of the gradient in the averaged statistic (2 for
+    :math:`\bar g\odot\bar g` or :math:`\bar g\bar g^\top`, 1 for :math:`\bar g`); the
+    lagged Γ correction uses it (:func:`numpyro_sgrld.correction.lag_response`).
+
     ``warm_start(state, curvature) -> state`` (optional) gives a metric whose statistic
     estimates :math:`E[\bar g\odot\bar g]` a starting value that does not depend on where the
     chain starts: ``curvature`` is an unbiased estimate of the diagonal of the minibatch
@@ -75,6 +79,7 @@ class Metric(NamedTuple):
     decay: float | None = None
     averages_gradient: bool = False
     warm_start: Callable | None = None
+    statistic_order: int = 2
 
 
 def _same(tree):
@@ -265,7 +270,7 @@ def monge(alpha2=1.0, decay=0.9, num_data=1, max_drift_norm=None) -> Metric:
 
         return Preconditioner(safe_drift, safe_noise), MongeState(avg)
 
-    return Metric(init, update, decay, averages_gradient=True)
+    return Metric(init, update, decay, averages_gradient=True, statistic_order=1)
 
 
 # --------------------------------------------------------------------------- Shampoo

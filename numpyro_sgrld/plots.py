@@ -89,7 +89,7 @@ def plot_bias_vs_step_size(curves, column="max_abs_std_mean_error", path=None):
     """Log-log curves of a bias measure against the step size, one line per kernel, with
     error bars of ±2 standard errors where the table has ``column + "_se"`` (as
     :func:`~numpyro_sgrld.diagnostics.bias_vs_step_size` gives for its bias measures).
-    ``worst_sd_ratio`` is shown as ``|sd ratio - 1|``.
+    ``worst_sd_ratio`` and ``mean_sd_ratio`` are shown as ``|sd ratio - 1|``.
 
     ``curves``: ``{kernel name: DataFrame}`` from
     :func:`~numpyro_sgrld.diagnostics.bias_vs_step_size` (or one DataFrame).
@@ -102,7 +102,7 @@ def plot_bias_vs_step_size(curves, column="max_abs_std_mean_error", path=None):
     fig, ax = plt.subplots(figsize=(5, 3.6))
     for name, table in curves.items():
         values = table[column].to_numpy(np.float64)
-        values = np.abs(values - 1.0 if column == "worst_sd_ratio" else values)
+        values = np.abs(values - 1.0 if column in _RATIOS else values)
         se = table.get(column + "_se")
         yerr = None if se is None else 2 * se.to_numpy(np.float64)
         ax.errorbar(
@@ -112,19 +112,33 @@ def plot_bias_vs_step_size(curves, column="max_abs_std_mean_error", path=None):
     ax.set_yscale("log")
     # label the measured step sizes only (a log axis labels minor ticks too, which overlap)
     ax.xaxis.set_minor_formatter(NullFormatter())
-    ticks = np.unique(np.concatenate([t.index.values for t in curves.values()]))
+    ticks = _spread(np.unique(np.concatenate([t.index.values for t in curves.values()])))
     if len(ticks) <= 8:
         ax.set_xticks(ticks, [f"{t:.2g}" for t in ticks], rotation=30 if len(ticks) > 4 else 0)
     else:
         ax.xaxis.set_major_locator(LogLocator(numticks=6))
     ax.set_xlabel("step size h")
-    label = "|sd ratio - 1|" if column == "worst_sd_ratio" else column.replace("_", " ")
+    label = {"worst_sd_ratio": "|sd ratio - 1|, worst parameter",
+             "mean_sd_ratio": "|mean sd ratio - 1|"}.get(column, column.replace("_", " "))
     ax.set_ylabel(label + ("  (±2 se)" if any(column + "_se" in t for t in curves.values())
                            else ""))
     if any(curves):
         ax.legend(fontsize=8)
     fig.tight_layout()
     return _finish(fig, path)
+
+
+_RATIOS = ("worst_sd_ratio", "mean_sd_ratio")
+
+
+def _spread(ticks, min_ratio=1.4):
+    """The step sizes to label on a log axis: each at least ``min_ratio`` times the last one
+    kept (close values, such as 2e-5 and 2.5e-5, would print over each other)."""
+    kept = []
+    for t in ticks:
+        if not kept or t >= kept[-1] * min_ratio:
+            kept.append(t)
+    return np.asarray(kept)
 
 
 def plot_trace(idata, var_names=None, path=None, **kwargs):

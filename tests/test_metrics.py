@@ -9,7 +9,13 @@ from jax.flatten_util import ravel_pytree
 from scipy.linalg import eigh
 
 from numpyro_sgrld import metrics
-from numpyro_sgrld.correction import correction_drift
+from numpyro_sgrld.correction import (
+    correction_drift,
+    correction_terms,
+    init_correction,
+    lag_response,
+    lagged_correction,
+)
 
 jax.config.update("jax_enable_x64", False)
 
@@ -244,6 +250,81 @@ def test_hutchinson_is_unbiased_for_exact(name):
     se = draws.std(0) / np.sqrt(draws.shape[0])
     assert np.all(np.abs(draws.mean(0) - exact) <= 4 * se + 1e-6), (draws.mean(0), exact, se)
     assert np.any(draws.std(0) > 0)  # the estimator is random (otherwise the test is vacuous)
+
+
+def test_correction_terms_give_the_preconditioned_curvature_and_metric_diagonal():
+    """Exact form on RMSprop: diag(D H) = D_ii A_ii and diag(D) = D_ii; Hutchinson's z-weighted
+    estimates of both are unbiased."""
+    A, grad_fn, theta, prev, N = _quadratic(4)
+    metric = metrics.rmsprop(decay=0.7, eps=0.1, num_data=N, bias_correction=False)
+    state = metrics.RMSpropState(prev, jnp.zeros((), jnp.int32))
+    terms = correction_terms("exact", None, theta, grad_fn, metric, state)
+    g = _flat(grad_fn(theta)) / N
+    D = 1 / (0.1 + np.sqrt(0.7 * _flat(prev) + 0.3 * g**2))
+    np.testing.assert_allclose(terms.metric_diag, D, rtol=1e-5)
+    np.testing.assert_allclose(terms.curvature, D * N * np.diag(A), rtol=1e-4)
+    draws = jax.vmap(lambda k: correction_terms("hutchinson", k, theta, grad_fn, metric, state))(
+        random.split(random.PRNGKey(0), 20000)
+    )
+    curvature = np.asarray(draws.curvature, np.float64)
+    se = curvature.std(0) / np.sqrt(len(curvature))
+    assert np.all(np.abs(curvature.mean(0) - D * N * np.diag(A)) <= 4 * se + 1e-6)
+    np.testing.assert_allclose(np.asarray(draws.metric_diag)[0], D, rtol=1e-5)  # diagonal D
+
+
+def test_lag_response_limits_and_series():
+    for decay in (0.0, 0.5, 0.9, 0.99):
+        for order in (1, 2):
+            assert float(lag_response(0.0, decay, order)) == pytest.approx(1.0)
+            assert float(lag_response(1e3, decay, order)) == pytest.approx(1 - decay)
+            r = 0.03
+            series = sum((1 - decay) * decay**m * np.exp(-order * r * m) for m in range(20000))
+            assert float(lag_response(r, decay, order)) == pytest.approx(series, rel=1e-5)
+
+
+@pytest.mark.parametrize("order", [1, 2])
+def test_lag_response_is_the_moving_average_regression_on_an_ou_process(order):
+    """A stationary AR(1) x relaxing by e^{-r} per step, and the moving average S of x^k: over
+    independent chains, the least-squares slope of S on the current x^k is kappa (the lagged
+    correction's premise). Tolerance: 4 of the slope's standard errors (chains independent)."""
+    rng = np.random.default_rng(0)
+    decay, r, chains = 0.9, 0.05, 40000
+    a = np.exp(-r)
+    x = rng.normal(size=chains)
+    s = x**order
+    for _ in range(400):  # about 20 relaxation times of x and 40 memories of S
+        x = a * x + np.sqrt(1 - a * a) * rng.normal(size=chains)
+        s = decay * s + (1 - decay) * x**order
+    u = x**order
+    design = np.stack([np.ones(chains), u], axis=1)
+    coef, *_ = np.linalg.lstsq(design, s, rcond=None)
+    resid = s - design @ coef
+    cov = resid.var() * np.linalg.inv(design.T @ design)
+    slope, se = coef[1], np.sqrt(cov[1, 1])
+    kappa = float(lag_response(r, decay, order))
+    assert abs(slope - kappa) <= 4 * se, (slope, kappa, se)
+    assert abs(slope - 1.0) > 10 * se  # the full (instant) response is ruled out
+
+
+def test_lagged_correction_forms():
+    """``instant`` is Rensmeyer & Niggemann's Γ; ``lagged`` tends to it as h -> 0 and is
+    kappa * Γ (tamed) otherwise, never larger in size."""
+    A, grad_fn, theta, prev, N = _quadratic(5)
+    metric = metrics.rmsprop(decay=0.9, eps=0.1, num_data=N, bias_correction=False)
+    state = metrics.RMSpropState(prev, jnp.zeros((), jnp.int32))
+    full = _flat(correction_drift("exact", None, theta, grad_fn, metric, state))
+    start = init_correction(theta)
+    instant, _ = lagged_correction("exact", None, theta, grad_fn, metric, state, start, 0.1, 1.0,
+                                   form="instant")
+    np.testing.assert_allclose(_flat(instant), full, rtol=1e-6)
+    tiny, _ = lagged_correction("exact", None, theta, grad_fn, metric, state, start, 1e-9, 1.0)
+    np.testing.assert_allclose(_flat(tiny), full, rtol=1e-3)
+    lagged, new = lagged_correction("exact", None, theta, grad_fn, metric, state, start, 0.1, 1.0)
+    terms = correction_terms("exact", None, theta, grad_fn, metric, state)
+    kappa = lag_response(0.1 * np.abs(np.asarray(terms.curvature)), 0.9, 2)
+    assert np.all(np.abs(_flat(lagged)) <= np.abs(kappa * full) * (1 + 1e-6))
+    assert np.all(np.abs(_flat(lagged)) < np.abs(full))
+    assert int(new.count) == 1
 
 
 # ----------------------------------------------------------------------------- bad input

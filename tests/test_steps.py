@@ -66,6 +66,25 @@ def test_langevin_applies_drift_noise_and_correction():
         np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
+def test_langevin_scales_the_correction_with_the_temperature():
+    """The drift that keeps exp(-U/T) stationary under sqrt(2TD) dW is -D grad U + T div D."""
+    key = random.PRNGKey(1)
+    precond = metrics.Preconditioner(
+        drift=lambda v: v, noise=lambda v: v, correction=jax.tree.map(jnp.ones_like, TREE)
+    )
+    got = integrators.langevin(key, TREE, GRAD, precond, 0.01, 0.25)
+    xi = tree_normal(key, TREE)
+    expected = jax.tree.map(
+        lambda x, g, n: x - 0.01 * g + jnp.sqrt(0.005) * n + 0.01 * 0.25, TREE, GRAD, xi
+    )
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(expected), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    cold = integrators.langevin(key, TREE, GRAD, precond, 0.01, 0.0)
+    for a, x, g in zip(jax.tree.leaves(cold), jax.tree.leaves(TREE), jax.tree.leaves(GRAD),
+                       strict=True):
+        np.testing.assert_allclose(a, x - 0.01 * g, rtol=1e-6)  # T = 0: gradient descent
+
+
 def test_sghmc_formula():
     key = random.PRNGKey(2)
     momentum = jax.tree.map(lambda x: 0.3 * x, TREE)
