@@ -161,7 +161,7 @@ def _summary_row(table, idata, seconds, energy, ksd):
     rhat, ess = float(table["r_hat"].max()), float(table["ess_bulk"].min())
     problems = []
     if np.isfinite(rhat) and rhat > MAX_RHAT:
-        problems.append(f"R-hat {rhat:.3g}")
+        problems.append(f"R-hat {rhat:.3f}")
     if ess < MIN_ESS:
         problems.append(f"ESS {ess:.0f}")
     return {
@@ -184,17 +184,18 @@ def _summary_row(table, idata, seconds, energy, ksd):
     }
 
 
-def _progress_of(joined, parts):
-    """The smallest bulk ESS, shrunk where the largest split R-hat is above :data:`MAX_RHAT`:
-    R-hat − 1 falls roughly like 1/ESS, so a run at R-hat r needs about (r − 1)/(MAX_RHAT − 1)
-    times its length; the continuation reads this as an ESS to be raised."""
+def _progress_of(target_ess, joined, parts):
+    """The smallest bulk ESS, or less where the largest split R-hat is above
+    :data:`MAX_RHAT`: R-hat − 1 falls roughly like 1/length, so a run at R-hat r needs about
+    (r − 1)/(MAX_RHAT − 1) times its length, which the continuation (it extends a run by
+    ``target_ess / ess``) is told as ``target_ess (MAX_RHAT − 1)/(r − 1)``."""
     import arviz as az
 
     idata = joined(parts)
     ess = float(np.min(az.ess(idata).to_array().values))
     rhat = float(np.max(az.rhat(idata).to_array().values))
     if np.isfinite(rhat) and rhat > MAX_RHAT:
-        ess = min(ess, ess * (MAX_RHAT - 1) / (rhat - 1))
+        ess = min(ess, target_ess * (MAX_RHAT - 1) / (rhat - 1))
     return ess
 
 
@@ -227,7 +228,7 @@ def _run_kernel(kernel, problem, num_warmup, num_steps, thinning, num_chains, se
         target_ess,
         max_steps,
         lambda m: to_inference_data(m, *problem.args, log_likelihood=False),
-        partial(_progress_of, joined),
+        partial(_progress_of, target_ess, joined),
         extra_fields=SG_EXTRA_FIELDS,
     )
     return joined(parts), seconds, steps
