@@ -405,6 +405,14 @@ KERNELS = {
     "MongeSGLD+Γ (Hutchinson)": partial(
         MongeSGLD, alpha2=ALPHA2, decay=MONGE_DECAY, correction="hutchinson"
     ),
+    # the correction as written, without the lagged form's response and taming
+    "PSGLD+Γ (Hutchinson, instant)": partial(
+        PSGLD, decay=DECAY, eps=EPS, correction="hutchinson", correction_form="instant"
+    ),
+    "MongeSGLD+Γ (Hutchinson, instant)": partial(
+        MongeSGLD, alpha2=ALPHA2, decay=MONGE_DECAY, correction="hutchinson",
+        correction_form="instant",
+    ),
 }
 
 
@@ -515,7 +523,7 @@ NUMPYRO_LOOP = "SGLD (NumPyro's loop)"
 AGAIN = "hand sgld (again)"
 # what `--tables` selects: the speed tables (both problems), then mlp only: the finiteness
 # check, the noise draw, XLA's cost count; logreg only: vectorized chains
-TABLES = ("speed", "check", "noise", "cost", "chains")
+TABLES = ("speed", "check", "noise", "cost", "chains", "gamma")
 HAND.update({f"{k} {IN_SCAN}": v for k, v in HAND.items()})
 HAND[NUMPYRO_LOOP] = "hand sgld"
 HAND[AGAIN] = "hand sgld"
@@ -783,6 +791,31 @@ def chains_table(p, repeats, counts=(1, 4, 16)):
     return "\n".join(lines)
 
 
+def gamma_cost_table(p):
+    """XLA's count of one step of the Hutchinson-corrected kernels, in the lagged form and as
+    written, against the uncorrected kernel: what the lagged form's response and taming add."""
+    args = (p["X"], p["y"])
+
+    def flops_bytes(name):
+        kernel = _kernel(KERNELS[name], p)
+        state = kernel.init(random.PRNGKey(0), 0, None, args, {})
+        return _xla_cost(lambda s: kernel.sample(s, args, {}), state)
+
+    lines = [
+        f"**XLA cost of one Γ-corrected step** ({p['title']}; deterministic; ratios to the "
+        "uncorrected kernel):\n",
+        "| kernel | GFLOP | ratio | MB accessed | ratio |",
+        "|---|---|---|---|---|",
+    ]
+    for base in ("PSGLD", "MongeSGLD"):
+        f0, b0 = flops_bytes(base)
+        for name in (base, f"{base}+Γ (Hutchinson, instant)", f"{base}+Γ (Hutchinson)"):
+            f, b = flops_bytes(name)
+            lines.append(f"| {name} | {f / 1e9:.4f} | {f / f0:.3f}× | {b / 1e6:.2f} "
+                         f"| {b / b0:.3f}× |")
+    return "\n".join(lines)
+
+
 def _tables(problem, p, names, args):
     """The tables ``--tables`` asks for on one problem, each computed when reached."""
     if "speed" in args.tables:
@@ -796,6 +829,8 @@ def _tables(problem, p, names, args):
             yield from cost_tables(p, names)
     if problem == "logreg" and "chains" in args.tables and not args.no_chains:
         yield chains_table(p, args.repeats)
+    if "gamma" in args.tables:
+        yield gamma_cost_table(p)
 
 
 def main(argv=None):
