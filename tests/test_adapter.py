@@ -2,6 +2,7 @@
 
 from functools import partial
 
+import arviz as az
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -335,7 +336,15 @@ def test_potential_fn_interface():
         progress_bar=False,
     )
     mcmc.run(random.PRNGKey(0), init_params={"x": jnp.zeros(2)})
-    assert mcmc.get_samples()["x"].shape == (2000, 2)
+    x = np.asarray(mcmc.get_samples(group_by_chain=True)["x"], np.float64)
+    assert x.shape == (1, 2000, 2)
+    # SGLD with exact gradients on N(0, I): the chain's law is N(0, 1 / (1 - h/2)) exactly
+    sd = np.sqrt(1.0 / (1.0 - 0.1 / 2))
+    for i in range(2):
+        draws = x[..., i]
+        z_mean = draws.mean() / az.mcse(draws, method="mean")
+        z_sd = (draws.std() - sd) / az.mcse(draws, method="sd")
+        assert abs(z_mean) < 4 and abs(z_sd) < 4, (z_mean, z_sd)
 
 
 def test_schedules_drive_the_step_size():

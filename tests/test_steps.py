@@ -136,11 +136,25 @@ def test_langevin_kernel_with_identity_reproduces_sgld_bit_for_bit():
 
 
 def test_sghmc_momentum_resampling_happens_on_schedule():
-    kernel = SGHMC(_pytree_model, step_size=0.01, friction=0.5, resample_momentum_every=3)
-    mcmc = MCMC(kernel, num_warmup=0, num_samples=7, progress_bar=False)
-    mcmc.run(random.PRNGKey(0), extra_fields=("sampler_state.momentum",))
-    mom = mcmc.get_extra_fields()["sampler_state.momentum"]["scalar"]
-    assert mom.shape == (7,) and np.all(np.isfinite(mom))
+    """A flat potential and little friction: between resamplings the momentum changes by
+    (1 - a) v + N(0, 2ah), a step of variance 2ah (4e-4 of h here); a resampling replaces it
+    by N(0, h) first. Over 2000 independent coordinates the variance of v_{t+1} - (1 - a) v_t
+    is therefore either ~2ah or ~h: the large ones must come exactly every 3 steps."""
+    h, a, every, steps = 0.01, 2e-4, 3, 15
+
+    def flat(z):
+        return 0.0 * jnp.sum(z["x"])
+
+    kernel = SGHMC(potential_fn=flat, step_size=h, friction=a, resample_momentum_every=every)
+    mcmc = MCMC(kernel, num_warmup=0, num_samples=steps, progress_bar=False)
+    mcmc.run(random.PRNGKey(0), init_params={"x": jnp.zeros(2000)},
+             extra_fields=("sampler_state.momentum",))
+    mom = np.asarray(mcmc.get_extra_fields()["sampler_state.momentum"]["x"], np.float64)
+    var = np.var(mom[1:] - (1 - a) * mom[:-1], axis=1)
+    # 2000 coordinates: each variance within ~3 % of its value; the two levels are 2500x apart
+    fresh = np.flatnonzero(var > np.sqrt(2 * a * h * h))
+    assert np.all(var[fresh] > 0.5 * h) and np.all(np.delete(var, fresh) < 4 * a * h), var
+    assert len(fresh) >= steps // every - 1 and np.all(np.diff(fresh) == every), fresh
 
 
 ALL_KERNELS = {
