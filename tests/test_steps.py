@@ -237,13 +237,20 @@ def test_correction_errors():
 
 
 def test_wenzel_refreshes_once_per_epoch():
+    """N = 100, minibatch 25: an epoch is 4 steps, so the layer-wise scales (two sites with
+    different gradient sizes, hence scales other than 1) change after steps 4, 8 and 12 and
+    at no other step."""
     def model(y):
         s = numpyro.sample("s", dist.Normal())
+        t = numpyro.sample("t", dist.Normal())
         with numpyro.plate("data", 100, subsample_size=25) as idx:
-            numpyro.sample("y", dist.Normal(s, 1), obs=y[idx])
+            numpyro.sample("y", dist.Normal(s + 10.0 * t, 1), obs=y[idx])
 
-    kernel = WenzelSGLD(model, step_size=1e-3)
-    MCMC(kernel, num_warmup=1, num_samples=1, progress_bar=False).run(
-        random.PRNGKey(0), np.zeros(100)
-    )
-    assert kernel._epoch_length() == 4
+    kernel = WenzelSGLD(model, step_size=1e-6)
+    mcmc = MCMC(kernel, num_warmup=0, num_samples=13, progress_bar=False)
+    mcmc.run(random.PRNGKey(0), np.ones(100), extra_fields=("sampler_state.scale",))
+    scale = np.stack([np.asarray(v) for v in
+                      jax.tree.leaves(mcmc.get_extra_fields()["sampler_state.scale"])], axis=1)
+    changed = np.flatnonzero(np.any(scale[1:] != scale[:-1], axis=1)) + 1  # draw index
+    steps_done = changed + 1  # draw k is the state after k + 1 steps
+    np.testing.assert_array_equal(steps_done, [4, 8, 12])
