@@ -6,28 +6,20 @@ arithmetic, so its hand-written metric is checked here against :func:`numpyro_sg
 shampoo` on a common sequence of gradients.
 """
 
-import importlib.util
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import load_benchmark
 from jax import random
 
 from numpyro_sgrld.metrics import shampoo
 
-SPEED = Path(__file__).resolve().parents[1] / "benchmarks" / "speed.py"
-
 
 @pytest.fixture(scope="module")
 def speed():
-    if not SPEED.exists():
-        pytest.skip(f"{SPEED} is not there (an installed package without the benchmarks)")
-    spec = importlib.util.spec_from_file_location("speed_benchmark", SPEED)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("speed")
 
 
 def test_hand_written_shampoo_matches_the_library_metric(speed):

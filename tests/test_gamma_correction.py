@@ -7,23 +7,15 @@ reference's included); a bias is *removed* when the uncorrected error is resolve
 the corrected one is not, and the corrected error plus 2 standard errors is below it.
 """
 
-import importlib.util
-from pathlib import Path
 
 import pytest
+from conftest import load_benchmark
 from numpyro_sgrld.models._data import DataNotFoundError
-
-BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "gamma_correction.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    if not BENCHMARK.exists():
-        pytest.skip(f"{BENCHMARK} is not there (an installed package without the benchmarks)")
-    spec = importlib.util.spec_from_file_location("gamma_correction_benchmark", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("gamma_correction")
 
 
 def _run(bench, problem, kernel):
