@@ -7,6 +7,7 @@ runs on ordinary NumPyro models with ``numpyro.plate(..., subsample_size=n)``.
 from numpyro_sgrld import (
     correction,
     diagnostics,
+    gradients,
     inference_data,
     integrators,
     metrics,
@@ -16,8 +17,9 @@ from numpyro_sgrld import (
     schedules,
     sharding,
 )
-from numpyro_sgrld._adapter import SGMCMCKernel, SGState
+from numpyro_sgrld._adapter import SGMCMC, SGMCMCKernel, SGState
 from numpyro_sgrld._compat import restore_numpyro_jit, reuse_compiled_loops, use_sampling_loop
+from numpyro_sgrld._composition import SamplerState
 from numpyro_sgrld.diagnostics import (
     bias_vs_step_size,
     compare_to_reference,
@@ -25,7 +27,7 @@ from numpyro_sgrld.diagnostics import (
     kernel_stein_discrepancy,
     model_scores,
 )
-from numpyro_sgrld.gradients import minibatch_potential
+from numpyro_sgrld.gradients import auxiliary, minibatch_potential
 from numpyro_sgrld.haiku import random_haiku_module
 from numpyro_sgrld.inference_data import SG_EXTRA_FIELDS, reference_posterior, to_inference_data
 from numpyro_sgrld.kernels import (
@@ -33,10 +35,8 @@ from numpyro_sgrld.kernels import (
     SGHMC,
     SGLD,
     AdamSGLD,
-    CorrectedState,
     LangevinKernel,
     MongeSGLD,
-    SGHMCState,
     ShampooSGLD,
     WenzelSGLD,
 )
@@ -58,6 +58,10 @@ use_sampling_loop("sgrld")
 __version__ = "0.1.0"
 
 __all__ = [
+    "SGMCMC",
+    "SamplerState",
+    "auxiliary",
+    "gradients",
     "SGLD",
     "SGHMC",
     "PSGLD",
@@ -71,8 +75,6 @@ __all__ = [
     "reuse_compiled_loops",
     "restore_numpyro_jit",
     "use_sampling_loop",
-    "SGHMCState",
-    "CorrectedState",
     "full_batch",
     "find_subsample_plates",
     "SubsamplePlate",

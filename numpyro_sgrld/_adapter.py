@@ -1,11 +1,12 @@
-"""The NumPyro adapter shared by every stochastic-gradient kernel.
+"""The NumPyro adapter: the one NumPyro-aware piece of a stochastic-gradient kernel.
 
-This is the only NumPyro-aware piece: it initialises the model, finds its subsample plates,
-draws minibatch indices every step, asks the gradient estimator for :math:`\\nabla\\hat U` and
-hands it to the kernel's transition (metric + integrator).
+:class:`SGMCMC` sets the model up (its plates, data checks, initial values), draws the
+minibatch indices every step, asks the gradient estimator for :math:`\\nabla\\hat U`, builds
+the step's :class:`~numpyro_sgrld.metrics.StepContext`, runs the composed step
+(:func:`numpyro_sgrld._composition.transition`), applies the acceptance policy
+(:mod:`numpyro_sgrld._acceptance`) and postprocesses draws.
 """
 
-import warnings
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -14,28 +15,29 @@ import jax.numpy as jnp
 import numpy as np
 from jax import random
 from numpyro import handlers
-from numpyro.distributions.transforms import biject_to
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.mcmc import MCMCKernel
-from numpyro.infer.util import (
-    ParamInfo,
-    constrain_fn,
-    find_valid_initial_params,
-    transform_fn,
-)
+from numpyro.infer.util import ParamInfo, constrain_fn, transform_fn
 from numpyro.util import identity, is_prng_key, not_jax_tracer
 
 from numpyro_sgrld import _setup
+from numpyro_sgrld._acceptance import accept, usable
 from numpyro_sgrld._checks import integer, real
-from numpyro_sgrld._tree import tree_all_finite, tree_norm, tree_where
+from numpyro_sgrld._composition import build_sampler, init_sampler, transition
+from numpyro_sgrld._tree import tree_norm, tree_where
 from numpyro_sgrld.gradients import (
-    control_variate,
-    control_variate_estimate,
-    find_mode,
+    ControlVariate,
+    GradientEstimator,
+    Target,
+    control_variates,
     hessian_diagonal_estimate,
+    minibatch,
     minibatch_potential,
-    value_and_grad_estimator,
+    minibatch_potential_with_aux,
 )
+from numpyro_sgrld.integrators import langevin
+from numpyro_sgrld.metrics import StepContext
+from numpyro_sgrld.metrics import identity as identity_metric
 from numpyro_sgrld.schedules import as_schedule
 from numpyro_sgrld.sharding import check_divisible, index_sharding
 from numpyro_sgrld.subsample import (
@@ -48,7 +50,7 @@ from numpyro_sgrld.subsample import (
     trace_model,
 )
 
-__all__ = ["SGState", "SGMCMCKernel"]
+__all__ = ["SGState", "SGMCMC", "SGMCMCKernel"]
 
 
 class SGState(NamedTuple):
@@ -56,29 +58,30 @@ class SGState(NamedTuple):
 
     - **i** – iteration counter (0 before the first step); the schedule is evaluated at ``i``.
     - **z** – the current position: a dict of unconstrained latent values.
-    - **sampler_state** – the kernel's own state (metric statistics, momentum, ...).
+    - **sampler_state** – the composed kernel's own state
+      (:class:`~numpyro_sgrld._composition.SamplerState`: metric, integrator, correction).
     - **batch_state** – the minibatch sampler's state (``None`` when drawing with replacement).
     - **potential_energy** – the *minibatch estimate* :math:`\\hat U` at the position the last
       step started from (one step behind ``z``: it comes free with that step's gradient). It is
       an unbiased but noisy estimate of the full-data potential, not ``-log p(z | data)``.
-    - **grad_norm** – Euclidean norm of that step's minibatch gradient :math:`\\nabla\\hat U`.
+    - **grad_norm** – Euclidean norm of that step's gradient estimate :math:`\\nabla\\hat U`.
     - **step_size** – the step size :math:`h_i` used by the last step.
-    - **diverging** – True when the last step was rejected: the potential or the gradient at
-      its start was not finite, or the potential at the position it proposed (evaluated on
-      the same minibatch), or the proposed position or kernel state, or the step size was not
-      positive; ``z`` is then the previous position. (In draws collected by ``MCMC`` with
-      ``thinning``, the recorded ``diverging`` is True when *any* step since the previous
-      recorded draw was rejected.) (The checks are sums: a gradient whose squared norm, or a
-      state whose entries sum, beyond the float range, |sum| > 3.4e38 in float32, counts as
-      non-finite too. A kernel whose state is moving averages of the gradient keeps the
-      state's update when only the new position was non-finite; see ``_accept``.)
+    - **diverging** – True when the last step was rejected (:mod:`numpyro_sgrld._acceptance`):
+      the potential or the gradient at its start was not finite, or the potential at the
+      position it proposed (evaluated on the same minibatch), or the proposed position or
+      kernel state, or the step size was not positive; ``z`` is then the previous position. (In
+      draws collected by ``MCMC`` with ``thinning``, the recorded ``diverging`` is True when
+      *any* step since the previous recorded draw was rejected.) (The checks are sums: a
+      gradient whose squared norm, or a state whose entries sum, beyond the float range,
+      |sum| > 3.4e38 in float32, counts as non-finite too.)
     - **rng_key** – random key for the next step.
     - **num_rejected** – how many steps have been rejected since ``init`` (cumulative, whatever
       the ``thinning``): a chain stuck at a point whose gradient is not finite rejects every
       step from there on, and this count shows it.
-    - **control_variate** – with ``control_variate`` set on the kernel, the
-      :class:`~numpyro_sgrld.gradients.ControlVariate` (centre, full-data potential and
-      gradient there, estimated distance of the centre from the mode); ``None`` otherwise.
+    - **gradient_state** – the gradient estimator's state: ``None`` for the plain minibatch
+      gradient; the :class:`~numpyro_sgrld.gradients.ControlVariate` (centre, full-data
+      potential and gradient there, estimated distance of the centre from the mode) for control
+      variates (also readable as ``control_variate``).
     """
 
     i: Any
@@ -91,25 +94,13 @@ class SGState(NamedTuple):
     diverging: Any
     rng_key: Any
     num_rejected: Any = 0
-    control_variate: Any = None
+    gradient_state: Any = None
 
-
-def _constraining_transforms(model_trace):
-    """Constraining transforms of the latent sites, and whether postprocessing must replay the
-    model (deterministic sites, or supports that depend on other latent values)."""
-    transforms, replay = {}, False
-    for name, site in model_trace.items():
-        if site["type"] == "deterministic":
-            replay = True
-        elif site["type"] == "sample" and not site["is_observed"]:
-            support = site["fn"].support
-            transforms[name] = biject_to(support)
-            for bound in ("lower_bound", "upper_bound"):
-                if hasattr(support, bound) and not isinstance(
-                    getattr(support, bound), (int, float)
-                ):
-                    replay = True
-    return transforms, replay
+    @property
+    def control_variate(self):
+        """The :class:`~numpyro_sgrld.gradients.ControlVariate`, or ``None`` without one."""
+        state = self.gradient_state
+        return state if isinstance(state, ControlVariate) else None
 
 
 def _check_temperature(temperature):
@@ -122,11 +113,81 @@ def _check_num_data(num_data):
     return integer(num_data, "num_data", hint="Or None (inferred from the model's plates).")
 
 
-class SGMCMCKernel(MCMCKernel):
-    """Base class of the stochastic-gradient kernels: a :class:`numpyro.infer.mcmc.MCMCKernel`.
+def _check_bool(value, name):
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"`{name}` must be True or False, got {value!r}.")
+    return bool(value)
 
-    Subclasses define :meth:`_init_sampler` and :meth:`_transition`; everything NumPyro-related
-    (initialisation, subsampling, chains, postprocessing) lives here.
+
+def _gradient_estimator(gradient, control_variate, mode_steps, start_at_centre, model):
+    """The gradient estimator from ``gradient=`` or the ``control_variate`` shortcut."""
+    if gradient is not None and control_variate is not None:
+        raise ValueError(
+            "Give either `gradient=` or `control_variate=` (the shortcut for "
+            "gradient=gradients.control_variates(...)), not both."
+        )
+    if start_at_centre and control_variate is None:
+        raise ValueError(
+            "`start_at_centre=True` starts the chain at the control-variate centre: also pass "
+            "`control_variate='mode'` (or a dict of unconstrained latent values)."
+        )
+    if control_variate is not None:
+        gradient = control_variates(control_variate, mode_steps, start_at_centre)
+    else:
+        integer(mode_steps, "mode_steps")
+        _check_bool(start_at_centre, "start_at_centre")
+    gradient = minibatch() if gradient is None else gradient
+    if not isinstance(gradient, GradientEstimator):
+        raise TypeError(
+            "`gradient` must be a numpyro_sgrld.gradients.GradientEstimator such as "
+            f"gradients.minibatch() or gradients.control_variates('mode'), got {gradient!r}."
+        )
+    if gradient.needs_full_data and model is None:
+        raise ValueError(
+            f"The gradient estimator {gradient.name!r} (`control_variate`) needs a model with "
+            "subsample plates (it evaluates the full-data gradient at the centre); it is not "
+            "available with `potential_fn`."
+        )
+    return gradient
+
+
+class SGMCMC(MCMCKernel):
+    r"""A stochastic-gradient kernel composed of a metric, an integrator and a gradient estimator:
+    a :class:`numpyro.infer.mcmc.MCMCKernel`.
+
+    .. math::
+        \theta \leftarrow \mathrm{step}\big(\theta,\ \nabla\hat U(\theta),\ D(\theta)\big)
+
+    with :math:`\nabla\hat U` from ``gradient`` (:mod:`numpyro_sgrld.gradients`), :math:`D` from
+    ``metric`` (:mod:`numpyro_sgrld.metrics`) and the step from ``integrator``
+    (:mod:`numpyro_sgrld.integrators`), plus :math:`hT\Gamma` with ``correction``
+    (:mod:`numpyro_sgrld.correction`). Any metric composes with any integrator: for example
+    preconditioned SGHMC is ::
+
+        SGMCMC(model, 1e-4, metric=metrics.rmsprop(), integrator=integrators.sghmc(friction=0.1))
+
+    The named kernels (:class:`~numpyro_sgrld.SGLD`, :class:`~numpyro_sgrld.PSGLD`,
+    :class:`~numpyro_sgrld.SGHMC`, ...) are presets of this class. Everything NumPyro-related
+    (model set-up and plates, index drawing, the acceptance policy of
+    :mod:`numpyro_sgrld._acceptance`, chains, postprocessing) lives here; the step itself is
+    :func:`numpyro_sgrld._composition.transition`.
+
+    The kernel's ``sampler_state`` is a :class:`~numpyro_sgrld._composition.SamplerState`
+    (``metric``, ``integrator``, ``correction``), e.g. SGHMC's momentum is
+    ``sampler_state.integrator.momentum`` (``extra_fields=("sampler_state.integrator.momentum",)``).
+
+    :param metric: a :class:`~numpyro_sgrld.metrics.Metric` (default
+        :func:`~numpyro_sgrld.metrics.identity`).
+    :param integrator: an :class:`~numpyro_sgrld.integrators.Integrator` (default
+        :func:`~numpyro_sgrld.integrators.langevin`).
+    :param gradient: a :class:`~numpyro_sgrld.gradients.GradientEstimator` (default
+        :func:`~numpyro_sgrld.gradients.minibatch`; ``control_variate=`` is the shortcut for
+        :func:`~numpyro_sgrld.gradients.control_variates`).
+    :param correction: ``None`` (default), ``"exact"`` or ``"hutchinson"``: add the Γ drift of
+        the metric (needs a metric with a moving-average statistic and an integrator that carries
+        it, :func:`~numpyro_sgrld.integrators.langevin`; other compositions are refused).
+    :param correction_form: ``"lagged"`` (default) or ``"instant"``
+        (:mod:`numpyro_sgrld.correction`).
 
     :param model: a NumPyro model (first positional, as for ``NUTS``). Every
         ``numpyro.plate(name, N, subsample_size=n)`` in it is redrawn every step.
@@ -135,9 +196,9 @@ class SGMCMCKernel(MCMCKernel):
     :param potential_fn: instead of ``model``, a potential ``z -> U(z)`` on an unconstrained
         pytree; ``init_params`` is then required and minibatching is the caller's business.
     :param temperature: :math:`T` (1 samples the posterior; 0 gives stochastic gradient descent).
-    :param num_data: :math:`N`, used by adaptive metrics to form the per-datum gradient
-        :math:`\\bar g = \\nabla\\hat U / N`. Defaults to the size of the largest subsample
-        plate, or 1 without one.
+    :param num_data: :math:`N` (``StepContext.num_data``), used by adaptive metrics to form the
+        per-datum gradient :math:`\bar g = \nabla\hat U / N`. Defaults to the size of the
+        largest subsample plate, or 1 without one.
     :param batching: ``"replacement"`` (default: independent uniform indices every step) or
         ``"epoch"`` (shuffle once per epoch and sweep without replacement).
     :param init_strategy: a NumPyro init strategy, as for ``NUTS`` (ignored when
@@ -151,10 +212,12 @@ class SGMCMCKernel(MCMCKernel):
         floating-point summation order. Every subsample size must be a multiple of the number
         of devices. The model's data arguments should be uncommitted (``jnp.asarray``) or
         replicated on the mesh. Use either this or ``chain_method="parallel"``, not both.
-    :param control_variate: ``None`` (default: the plain minibatch gradient), ``"mode"`` or a
-        dict of unconstrained latent values: use the control-variate gradient estimator
-        (Baker et al. 2019) centred there (:func:`~numpyro_sgrld.gradients.control_variate_
-        estimate`). ``"mode"`` finds the centre at initialisation with ``mode_steps`` Adam steps
+    :param control_variate: shortcut for ``gradient=gradients.control_variates(
+        control_variate, mode_steps, start_at_centre)``: ``None`` (default: the plain minibatch
+        gradient), ``"mode"`` or a dict of unconstrained latent values: use the
+        control-variate gradient estimator (Baker et al. 2019) centred there
+        (:func:`~numpyro_sgrld.gradients.control_variate_estimate`). ``"mode"`` finds the centre
+        at initialisation with ``mode_steps`` Adam steps
         on minibatches from the initial position (:func:`~numpyro_sgrld.gradients.find_mode`).
         Each step then costs two minibatch gradients (at the position and at the centre), and
         initialisation one full-data gradient and Hessian-vector product. Its gradient noise
@@ -175,15 +238,17 @@ class SGMCMCKernel(MCMCKernel):
 
     sample_field = "z"
     default_fields = ("z", "diverging", "num_rejected")
-    # True when the kernel's own state is moving averages of the gradient (or its square) and
-    # counters, finite whenever the gradient's squared norm is: see :func:`_accept`.
-    _state_averages_gradient = False
 
     def __init__(
         self,
         model=None,
         step_size=None,
         *,
+        metric=None,
+        integrator=None,
+        gradient=None,
+        correction=None,
+        correction_form="lagged",
         potential_fn=None,
         temperature=1.0,
         num_data=None,
@@ -217,19 +282,19 @@ class SGMCMCKernel(MCMCKernel):
             )
         self._init_strategy = init_strategy
         self._index_sharding = index_sharding(data_parallel)
-        self._control_variate = _check_control_variate(control_variate, model)
-        self._mode_steps = integer(mode_steps, "mode_steps")
-        if not isinstance(start_at_centre, (bool, np.bool_)):
-            raise ValueError(f"`start_at_centre` must be True or False, got {start_at_centre!r}.")
-        if start_at_centre and control_variate is None:
+        self._gradient = _gradient_estimator(
+            gradient, control_variate, mode_steps, start_at_centre, model
+        )
+        self._check_proposal = _check_bool(check_proposal, "check_proposal")
+        metric = identity_metric() if metric is None else metric
+        integrator = langevin() if integrator is None else integrator
+        self._sampler = build_sampler(metric, integrator, correction, correction_form)
+        if metric.needs_aux and model is None:
             raise ValueError(
-                "`start_at_centre=True` starts the chain at the control-variate centre: also pass "
-                "`control_variate='mode'` (or a dict of unconstrained latent values)."
+                f"The metric {metric.name!r} reads auxiliary values of the model's forward pass "
+                f"({list(metric.needs_aux)}); a kernel built from `potential_fn` has none. Give a "
+                "model that records them with numpyro_sgrld.auxiliary(name, value)."
             )
-        self._start_at_centre = bool(start_at_centre)
-        if not isinstance(check_proposal, (bool, np.bool_)):
-            raise ValueError(f"`check_proposal` must be True or False, got {check_proposal!r}.")
-        self._check_proposal = bool(check_proposal)
         self._plates = ()
         self._inferred_num_data = None
         self._checked_data = None
@@ -238,21 +303,6 @@ class SGMCMCKernel(MCMCKernel):
         self._replay = False
         self._sample_fn = None
         self._jitted = {}
-
-    # ------------------------------------------------------------------ subclass hooks
-    def _init_sampler(self, key, z, curvature):
-        """The kernel's own initial state at position ``z``; ``curvature()`` estimates the
-        diagonal of the potential's Hessian there (for metrics with a ``warm_start``)."""
-        raise NotImplementedError
-
-    def _prepare(self):
-        """Called by :meth:`init` once the plates (and so ``num_data``) are known."""
-
-    def _transition(self, key, z, sampler_state, grad, grad_fn, step_size, i):
-        """One step from ``z`` given the minibatch gradient ``grad``; returns
-        ``(z, sampler_state)``. ``grad_fn(z)`` re-evaluates the gradient on the same minibatch
-        (for correction terms)."""
-        raise NotImplementedError
 
     # ------------------------------------------------------------------ properties
     @property
@@ -267,6 +317,26 @@ class SGMCMCKernel(MCMCKernel):
     @property
     def temperature(self):
         return self._temperature
+
+    @property
+    def metric(self):
+        """The :class:`~numpyro_sgrld.metrics.Metric`."""
+        return self._sampler.metric
+
+    @property
+    def integrator(self):
+        """The :class:`~numpyro_sgrld.integrators.Integrator`."""
+        return self._sampler.integrator
+
+    @property
+    def gradient(self):
+        """The :class:`~numpyro_sgrld.gradients.GradientEstimator`."""
+        return self._gradient
+
+    @property
+    def correction(self):
+        """``None``, ``"exact"`` or ``"hutchinson"``."""
+        return self._sampler.correction
 
     @property
     def subsample_plates(self):
@@ -284,6 +354,14 @@ class SGMCMCKernel(MCMCKernel):
             return self._num_data_arg
         return self._inferred_num_data or 1
 
+    def _context(self, step, aux):
+        return StepContext(
+            num_data=self.num_data,
+            steps_per_epoch=_setup.steps_per_epoch(self._plates),
+            step=step,
+            aux=aux or None,
+        )
+
     # ------------------------------------------------------------------ NumPyro interface
     def _setup_model(self, rng_key, init_params, model_args, model_kwargs):
         with _setup.evaluate_now():  # concrete even when MCMC runs init inside pmap
@@ -296,7 +374,7 @@ class SGMCMCKernel(MCMCKernel):
         self._prepared_model = (
             handlers.substitute(self._model, data=fixed) if fixed else self._model
         )
-        self._inv_transforms, self._replay = _constraining_transforms(model_trace)
+        self._inv_transforms, self._replay = _setup.constraining_transforms(model_trace)
         with _setup.evaluate_now():
             prototype = {
                 name: transform.inv(model_trace[name]["value"])
@@ -331,6 +409,7 @@ class SGMCMCKernel(MCMCKernel):
             )
             raise
         _setup.check_latent_sites(model_trace, self._plates)
+        _setup.check_aux(model_trace, self.metric)
         _setup.check_observed_shapes(model_trace)
         self._inferred_num_data = _setup.infer_num_data(model_trace, declared)
         self._model_trace = model_trace
@@ -341,7 +420,7 @@ class SGMCMCKernel(MCMCKernel):
         if not self._plates:
             return
         args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
-        if not _concrete((args, kwargs)):
+        if not _setup.concrete((args, kwargs)):
             return
         with _setup.evaluate_now():  # MCMC calls init inside pmap for parallel chains
             fn = _setup.indices_in_bounds_fn(self._prepared_model, self._plates)
@@ -354,14 +433,14 @@ class SGMCMCKernel(MCMCKernel):
         (one chain's; the model's prototype position when ``z`` is traced, as under
         ``pmap``), checked on the full data."""
         args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
-        if not _concrete((args, kwargs)):
+        if not _setup.concrete((args, kwargs)):
             return
         # a repeated run on the same (immutable) JAX arrays was checked already: skip the
         # full-data pass (NumPy data is converted anew on every run, so it is checked again)
         seen = (self._prepared_model, self._plates, jax.tree.leaves((args, kwargs)))
-        if self._checked_data is not None and _same_objects(seen, self._checked_data):
+        if self._checked_data is not None and _setup.same_objects(seen, self._checked_data):
             return
-        z = z if _concrete(z) else self._prototype
+        z = z if _setup.concrete(z) else self._prototype
         key = ("observed", self._plates, id(self._prepared_model))
         fn = self._jit_once(key, _setup.observed_ok_fn(self._prepared_model), args, kwargs)
         with _setup.evaluate_now():
@@ -384,7 +463,9 @@ class SGMCMCKernel(MCMCKernel):
         (``find_valid_initial_params``, the one ``NUTS`` uses) on the model with placeholder
         minibatch indices, compiled once per kernel. (Called eagerly, it costs a few tenths of
         a second on every ``MCMC.run``; with a batch of keys NumPyro compiles it every time.)"""
-        find = partial(_find_valid_batched, placeholder_plates(self._model), self._init_strategy)
+        find = partial(
+            _setup.find_valid_batched, placeholder_plates(self._model), self._init_strategy
+        )
         find = self._jit_once("find_valid", find, model_args, model_kwargs)
         z, valid = find(keys, prototype, model_args, model_kwargs)
         if not_jax_tracer(valid) and not bool(jnp.all(valid)):
@@ -395,13 +476,19 @@ class SGMCMCKernel(MCMCKernel):
             )
         return z
 
-    def _potential(self, model_args, model_kwargs):
+    def _target(self, model_args, model_kwargs):
+        """The :class:`~numpyro_sgrld.gradients.Target` the gradient estimator evaluates."""
         if self._model is None:
-            return lambda z, idx: self._potential_fn(z)
+            return Target(lambda z, idx: (self._potential_fn(z), {}), None, None)
         # NumPy arrays in the model arguments become JAX arrays, so that the model can index
         # them with the (traced) minibatch indices, e.g. ``X[idx]``.
-        model_args, model_kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
-        return minibatch_potential(self._prepared_model, model_args, model_kwargs)
+        args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
+        full = minibatch_potential(full_batch(self._prepared_model), args, kwargs)
+        return Target(
+            minibatch_potential_with_aux(self._prepared_model, args, kwargs),
+            lambda z: full(z, {}),
+            lambda key: draw_indices(key, self._plates, None)[0],
+        )
 
     def _draw_indices(self, key, batch_state):
         idx, batch_state = draw_indices(key, self._plates, batch_state)
@@ -412,99 +499,73 @@ class SGMCMCKernel(MCMCKernel):
             }
         return idx, batch_state
 
+    def _step_size(self, i):
+        return jnp.asarray(self._schedule(i), jnp.result_type(float))
+
     def _init_one(self, z, rng_key, model_args, model_kwargs):
         key_next, key_sampler, key_batch, key_idx = random.split(rng_key, 4)
-        key_curv = random.fold_in(key_sampler, 2)
         batch_state = init_batching(key_batch, self._plates, self._batching)
         idx, _ = self._draw_indices(key_idx, batch_state)
-        potential = self._potential(model_args, model_kwargs)
-        cv = None
-        if self._control_variate is not None:
-            cv = self._init_control_variate(z, key_sampler, model_args, model_kwargs)
-            if self._start_at_centre:
-                z = tree_where(tree_all_finite(cv.centre), cv.centre, z)
-            value, grad, _ = control_variate_estimate(potential, cv, z, idx)
-        else:
-            value, grad = value_and_grad_estimator(potential)(z, idx)
+        target = self._target(model_args, model_kwargs)
+        gradient_state = self._gradient.init(z, key_sampler, target)
+        if self._gradient.start is not None:
+            z = self._gradient.start(gradient_state, z)
+        est = self._gradient.estimate(z, idx, gradient_state, target)
+        curvature = partial(
+            hessian_diagonal_estimate,
+            lambda x, b: target.potential(x, b)[0],
+            z,
+            idx,
+            random.fold_in(key_sampler, 2),
+        )
+        sampler_state = init_sampler(
+            self._sampler, key_sampler, z, curvature, self._context(0, est.aux),
+            self._step_size(0), self._temperature,
+        )
         return SGState(
             i=jnp.zeros((), jnp.int32),
             z=z,
-            sampler_state=self._init_sampler(
-                key_sampler, z, partial(hessian_diagonal_estimate, potential, z, idx, key_curv)
-            ),
+            sampler_state=sampler_state,
             batch_state=batch_state,
-            potential_energy=value,
-            grad_norm=tree_norm(grad),
-            step_size=jnp.asarray(self._schedule(0), jnp.result_type(float)),
+            potential_energy=est.value,
+            grad_norm=tree_norm(est.grad),
+            step_size=self._step_size(0),
             diverging=jnp.zeros((), bool),
             rng_key=key_next,
             num_rejected=jnp.zeros((), jnp.int32),
-            control_variate=cv,
+            gradient_state=est.state,
         )
-
-    def _init_control_variate(self, z, key, model_args, model_kwargs):
-        if isinstance(self._control_variate, dict):
-            missing = set(z) - set(self._control_variate)
-            if missing:
-                raise ValueError(
-                    f"`control_variate` lacks the latent sites {sorted(missing)}: give an "
-                    "unconstrained value for every latent site, or use control_variate='mode'."
-                )
-            centre = {k: jnp.asarray(self._control_variate[k], jnp.result_type(z[k])) for k in z}
-        else:
-            potential = self._potential(model_args, model_kwargs)
-            centre = find_mode(
-                potential,
-                z,
-                random.fold_in(key, 1),
-                lambda k: draw_indices(k, self._plates, None)[0],
-                self._mode_steps,
-            )
-        args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
-        full = minibatch_potential(full_batch(self._prepared_model), args, kwargs)
-        return control_variate(lambda c: full(c, {}), centre)
 
     def _sample_one(self, state, model_args, model_kwargs):
-        potential = self._potential(model_args, model_kwargs)
+        target = self._target(model_args, model_kwargs)
         key_next, key_idx, key_step = random.split(state.rng_key, 3)
         idx, batch_state = self._draw_indices(key_idx, state.batch_state)
-        grad_fn = jax.grad(partial(_swap_args, potential, idx))
-        if state.control_variate is not None:
-            value, grad, shift = control_variate_estimate(
-                potential, state.control_variate, state.z, idx
-            )
-            grad_fn = partial(_shifted, grad_fn, shift)
-        else:
-            value, grad = value_and_grad_estimator(potential)(state.z, idx)
-        step_size = jnp.asarray(self._schedule(state.i), jnp.result_type(float))
-        z, sampler_state = self._transition(
-            key_step, state.z, state.sampler_state, grad, grad_fn, step_size, state.i
+        est = self._gradient.estimate(state.z, idx, state.gradient_state, target)
+        step_size = self._step_size(state.i)
+        z, sampler_state = transition(
+            self._sampler, key_step, state.z, state.sampler_state, est.grad, est.oracle,
+            step_size, self._temperature, self._context(state.i, est.aux),
         )
-        grad_norm = tree_norm(grad)
-        usable = (
-            jnp.isfinite(grad_norm)
-            & jnp.isfinite(value)
-            & (step_size > 0)
-            & jnp.isfinite(step_size)
-        )
+        grad_norm = tree_norm(est.grad)
         # A step may not land where the density is zero (a factor wall, log of a negative
         # number): the potential at the proposal, on this minibatch, must be finite too.
-        landed = jnp.isfinite(potential(z, idx)) if self._check_proposal else True
-        ok, sampler_state = _accept(
-            usable, z, landed, sampler_state, state.sampler_state, self._state_averages_gradient
+        landed = jnp.isfinite(target.potential(z, idx)[0]) if self._check_proposal else True
+        ok, sampler_state = accept(
+            usable(est.value, grad_norm, step_size), z, landed, sampler_state,
+            state.sampler_state, self._sampler.state_averages_gradient,
         )
         return SGState(
             i=state.i + 1,
             z=tree_where(ok, z, state.z),
             sampler_state=sampler_state,
             batch_state=batch_state,
-            potential_energy=value,
+            potential_energy=est.value,
             grad_norm=grad_norm,
             step_size=step_size,
             diverging=~ok,
             rng_key=key_next,
             num_rejected=state.num_rejected + (~ok).astype(jnp.int32),
-            control_variate=state.control_variate,
+            gradient_state=est.state,
         )
 
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
@@ -526,12 +587,11 @@ class SGMCMCKernel(MCMCKernel):
                 "`init_params` must be given when the kernel is built from `potential_fn`: "
                 "pass `init_params=` (an unconstrained pytree) to `MCMC.run`."
             )
-        elif _concrete(init_params):
+        elif _setup.concrete(init_params):
             _setup.check_potential_init_params(
                 init_params, rng_key.shape[0] if vectorized else None
             )
         check_divisible(self._plates, self._index_sharding)
-        self._prepare()
         if vectorized:
             self._sample_fn = jax.vmap(self._sample_one, in_axes=(0, None, None))
             init_one = jax.vmap(self._init_one, in_axes=(0, 0, None, None))
@@ -540,8 +600,8 @@ class SGMCMCKernel(MCMCKernel):
             init_one = self._init_one
         init_one = self._jit_once(("init", vectorized), init_one, model_args, model_kwargs)
         state = init_one(init_params, rng_key, model_args, model_kwargs)
-        if state.control_variate is not None:
-            _warn_if_far_centre(state.control_variate)
+        if self._gradient.check is not None:
+            self._gradient.check(state.gradient_state)
         return state
 
     def sample(self, state, model_args, model_kwargs):
@@ -574,113 +634,5 @@ class SGMCMCKernel(MCMCKernel):
         )
 
 
-def _same_objects(a, b):
-    """``(model, plates, leaves)`` of two runs: the same model, plates and array objects."""
-    return (
-        a[0] is b[0]
-        and a[1] == b[1]
-        and len(a[2]) == len(b[2])
-        and all(x is y for x, y in zip(a[2], b[2]))
-    )
-
-
-def _concrete(tree):
-    """Whether no leaf of ``tree`` is a tracer (values known now, not inside a trace)."""
-    return all(not_jax_tracer(x) for x in jax.tree.leaves(tree))
-
-
-def _find_valid_batched(model, init_strategy, keys, prototype, model_args, model_kwargs):
-    (z, _, _), valid = find_valid_initial_params(
-        keys,
-        model,
-        init_strategy=init_strategy,
-        model_args=model_args,
-        model_kwargs=model_kwargs,
-        prototype_params=prototype,
-    )
-    return z, valid
-
-
-def _check_control_variate(value, model):
-    if value is None:
-        return None
-    if model is None:
-        raise ValueError(
-            "`control_variate` needs a model with subsample plates (it evaluates the full-data "
-            "gradient at the centre); it is not available with `potential_fn`."
-        )
-    if value == "mode" or isinstance(value, dict):
-        return value
-    raise ValueError(
-        f"`control_variate` must be None, 'mode' or a dict of unconstrained latent values, got "
-        f"{value!r}."
-    )
-
-
-def _warn_if_far_centre(cv):
-    r"""Warn when the control-variate centre's estimated distance from the mode
-    (:func:`~numpyro_sgrld.gradients.centre_distance`, in posterior sds) exceeds
-    :math:`\sqrt d`, d the number of unconstrained latent dimensions: for a near-Gaussian
-    posterior the chain's own squared distance from the mode averages d (in the same units), so
-    beyond that the centre's offset adds more to the estimator's variance than the chain's
-    spread does."""
-    if not not_jax_tracer(cv.distance):
-        return
-    dim = sum(np.size(x) for x in jax.tree.leaves(cv.centre)) // max(np.size(cv.distance), 1)
-    worst = float(np.max(np.asarray(cv.distance)))
-    if np.isnan(worst):
-        warnings.warn(
-            "The control-variate centre, or the full-data gradient or curvature there, is not "
-            "finite: every gradient estimate will be non-finite too. Check the model at the "
-            "centre; with control_variate='mode', try another `init_strategy` or `init_params` "
-            "for the mode search.",
-            UserWarning,
-            stacklevel=2,
-        )
-    elif worst > np.sqrt(dim):
-        warnings.warn(
-            f"The control-variate centre is about {worst:.3g} posterior standard deviations "
-            f"from the mode (estimated along the full-data gradient; more than sqrt(d) = "
-            f"{np.sqrt(dim):.3g} for the d = {dim} latent dimensions): the gradient estimator "
-            "stays unbiased but its variance is dominated by the centre's offset. With "
-            "control_variate='mode', increase `mode_steps`; with a centre dict, pass a value "
-            "closer to the mode.",
-            UserWarning,
-            stacklevel=2,
-        )
-
-
-def _accept(usable, z, landed, sampler_state, old_sampler_state, state_averages_gradient):
-    r"""Whether a step is accepted, and the kernel state to keep.
-
-    A step is rejected (``diverging``) when the potential, the gradient, its squared norm or
-    the step size is not finite (``usable`` false: :math:`\|\nabla\hat U\|^2` is computed
-    anyway for the ``grad_norm`` field, so this costs nothing), when the potential at the new
-    position is not finite (``landed`` false: one forward pass on the same minibatch), or when
-    the new position or kernel state is not finite
-    (:func:`~numpyro_sgrld._tree.tree_all_finite`); a rejected step keeps the old position.
-
-    When the kernel state is made of moving averages of :math:`\bar g` or
-    :math:`\bar g\odot\bar g` (``state_averages_gradient``: RMSprop, Monge, Adam, the
-    identity), a usable gradient cannot make it non-finite, since every new entry is a convex
-    combination of a finite old entry and a finite statistic. Then the state is selected on
-    ``usable`` alone, a scalar known before the update, so XLA fuses the selection into the
-    update itself instead of reading the new state once more for a check and again for the
-    selection (on the 478k parameters of the 784-400-400-10 MLP that is two passes over the
-    state per step). The price: a step rejected only because its new *position* overflowed
-    keeps its statistics update, which comes from a gradient evaluated at the position the
-    chain stays at.
-    """
-    if state_averages_gradient:
-        ok = usable & landed & tree_all_finite(z)
-        return ok, tree_where(usable, sampler_state, old_sampler_state)
-    ok = usable & landed & tree_all_finite(z) & tree_all_finite(sampler_state)
-    return ok, tree_where(ok, sampler_state, old_sampler_state)
-
-
-def _shifted(grad_fn, shift, z):
-    return jax.tree.map(jnp.add, grad_fn(z), shift)
-
-
-def _swap_args(potential, idx, z):
-    return potential(z, idx)
+# The name of the adapter class before the pieces became separate arguments.
+SGMCMCKernel = SGMCMC

@@ -14,6 +14,8 @@ import numpyro.distributions as dist
 from jax.experimental import checkify
 from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
+from numpyro.infer.util import find_valid_initial_params
+from numpyro.util import not_jax_tracer
 
 from numpyro_sgrld.subsample import full_batch
 
@@ -30,6 +32,12 @@ __all__ = [
     "raise_if_out_of_bounds",
     "observed_ok_fn",
     "raise_if_bad_data",
+    "constraining_transforms",
+    "check_aux",
+    "steps_per_epoch",
+    "find_valid_batched",
+    "same_objects",
+    "concrete",
 ]
 
 
@@ -329,3 +337,71 @@ def raise_if_bad_data(checked, model_trace):
             "stochastic-gradient chain would meet them only on the minibatches that hold them, "
             "as rejected steps.)"
         )
+
+
+def constraining_transforms(model_trace):
+    """Constraining transforms of the latent sites, and whether postprocessing must replay the
+    model (deterministic sites, or supports that depend on other latent values)."""
+    transforms, replay = {}, False
+    for name, site in model_trace.items():
+        if site["type"] == "deterministic":
+            replay = True
+        elif site["type"] == "sample" and not site["is_observed"]:
+            support = site["fn"].support
+            transforms[name] = biject_to(support)
+            for bound in ("lower_bound", "upper_bound"):
+                if hasattr(support, bound) and not isinstance(
+                    getattr(support, bound), (int, float)
+                ):
+                    replay = True
+    return transforms, replay
+
+
+def check_aux(model_trace, metric):
+    """Refuse a metric that reads auxiliary values the model does not record."""
+    from numpyro_sgrld.gradients import AUX_SITE
+
+    recorded = {name for name, site in model_trace.items() if site["type"] == AUX_SITE}
+    missing = [name for name in metric.needs_aux if name not in recorded]
+    if missing:
+        raise ModelSetupError(
+            f"The metric {metric.name!r} reads the auxiliary values {missing}, which the model "
+            f"does not record (it records {sorted(recorded) or 'none'}). Record them in the "
+            "model's forward pass with numpyro_sgrld.auxiliary(name, value), or use another "
+            "metric."
+        )
+
+
+def steps_per_epoch(plates):
+    """:math:`N/n` of the largest subsample plate (rounded, at least 1); 1 without one."""
+    if not plates:
+        return 1
+    largest = max(plates, key=lambda p: p.size)
+    return max(1, round(largest.size / largest.subsample_size))
+
+
+def find_valid_batched(model, init_strategy, keys, prototype, model_args, model_kwargs):
+    (z, _, _), valid = find_valid_initial_params(
+        keys,
+        model,
+        init_strategy=init_strategy,
+        model_args=model_args,
+        model_kwargs=model_kwargs,
+        prototype_params=prototype,
+    )
+    return z, valid
+
+
+def same_objects(a, b):
+    """``(model, plates, leaves)`` of two runs: the same model, plates and array objects."""
+    return (
+        a[0] is b[0]
+        and a[1] == b[1]
+        and len(a[2]) == len(b[2])
+        and all(x is y for x, y in zip(a[2], b[2]))
+    )
+
+
+def concrete(tree):
+    """Whether no leaf of ``tree`` is a tracer (values known now, not inside a trace)."""
+    return all(not_jax_tracer(x) for x in jax.tree.leaves(tree))

@@ -107,14 +107,28 @@ class CorrectionTerms(NamedTuple):
     metric_diag: Any
 
 
-def check_correction(correction, metric_decay, kernel_name, hint="", form="lagged"):
+def check_correction(correction, metric, integrator, form="lagged"):
+    """Refuse a correction the metric or the integrator cannot carry, naming the piece and the
+    fix; returns ``correction``."""
     if correction not in CORRECTIONS:
         raise ValueError(
             f"Unknown correction={correction!r}; use None, 'exact' (small models) or "
             "'hutchinson' (one extra forward-over-reverse pass per step)."
         )
-    if correction is not None and metric_decay is None:
-        raise ValueError(f"{kernel_name} cannot apply correction={correction!r}{hint}.")
+    if correction is not None and metric.decay is None:
+        hint = metric.correction_hint or "it has no moving-average statistic to differentiate"
+        raise ValueError(
+            f"The metric {metric.name!r} cannot carry correction={correction!r}: {hint}. "
+            "Use correction=None, or a metric with a moving-average statistic (metrics.rmsprop, "
+            "metrics.monge, metrics.shampoo with update_interval=1)."
+        )
+    if correction is not None and not integrator.carries_correction:
+        raise ValueError(
+            f"The integrator {integrator.name!r} cannot carry correction={correction!r}: the Γ "
+            "drift is the first-order (Langevin) correction of a position-dependent metric; "
+            "with momentum or an extra drift the exact dynamics need other terms (Ma, Chen & Fox "
+            "2015). Use integrators.langevin() with the correction, or correction=None."
+        )
     if form not in FORMS:
         raise ValueError(
             f"Unknown correction_form={form!r}; use 'lagged' (default: Γ scaled by the moving "
@@ -123,28 +137,30 @@ def check_correction(correction, metric_decay, kernel_name, hint="", form="lagge
     return correction
 
 
-def _grad_and_metric_times(metric, state, grad_fn, unravel):
+def _grad_and_metric_times(metric, state, grad_fn, unravel, context):
     """``(theta_flat, v_flat) -> (grad(theta), D(theta) v)``, D built from the gradient at
     theta, both flat."""
 
     def apply(theta_flat, v_flat):
         theta = unravel(theta_flat)
         grad = grad_fn(theta)
-        precond, _ = metric.update(grad, state, theta)
+        precond, _ = metric.update(grad, state, theta, context)
         return ravel_pytree(grad)[0], ravel_pytree(precond.drift(unravel(v_flat)))[0]
 
     return apply
 
 
-def correction_terms(kind, key, position, grad_fn, metric, state):
+def correction_terms(kind, key, position, grad_fn, metric, state, context=None):
     """Γ, :math:`\\mathrm{diag}(D\\hat H)` and :math:`\\mathrm{diag}(D)` at ``position`` (flat
     vectors; see :class:`CorrectionTerms`). ``grad_fn(theta)`` is the minibatch gradient on the
-    current minibatch, ``state`` the metric state *before* this step's update."""
+    current minibatch, ``state`` the metric state *before* this step's update, ``context`` the
+    step's :class:`~numpyro_sgrld.metrics.StepContext` (held fixed: the metric is
+    differentiated through the gradient only)."""
     flat, unravel = ravel_pytree(position)
-    apply = _grad_and_metric_times(metric, state, grad_fn, unravel)
+    apply = _grad_and_metric_times(metric, state, grad_fn, unravel, context)
 
     def metric_at_position(grad_flat):
-        return metric.update(unravel(grad_flat), state, position)[0]
+        return metric.update(unravel(grad_flat), state, position, context)[0]
 
     if kind == "exact":
 
@@ -168,10 +184,10 @@ def correction_terms(kind, key, position, grad_fn, metric, state):
     return CorrectionTerms(total / (1.0 - metric.decay), curvature, metric_diag)
 
 
-def correction_drift(kind, key, position, grad_fn, metric, state):
+def correction_drift(kind, key, position, grad_fn, metric, state, context=None):
     """Rensmeyer & Niggemann's Γ for ``metric`` at ``position`` (a tree like the position)."""
     flat, unravel = ravel_pytree(position)
-    return unravel(correction_terms(kind, key, position, grad_fn, metric, state).gamma)
+    return unravel(correction_terms(kind, key, position, grad_fn, metric, state, context).gamma)
 
 
 def lag_response(rate, decay, order):
@@ -191,7 +207,7 @@ def init_correction(position):
 
 def lagged_correction(
     kind, key, position, grad_fn, metric, state, correction_state, step_size, temperature,
-    form="lagged",
+    form="lagged", context=None,
 ):
     r"""The correction drift Γ to add as :math:`hT\Gamma` this step, and the new
     :class:`CorrectionState`.
@@ -201,7 +217,7 @@ def lagged_correction(
     tamed so that :math:`hT|\Gamma_i|` stays below the noise step
     :math:`\sqrt{2hTD_{ii}}` (see the module docstring)."""
     flat, unravel = ravel_pytree(position)
-    terms = correction_terms(kind, key, position, grad_fn, metric, state)
+    terms = correction_terms(kind, key, position, grad_fn, metric, state, context)
     decay = metric.decay
     count = correction_state.count + 1
     finite = jnp.isfinite(terms.curvature)

@@ -1,4 +1,19 @@
-r"""Gradient estimators: ``(position, minibatch) -> (value, grad)``.
+r"""Gradient estimators, and the minibatch potential they differentiate.
+
+A gradient estimator is a pair of pure functions (:class:`GradientEstimator`)::
+
+    init(position, key, target) -> state
+    estimate(position, batch, state, target) -> Estimate(value, grad, aux, state, oracle)
+
+``target`` (:class:`Target`, built by the kernel) holds the minibatch potential
+``potential(z, batch) -> (value, aux)``, the full-data potential (``None`` when the kernel has
+no model), and ``draw_batch(key)`` for estimators that search (the control variates' mode).
+``aux`` is the dict of auxiliary values the model recorded with :func:`auxiliary` on this
+minibatch, from the same forward pass as the gradient. ``oracle(z) -> (value, grad)`` is the
+same estimator on the same minibatch at another point (for the Γ correction and for
+integrators that need a second gradient). The state (a control-variate centre, an anchor's
+full gradient) belongs to the estimator: :func:`minibatch` has none, :func:`control_variates`
+keeps its :class:`ControlVariate`.
 
 The default estimator differentiates NumPyro's own minibatch potential
 
@@ -11,18 +26,31 @@ unconstrained space with the Jacobians of the constraining transforms included. 
 (:func:`control_variate_estimate`).
 """
 
+import warnings
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax, random
 from numpyro import handlers
 from numpyro.infer.util import potential_energy
+from numpyro.primitives import Messenger, apply_stack
+from numpyro.util import not_jax_tracer
 
-from numpyro_sgrld._tree import tree_dot
+from numpyro_sgrld._checks import integer
+from numpyro_sgrld._tree import tree_all_finite, tree_dot, tree_where
 
 __all__ = [
+    "auxiliary",
+    "Target",
+    "Estimate",
+    "GradientEstimator",
+    "minibatch",
+    "control_variates",
     "minibatch_potential",
+    "minibatch_potential_with_aux",
     "hessian_diagonal_estimate",
     "value_and_grad_estimator",
     "ControlVariate",
@@ -41,6 +69,45 @@ def minibatch_potential(model, model_args=(), model_kwargs=None):
 
     def potential(z, idx):
         return potential_energy(handlers.substitute(model, data=idx), model_args, model_kwargs, z)
+
+    return potential
+
+
+AUX_SITE = "auxiliary"
+
+
+def auxiliary(name, value):
+    """Record ``value`` as an auxiliary value of this minibatch's forward pass, under ``name``
+    (e.g. a layer's inputs, for a metric that reads them): the stochastic-gradient kernels hand
+    it to the metric in :attr:`StepContext.aux <numpyro_sgrld.metrics.StepContext>`, from the
+    same pass that computes the gradient. Returns ``value``. Outside those kernels (``NUTS``,
+    ``Predictive``) it does nothing: the site carries no density and is not recorded as a
+    sample."""
+    msg = apply_stack({"type": AUX_SITE, "name": name, "value": value, "cond_indep_stack": []})
+    return msg["value"]
+
+
+class _CollectAux(Messenger):
+    """Collects the values of :func:`auxiliary` sites while the model runs."""
+
+    def __init__(self, fn=None):
+        self.values = {}
+        super().__init__(fn)
+
+    def postprocess_message(self, msg):
+        if msg["type"] == AUX_SITE:
+            self.values[msg["name"]] = msg["value"]
+
+
+def minibatch_potential_with_aux(model, model_args=(), model_kwargs=None):
+    """``(z, idx) -> (value, aux)``: :func:`minibatch_potential` and the dict of the values the
+    model recorded with :func:`auxiliary` in the same pass (empty when it records none)."""
+    model_kwargs = {} if model_kwargs is None else model_kwargs
+
+    def potential(z, idx):
+        collect = _CollectAux(handlers.substitute(model, data=idx))
+        value = potential_energy(collect, model_args, model_kwargs, z)
+        return value, collect.values
 
     return potential
 
@@ -165,3 +232,163 @@ def find_mode(potential, z, key, draw, num_steps=1000, learning_rate=0.1, final_
     steps = (random.split(key, num_steps), jnp.arange(num_steps, dtype=jnp.float32))
     (z, _, _), _ = lax.scan(step, (z, zeros, zeros), steps)
     return z
+
+
+# --------------------------------------------------------------------------- the protocol
+class Target(NamedTuple):
+    """What a gradient estimator may evaluate: ``potential(z, batch) -> (value, aux)`` on a
+    minibatch, ``full_potential(z) -> value`` on all the data (``None`` when the kernel was built
+    from a ``potential_fn``), and ``draw_batch(key) -> batch``, fresh minibatch indices."""
+
+    potential: Callable
+    full_potential: Callable | None
+    draw_batch: Callable
+
+
+class Estimate(NamedTuple):
+    r"""One step's estimate: ``value`` :math:`\hat U`, ``grad`` :math:`\nabla\hat U`, ``aux``
+    (the model's auxiliary values on this minibatch), the estimator's new ``state``, and
+    ``oracle(z) -> (value, grad)``: the same estimator on the same minibatch at ``z``."""
+
+    value: Any
+    grad: Any
+    aux: Any
+    state: Any
+    oracle: Callable
+
+
+class GradientEstimator(NamedTuple):
+    """A gradient estimator as a pair of pure functions (see the module docstring).
+
+    ``needs_full_data``: the estimator evaluates :attr:`Target.full_potential` (a kernel built
+    from a ``potential_fn`` refuses it). ``start(state, z) -> z`` (optional): where the chain
+    starts, given the initialised state. ``check(state)`` (optional): called once, outside any
+    trace, after initialisation (warnings). ``name`` names it in error messages."""
+
+    init: Callable
+    estimate: Callable
+    needs_full_data: bool = False
+    start: Callable | None = None
+    check: Callable | None = None
+    name: str = "gradient estimator"
+
+
+def minibatch() -> GradientEstimator:
+    r"""The plain minibatch gradient: :math:`\nabla\hat U` of NumPyro's ``N/n``-scaled
+    minibatch potential, by reverse mode. No state."""
+
+    def init(position, key, target):
+        return None
+
+    def estimate(position, batch, state, target):
+        (value, aux), grad = jax.value_and_grad(target.potential, has_aux=True)(position, batch)
+
+        def oracle(z):
+            return jax.value_and_grad(lambda x: target.potential(x, batch)[0])(z)
+
+        return Estimate(value, grad, aux, state, oracle)
+
+    return GradientEstimator(init, estimate, name="minibatch")
+
+
+def _check_centre(centre):
+    if centre == "mode" or isinstance(centre, dict):
+        return centre
+    raise ValueError(
+        f"`control_variate` must be None, 'mode' or a dict of unconstrained latent values, got "
+        f"{centre!r}."
+    )
+
+
+def control_variates(centre="mode", mode_steps=1000, start_at_centre=False) -> GradientEstimator:
+    r"""The control-variate estimator (Baker et al. 2019, SGLD-CV;
+    :func:`control_variate_estimate`) centred at ``centre``: ``"mode"`` (found at
+    initialisation by ``mode_steps`` Adam steps on minibatches, :func:`find_mode`) or a dict of
+    unconstrained latent values. Its state is the :class:`ControlVariate` (centre, full-data
+    potential and gradient there, the centre's estimated distance from the mode). Each step
+    costs two minibatch gradients; initialisation one full-data gradient and one Hessian-vector
+    product. ``start_at_centre`` starts the chain at the centre (when it is finite).
+    Initialisation warns when the centre is estimated to be more than :math:`\sqrt d`
+    posterior sds from the mode."""
+    centre = _check_centre(centre)
+    mode_steps = integer(mode_steps, "mode_steps")
+    if not isinstance(start_at_centre, (bool, np.bool_)):
+        raise ValueError(f"`start_at_centre` must be True or False, got {start_at_centre!r}.")
+
+    def init(position, key, target):
+        if isinstance(centre, dict):
+            missing = set(position) - set(centre)
+            if missing:
+                raise ValueError(
+                    f"`control_variate` lacks the latent sites {sorted(missing)}: give an "
+                    "unconstrained value for every latent site, or use control_variate='mode'."
+                )
+            point = {k: jnp.asarray(centre[k], jnp.result_type(position[k])) for k in position}
+        else:
+            point = find_mode(
+                lambda z, batch: target.potential(z, batch)[0],
+                position,
+                random.fold_in(key, 1),
+                target.draw_batch,
+                mode_steps,
+            )
+        return control_variate(target.full_potential, point)
+
+    def estimate(position, batch, cv, target):
+        grad_at = jax.value_and_grad(target.potential, has_aux=True)
+        (value, aux), grad = grad_at(position, batch)
+        (centre_value, _), centre_grad = grad_at(cv.centre, batch)
+        shift = jax.tree.map(jnp.subtract, cv.grad, centre_grad)
+        offset = cv.value - centre_value
+
+        def oracle(z):
+            v, g = jax.value_and_grad(lambda x: target.potential(x, batch)[0])(z)
+            return v + offset, jax.tree.map(jnp.add, g, shift)
+
+        return Estimate(
+            value - centre_value + cv.value, jax.tree.map(jnp.add, grad, shift), aux, cv, oracle
+        )
+
+    def start(cv, z):
+        return tree_where(tree_all_finite(cv.centre), cv.centre, z)
+
+    return GradientEstimator(
+        init,
+        estimate,
+        needs_full_data=True,
+        start=start if start_at_centre else None,
+        check=warn_if_far_centre,
+        name="control_variates",
+    )
+
+
+def warn_if_far_centre(cv):
+    r"""Warn when the control-variate centre's estimated distance from the mode
+    (:func:`centre_distance`, in posterior sds) exceeds :math:`\sqrt d`, d the number of
+    unconstrained latent dimensions: for a near-Gaussian posterior the chain's own squared
+    distance from the mode averages d (in the same units), so beyond that the centre's offset
+    adds more to the estimator's variance than the chain's spread does."""
+    if not not_jax_tracer(cv.distance):
+        return
+    dim = sum(np.size(x) for x in jax.tree.leaves(cv.centre)) // max(np.size(cv.distance), 1)
+    worst = float(np.max(np.asarray(cv.distance)))
+    if np.isnan(worst):
+        warnings.warn(
+            "The control-variate centre, or the full-data gradient or curvature there, is not "
+            "finite: every gradient estimate will be non-finite too. Check the model at the "
+            "centre; with control_variate='mode', try another `init_strategy` or `init_params` "
+            "for the mode search.",
+            UserWarning,
+            stacklevel=3,
+        )
+    elif worst > np.sqrt(dim):
+        warnings.warn(
+            f"The control-variate centre is about {worst:.3g} posterior standard deviations "
+            f"from the mode (estimated along the full-data gradient; more than sqrt(d) = "
+            f"{np.sqrt(dim):.3g} for the d = {dim} latent dimensions): the gradient estimator "
+            "stays unbiased but its variance is dominated by the centre's offset. With "
+            "control_variate='mode', increase `mode_steps`; with a centre dict, pass a value "
+            "closer to the mode.",
+            UserWarning,
+            stacklevel=3,
+        )

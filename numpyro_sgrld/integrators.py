@@ -1,18 +1,78 @@
-r"""One-step integrators. Pure functions; none of them computes a gradient.
+r"""Integrators: how one step moves the position, given the gradient and the metric.
 
-They receive the gradient :math:`\nabla\hat U` (from a gradient estimator) and a
-:class:`~numpyro_sgrld.metrics.Preconditioner`, and return the next position (and momentum).
+An integrator is a pair of pure functions (:class:`Integrator`)::
+
+    init(position, key, step_size, temperature) -> state
+    step(key, position, state, grad, preconditioner, step_size, temperature, context, oracle)
+        -> (position, state)
+
+``grad`` is the gradient estimate :math:`\nabla\hat U` at ``position`` (from the gradient
+estimator, :mod:`numpyro_sgrld.gradients`), ``preconditioner`` the metric's
+:class:`~numpyro_sgrld.metrics.Preconditioner` for this step (:math:`D`, :math:`D^{1/2}` and,
+when the kernel computes it, the Γ drift), ``context`` the step's
+:class:`~numpyro_sgrld.metrics.StepContext`. ``oracle(position) -> (value, grad)`` evaluates the
+same gradient estimator on the same minibatch elsewhere, for schemes that need a gradient at an
+intermediate point (a splitting such as BAOAB); the integrators here never call it. The state
+is a ``NamedTuple`` of arrays (momentum, moving averages); integrators know nothing about
+NumPyro.
+
+Every integrator takes every metric: :func:`sghmc` with
+:func:`~numpyro_sgrld.metrics.rmsprop` is preconditioned SGHMC. Only :func:`langevin` carries
+the Γ correction of a position-dependent metric (for the others the drift that makes an
+adaptive metric exact is not this Γ; a kernel refuses the combination).
+
+The one-step functions (:func:`langevin_step`, :func:`sghmc_step`, :func:`adaptive_drift_step`)
+are exported too.
 """
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax import random
 
-from numpyro_sgrld._tree import tree_normal
+from numpyro_sgrld._checks import integer, real
+from numpyro_sgrld._tree import tree_normal, tree_where
 
-__all__ = ["langevin", "sghmc", "adaptive_drift_langevin"]
+__all__ = [
+    "Integrator",
+    "langevin",
+    "sghmc",
+    "adaptive_drift",
+    "langevin_step",
+    "sghmc_step",
+    "adaptive_drift_step",
+    "LangevinState",
+    "SGHMCState",
+    "AdamState",
+]
 
 
-def langevin(key, position, grad, preconditioner, step_size, temperature):
+class Integrator(NamedTuple):
+    r"""An integrator as a pair of pure functions (see the module docstring).
+
+    ``carries_correction``: whether the step adds the Γ drift of a position-dependent metric
+    (``preconditioner.correction``) as the Riemannian Langevin diffusion needs it.
+    ``state_averages_gradient``: the state is made only of moving averages of the gradient and
+    its square (finite whenever the gradient is), so the kernel need not check it for
+    finiteness every step (see :func:`numpyro_sgrld._acceptance.accept`). ``name`` names the
+    integrator in error messages.
+    """
+
+    init: Callable
+    step: Callable
+    carries_correction: bool = False
+    state_averages_gradient: bool = True
+    name: str = "integrator"
+
+
+# --------------------------------------------------------------------------- Langevin
+class LangevinState(NamedTuple):
+    """The Euler–Maruyama Langevin step keeps no state."""
+
+
+def langevin_step(key, position, grad, preconditioner, step_size, temperature):
     r"""Euler–Maruyama step of the (Riemannian) Langevin diffusion.
 
     .. math::
@@ -38,37 +98,190 @@ def langevin(key, position, grad, preconditioner, step_size, temperature):
     return new
 
 
-def sghmc(key, position, momentum, grad, step_size, friction, noise_estimate, temperature):
-    r"""One SGHMC step (Chen, Fox & Guestrin 2014, Eq. 15) with unit mass.
+def langevin() -> Integrator:
+    r"""The Euler–Maruyama discretisation of the Riemannian Langevin diffusion
+    (:func:`langevin_step`): with the identity metric SGLD, with RMSprop pSGLD, with the Monge or
+    Shampoo metric SGRLD. Carries the Γ correction."""
+
+    def init(position, key, step_size, temperature):
+        return LangevinState()
+
+    def step(key, position, state, grad, preconditioner, step_size, temperature, context, oracle):
+        return langevin_step(key, position, grad, preconditioner, step_size, temperature), state
+
+    return Integrator(init, step, carries_correction=True, name="langevin")
+
+
+# --------------------------------------------------------------------------- SGHMC
+class SGHMCState(NamedTuple):
+    """SGHMC's state: the momentum ``v`` (same tree as the position)."""
+
+    momentum: Any
+
+
+def sghmc_step(
+    key, position, momentum, grad, preconditioner, step_size, friction, noise_estimate,
+    temperature,
+):
+    r"""One SGHMC step (Chen, Fox & Guestrin 2014, Eq. 15), with mass matrix :math:`M = D^{-1}`.
 
     .. math::
-        v \leftarrow (1 - \alpha) v - h\nabla\hat U(\theta)
-                     + \mathcal N\big(0, 2(\alpha - \hat\beta) h T\big), \qquad
+        v \leftarrow (1 - \alpha) v - h D\nabla\hat U(\theta)
+                     + \sqrt{2(\alpha - \hat\beta) h T}\,D^{1/2}\xi, \qquad
         \theta \leftarrow \theta + v.
 
     ``step_size`` :math:`h` is Chen's learning rate :math:`\eta`, ``friction`` :math:`\alpha` the
-    momentum decay, ``noise_estimate`` :math:`\hat\beta` the estimated gradient-noise term.
-    Returns ``(position, momentum)``.
+    momentum decay, ``noise_estimate`` :math:`\hat\beta` the estimated gradient-noise term. With
+    :math:`D = I` it is Chen et al.'s update with unit mass. For a constant :math:`D` it is their
+    update for the momentum :math:`p = D^{-1}v/\sqrt h` with mass :math:`M = D^{-1}` and friction
+    :math:`C = \alpha M/\sqrt h`, whose stationary law is :math:`e^{-U/T}\otimes
+    \mathcal N(0, hTD)` in :math:`(\theta, v)` as :math:`h \to 0`. Returns
+    ``(position, momentum)``.
     """
     xi = tree_normal(key, position)
     scale = jnp.sqrt(2.0 * (friction - noise_estimate) * step_size * temperature)
+    drift = preconditioner.drift(grad)
+    noise = preconditioner.noise(xi)
     momentum = jax.tree.map(
-        lambda v, g, n: (1.0 - friction) * v - step_size * g + scale * n, momentum, grad, xi
+        lambda v, g, n: (1.0 - friction) * v - step_size * g + scale * n, momentum, drift, noise
     )
     position = jax.tree.map(lambda x, v: x + v, position, momentum)
     return position, momentum
 
 
-def adaptive_drift_langevin(key, position, grad, extra_drift, step_size, temperature):
+def _check_friction(friction, noise_estimate):
+    friction = real(
+        friction, "friction", low=0, low_open=True, high=1,
+        hint="It is the momentum decay alpha; 0.01 to 0.1 is typical.",
+    )
+    noise_estimate = real(noise_estimate, "noise_estimate", low=0)
+    if not noise_estimate < friction:
+        raise ValueError(
+            f"`noise_estimate` must satisfy 0 <= noise_estimate < friction ({friction}), "
+            f"got {noise_estimate!r}: the injected noise variance 2(friction - noise_estimate)h "
+            "must stay positive. Lower it or raise `friction`."
+        )
+    return float(friction), float(noise_estimate)
+
+
+def _fresh_momentum(key, position, noise, step_size, temperature):
+    r""":math:`v \sim \mathcal N(0, hT D)`, the momentum's stationary law (``noise`` applies
+    :math:`D^{1/2}`)."""
+    scale = jnp.sqrt(step_size * temperature)
+    return jax.tree.map(lambda n: scale * n, noise(tree_normal(key, position)))
+
+
+def _unit(xi):
+    return xi
+
+
+def sghmc(
+    friction=0.1, noise_estimate=0.0, initial_momentum="zero", resample_momentum_every=None
+) -> Integrator:
+    r"""SGHMC's momentum step (:func:`sghmc_step`; Chen, Fox & Guestrin 2014).
+
+    :param friction: :math:`\alpha \in (0, 1]`, the momentum decay.
+    :param noise_estimate: :math:`\hat\beta \in [0, \alpha)`, the estimated gradient noise.
+    :param initial_momentum: ``"zero"`` (default) or ``"random"``
+        (:math:`\mathcal N(0, h_0 T)`, identity metric: the metric is not known before the first
+        step).
+    :param resample_momentum_every: redraw :math:`v \sim \mathcal N(0, h_t T D)` every this
+        many steps (``None``: never).
+
+    Not Γ-corrected: with a position-dependent metric the drift that keeps the second-order
+    dynamics exact differs from the first-order Γ (Ma, Chen & Fox 2015); a kernel refuses
+    ``correction`` with this integrator.
+    """
+    friction, noise_estimate = _check_friction(friction, noise_estimate)
+    if initial_momentum not in ("zero", "random"):
+        raise ValueError(
+            f"Unknown initial_momentum={initial_momentum!r}; use 'zero' or 'random'."
+        )
+    if resample_momentum_every is not None:
+        resample_momentum_every = integer(
+            resample_momentum_every, "resample_momentum_every", hint="Or None (never)."
+        )
+
+    def init(position, key, step_size, temperature):
+        if initial_momentum == "zero":
+            return SGHMCState(jax.tree.map(jnp.zeros_like, position))
+        return SGHMCState(
+            _fresh_momentum(key, position, _unit, step_size, temperature)
+        )
+
+    def step(key, position, state, grad, preconditioner, step_size, temperature, context, oracle):
+        momentum = state.momentum
+        if resample_momentum_every is not None:
+            key, key_momentum = random.split(key)
+            i = context.step
+            resample = (i > 0) & (i % resample_momentum_every == 0)
+            fresh = _fresh_momentum(
+                key_momentum, position, preconditioner.noise, step_size, temperature
+            )
+            momentum = tree_where(resample, fresh, momentum)
+        position, momentum = sghmc_step(
+            key, position, momentum, grad, preconditioner, step_size, friction, noise_estimate,
+            temperature,
+        )
+        return position, SGHMCState(momentum)
+
+    return Integrator(init, step, state_averages_gradient=False, name="sghmc")
+
+
+# --------------------------------------------------------------------------- adaptive drift
+class AdamState(NamedTuple):
+    """The adaptive drift's moving averages of the gradient (``m``) and its square (``v``)."""
+
+    m: Any
+    v: Any
+
+
+def adaptive_drift_step(key, position, grad, extra_drift, preconditioner, step_size, temperature):
     r"""Langevin step with an extra drift term (AdamSGLD; Kim, Song & Liang 2022).
 
     .. math::
-        \theta \leftarrow \theta - h\,(\nabla\hat U + a) + \sqrt{2hT}\,\xi,
+        \theta \leftarrow \theta - h\,D(\nabla\hat U + a) + \sqrt{2hT}\,D^{1/2}\xi,
 
-    ``extra_drift`` :math:`a` (e.g. :math:`a\,m / (\sqrt{V} + \lambda)`), identity metric.
+    ``extra_drift`` :math:`a` (e.g. :math:`a\,m / (\sqrt{V} + \lambda)`).
     """
     xi = tree_normal(key, position)
     scale = jnp.sqrt(2.0 * step_size * temperature)
+    drift = preconditioner.drift(jax.tree.map(jnp.add, grad, extra_drift))
+    noise = preconditioner.noise(xi)
     return jax.tree.map(
-        lambda x, g, a, n: x - step_size * (g + a) + scale * n, position, grad, extra_drift, xi
+        lambda x, d, n: x - step_size * d + scale * n, position, drift, noise
     )
+
+
+def _check_decay(value, name):
+    return real(value, name, low=0, high=1, high_open=True)
+
+
+def adaptive_drift(drift_scale=1.0, beta1=0.9, beta2=0.999, eps=1e-8) -> Integrator:
+    r"""AdamSGLD's adaptive drift (Kim, Song & Liang 2022; :func:`adaptive_drift_step`):
+
+    .. math::
+        m \leftarrow \beta_1 m + (1-\beta_1)\nabla\hat U, \quad
+        V \leftarrow \beta_2 V + (1-\beta_2)\nabla\hat U\odot\nabla\hat U, \quad
+        a = \text{drift\_scale}\cdot m / (\sqrt V + \lambda),
+
+    both averages starting at 0. Not Γ-corrected: the extra drift changes the stationary law
+    whatever the metric (Rensmeyer & Niggemann 2023)."""
+    drift_scale = real(drift_scale, "drift_scale", low=0)
+    beta1, beta2 = _check_decay(beta1, "beta1"), _check_decay(beta2, "beta2")
+    eps = real(eps, "eps", low=0)
+
+    def init(position, key, step_size, temperature):
+        zeros = jax.tree.map(jnp.zeros_like, position)
+        return AdamState(zeros, zeros)
+
+    def step(key, position, state, grad, preconditioner, step_size, temperature, context, oracle):
+        m = jax.tree.map(lambda a, g: beta1 * a + (1 - beta1) * g, state.m, grad)
+        v = jax.tree.map(lambda a, g: beta2 * a + (1 - beta2) * g * g, state.v, grad)
+        extra = jax.tree.map(lambda mm, vv: drift_scale * mm / (jnp.sqrt(vv) + eps), m, v)
+        position = adaptive_drift_step(
+            key, position, grad, extra, preconditioner, step_size, temperature
+        )
+        return position, AdamState(m, v)
+
+    return Integrator(init, step, name="adaptive_drift")

@@ -1,139 +1,52 @@
-r"""Public stochastic-gradient kernels: thin classes that pick a metric and an integrator."""
+r"""The named stochastic-gradient kernels: presets of :class:`~numpyro_sgrld.SGMCMC`.
 
-from functools import partial
-from typing import Any, NamedTuple
+Each is a choice of metric (:mod:`numpyro_sgrld.metrics`), integrator
+(:mod:`numpyro_sgrld.integrators`) and, optionally, the Γ correction
+(:mod:`numpyro_sgrld.correction`); every other argument is the adapter's
+(:class:`~numpyro_sgrld.SGMCMC`), including ``gradient=`` / ``control_variate=``.
 
-import jax
-import jax.numpy as jnp
-from jax import random
+============  ======================  ======================
+kernel        metric                  integrator
+============  ======================  ======================
+SGLD          identity                langevin
+PSGLD         rmsprop                 langevin
+MongeSGLD     monge                   langevin
+ShampooSGLD   shampoo                 langevin
+WenzelSGLD    wenzel                  langevin
+SGHMC         identity (or any)       sghmc
+AdamSGLD      identity (or any)       adaptive_drift
+============  ======================  ======================
+"""
 
-from numpyro_sgrld._adapter import SGMCMCKernel
-from numpyro_sgrld._checks import integer, real
-from numpyro_sgrld._tree import tree_normal, tree_where
-from numpyro_sgrld.correction import check_correction, init_correction, lagged_correction
-from numpyro_sgrld.integrators import adaptive_drift_langevin, langevin, sghmc
-from numpyro_sgrld.metrics import (
-    Metric,
-    _check_decay,
-    _check_nonnegative,
-    identity,
-    monge,
-    rmsprop,
-    shampoo,
-    wenzel,
-)
+from numpyro_sgrld._adapter import SGMCMC
+from numpyro_sgrld.integrators import adaptive_drift, langevin, sghmc
+from numpyro_sgrld.metrics import identity, monge, rmsprop, shampoo, wenzel
 
 __all__ = [
     "LangevinKernel",
-    "CorrectedState",
     "SGLD",
     "SGHMC",
-    "SGHMCState",
     "PSGLD",
     "MongeSGLD",
     "ShampooSGLD",
     "WenzelSGLD",
     "AdamSGLD",
-    "AdamState",
 ]
 
 
-class CorrectedState(NamedTuple):
-    """A Γ-corrected kernel's state: the metric's state and the correction's
-    (:class:`~numpyro_sgrld.correction.CorrectionState`)."""
-
-    metric: Any
-    correction: Any
-
-
-class LangevinKernel(SGMCMCKernel):
-    r"""Riemannian Langevin kernel for any :class:`~numpyro_sgrld.metrics.Metric`.
+class LangevinKernel(SGMCMC):
+    r"""Riemannian Langevin kernel for any :class:`~numpyro_sgrld.metrics.Metric`:
+    ``SGMCMC(model, step_size, metric=metric, integrator=integrators.langevin(), ...)``.
 
     .. math::
         \theta \leftarrow \theta - h\,D\nabla\hat U + hT\,\Gamma + \sqrt{2hT}\,D^{1/2}\xi.
-
-    ``metric`` is a :class:`~numpyro_sgrld.metrics.Metric`, or a factory called as
-    ``metric(num_data=N)`` once the model's data size is known (e.g.
-    ``functools.partial(metrics.rmsprop, 0.99, 1e-8)``). ``correction`` (``None``, ``"exact"``,
-    ``"hutchinson"``) adds the Γ drift (:mod:`numpyro_sgrld.correction`); only metrics with a
-    ``decay`` support it; ``correction_form`` is ``"lagged"`` (default: scaled by the moving
-    average's response and tamed) or ``"instant"`` (Rensmeyer & Niggemann's Γ as written). The
-    kernel's ``sampler_state`` is the metric's state, or a :class:`CorrectedState` with a
-    correction. Other keyword arguments are those of
-    :class:`~numpyro_sgrld._adapter.SGMCMCKernel`.
     """
 
-    def __init__(
-        self,
-        model=None,
-        step_size=None,
-        *,
-        metric,
-        correction=None,
-        correction_form="lagged",
-        **kwargs,
-    ):
-        super().__init__(model, step_size, **kwargs)
-        self._metric_arg = metric
-        probe = self._build_metric(1)  # validates the metric's parameters now
-        self._correction = check_correction(
-            correction, probe.decay, type(self).__name__, self._correction_hint(), correction_form
-        )
-        self._correction_form = correction_form
-        self._metric = probe
-
-    def _correction_hint(self):
-        return ": this metric has no moving-average statistic to differentiate"
-
-    def _build_metric(self, num_data):
-        if isinstance(self._metric_arg, Metric):
-            return self._metric_arg
-        return self._metric_arg(num_data=num_data)
-
-    @property
-    def correction(self):
-        return self._correction
-
-    @property
-    def _state_averages_gradient(self):
-        return self._metric.averages_gradient
-
-    def _prepare(self):
-        self._metric = self._build_metric(self.num_data)
-
-    def _init_sampler(self, key, z, curvature):
-        state = self._metric.init(z)
-        if self._metric.warm_start is not None:
-            state = self._metric.warm_start(state, curvature())
-        if self._correction is not None:
-            state = CorrectedState(state, init_correction(z))
-        return state
-
-    def _transition(self, key, z, sampler_state, grad, grad_fn, step_size, i):
-        if self._correction is None:
-            preconditioner, new_state = self._metric.update(grad, sampler_state, z)
-        else:
-            metric_state = sampler_state.metric
-            preconditioner, new_metric_state = self._metric.update(grad, metric_state, z)
-            key, key_probe = random.split(key)
-            gamma, correction_state = lagged_correction(
-                self._correction,
-                key_probe,
-                z,
-                grad_fn,
-                self._metric,
-                metric_state,
-                sampler_state.correction,
-                step_size,
-                self._temperature,
-                self._correction_form,
-            )
-            preconditioner = preconditioner._replace(correction=gamma)
-            new_state = CorrectedState(new_metric_state, correction_state)
-        return langevin(key, z, grad, preconditioner, step_size, self._temperature), new_state
+    def __init__(self, model=None, step_size=None, *, metric, **kwargs):
+        super().__init__(model, step_size, metric=metric, integrator=langevin(), **kwargs)
 
 
-class SGLD(LangevinKernel):
+class SGLD(SGMCMC):
     r"""Stochastic gradient Langevin dynamics (Welling & Teh 2011).
 
     Discretises :math:`d\theta = -\nabla U(\theta)\,dt + \sqrt{2T}\,dW` with a minibatch
@@ -158,7 +71,7 @@ class SGLD(LangevinKernel):
     :param model: NumPyro model.
     :param step_size: :math:`h`, float > 0 or a schedule.
     :param kwargs: ``potential_fn``, ``temperature``, ``num_data``, ``batching``,
-        ``init_strategy`` (see :class:`~numpyro_sgrld._adapter.SGMCMCKernel`).
+        ``init_strategy`` (see :class:`~numpyro_sgrld.SGMCMC`).
 
     Example::
 
@@ -175,31 +88,10 @@ class SGLD(LangevinKernel):
     """
 
     def __init__(self, model=None, step_size=None, **kwargs):
-        super().__init__(model, step_size, metric=identity(), **kwargs)
+        super().__init__(model, step_size, metric=identity(), integrator=langevin(), **kwargs)
 
 
-class SGHMCState(NamedTuple):
-    """SGHMC's own state: the momentum ``v`` (same tree as the position)."""
-
-    momentum: Any
-
-
-def _check_friction(friction, noise_estimate):
-    friction = real(
-        friction, "friction", low=0, low_open=True, high=1,
-        hint="It is the momentum decay alpha; 0.01 to 0.1 is typical.",
-    )
-    noise_estimate = real(noise_estimate, "noise_estimate", low=0)
-    if not noise_estimate < friction:
-        raise ValueError(
-            f"`noise_estimate` must satisfy 0 <= noise_estimate < friction ({friction}), "
-            f"got {noise_estimate!r}: the injected noise variance 2(friction - noise_estimate)h "
-            "must stay positive. Lower it or raise `friction`."
-        )
-    return friction, noise_estimate
-
-
-class SGHMC(SGMCMCKernel):
+class SGHMC(SGMCMC):
     r"""Stochastic gradient Hamiltonian Monte Carlo (Chen, Fox & Guestrin 2014, Eq. 15).
 
     Discretises the second-order Langevin dynamics with friction, unit mass:
@@ -220,7 +112,7 @@ class SGHMC(SGMCMCKernel):
     :math:`h\,\mathrm{Var}[\nabla\hat U] / (2(\alpha - \hat\beta))` relative to the injected
     noise); a larger ``friction`` or a good ``noise_estimate`` reduces it.
 
-    **State size:** one momentum per parameter.
+    **State size:** one momentum per parameter (``sampler_state.integrator.momentum``).
 
     :param model: NumPyro model.
     :param step_size: :math:`h = \eta`, float > 0 or a schedule.
@@ -229,8 +121,11 @@ class SGHMC(SGMCMCKernel):
     :param initial_momentum: ``"zero"`` (default) or ``"random"`` (:math:`\mathcal N(0, h_0 T)`).
     :param resample_momentum_every: redraw :math:`v \sim \mathcal N(0, h_t T)` every this many
         steps (``None``: never).
+    :param metric: a :class:`~numpyro_sgrld.metrics.Metric` (default identity): with
+        ``metrics.rmsprop()`` this is preconditioned SGHMC, mass matrix :math:`M = D^{-1}`
+        (:func:`~numpyro_sgrld.integrators.sghmc_step`).
     :param kwargs: ``potential_fn``, ``temperature``, ``num_data``, ``batching``,
-        ``init_strategy`` (see :class:`~numpyro_sgrld._adapter.SGMCMCKernel`).
+        ``init_strategy`` (see :class:`~numpyro_sgrld.SGMCMC`).
 
     Example::
 
@@ -255,60 +150,19 @@ class SGHMC(SGMCMCKernel):
         noise_estimate=0.0,
         initial_momentum="zero",
         resample_momentum_every=None,
+        metric=None,
         **kwargs,
     ):
-        super().__init__(model, step_size, **kwargs)
-        friction, noise_estimate = _check_friction(friction, noise_estimate)
-        if initial_momentum not in ("zero", "random"):
-            raise ValueError(
-                f"Unknown initial_momentum={initial_momentum!r}; use 'zero' or 'random'."
-            )
-        if resample_momentum_every is not None:
-            resample_momentum_every = integer(
-                resample_momentum_every, "resample_momentum_every", hint="Or None (never)."
-            )
-        self._friction = float(friction)
-        self._noise_estimate = float(noise_estimate)
-        self._initial_momentum = initial_momentum
-        self._resample_every = resample_momentum_every
-
-    def _fresh_momentum(self, key, z, step_size):
-        scale = jnp.sqrt(step_size * self._temperature)
-        return jax.tree.map(lambda n: scale * n, tree_normal(key, z))
-
-    def _init_sampler(self, key, z, curvature):
-        if self._initial_momentum == "zero":
-            return SGHMCState(jax.tree.map(jnp.zeros_like, z))
-        step_size = jnp.asarray(self._schedule(0), jnp.result_type(float))
-        return SGHMCState(self._fresh_momentum(key, z, step_size))
-
-    def _transition(self, key, z, sampler_state, grad, grad_fn, step_size, i):
-        momentum = sampler_state.momentum
-        if self._resample_every is not None:
-            key, key_momentum = random.split(key)
-            resample = (i > 0) & (i % self._resample_every == 0)
-            momentum = tree_where(
-                resample, self._fresh_momentum(key_momentum, z, step_size), momentum
-            )
-        z, momentum = sghmc(
-            key,
-            z,
-            momentum,
-            grad,
-            step_size,
-            self._friction,
-            self._noise_estimate,
-            self._temperature,
-        )
-        return z, SGHMCState(momentum)
+        integrator = sghmc(friction, noise_estimate, initial_momentum, resample_momentum_every)
+        metric = identity() if metric is None else metric
+        super().__init__(model, step_size, metric=metric, integrator=integrator, **kwargs)
 
 
 _COMMON = """    :param model: NumPyro model (or ``potential_fn=``).
     :param step_size: :math:`h`, float > 0 or a schedule (:mod:`numpyro_sgrld.schedules`).
     :param kwargs: ``temperature``, ``num_data``, ``batching``, ``init_strategy``,
-        ``potential_fn``, ``data_parallel``, ``control_variate``, ``mode_steps``,
-        ``start_at_centre``, ``check_proposal`` (see
-        :class:`~numpyro_sgrld._adapter.SGMCMCKernel`)."""
+        ``potential_fn``, ``data_parallel``, ``gradient``, ``control_variate``, ``mode_steps``,
+        ``start_at_centre``, ``check_proposal`` (see :class:`~numpyro_sgrld.SGMCMC`)."""
 
 
 def _example(name, args):
@@ -328,7 +182,7 @@ def _example(name, args):
     """
 
 
-class PSGLD(LangevinKernel):
+class PSGLD(SGMCMC):
     __doc__ = (
         r"""Preconditioned SGLD with the RMSprop metric (Li, Chen, Carlson & Carin 2016).
 
@@ -377,11 +231,13 @@ class PSGLD(LangevinKernel):
         bias_correction=True,
         **kwargs,
     ):
-        metric = partial(rmsprop, decay, eps, bias_correction=bias_correction)
-        super().__init__(model, step_size, metric=metric, correction=correction, **kwargs)
+        metric = rmsprop(decay, eps, bias_correction=bias_correction)
+        super().__init__(
+            model, step_size, metric=metric, integrator=langevin(), correction=correction, **kwargs
+        )
 
 
-class MongeSGLD(LangevinKernel):
+class MongeSGLD(SGMCMC):
     __doc__ = (
         r"""SGRLD in the Monge metric (Yu et al. 2023; Hartmann et al. 2022).
 
@@ -431,11 +287,13 @@ class MongeSGLD(LangevinKernel):
         max_drift_norm=None,
         **kwargs,
     ):
-        metric = partial(monge, alpha2, decay, max_drift_norm=max_drift_norm)
-        super().__init__(model, step_size, metric=metric, correction=correction, **kwargs)
+        metric = monge(alpha2, decay, max_drift_norm=max_drift_norm)
+        super().__init__(
+            model, step_size, metric=metric, integrator=langevin(), correction=correction, **kwargs
+        )
 
 
-class ShampooSGLD(LangevinKernel):
+class ShampooSGLD(SGMCMC):
     __doc__ = (
         r"""SGRLD in the Shampoo metric (Yu et al. 2023; Gupta et al. 2018; Anil et al. 2021).
 
@@ -493,18 +351,13 @@ class ShampooSGLD(LangevinKernel):
         correction=None,
         **kwargs,
     ):
-        self._interval = update_interval
-        metric = partial(shampoo, decay, eps, update_interval, block_size)
-        super().__init__(model, step_size, metric=metric, correction=correction, **kwargs)
-
-    def _correction_hint(self):
-        return (
-            f" with update_interval={self._interval}: the Γ correction needs the metric to "
-            "follow the current gradient statistic, so set update_interval=1"
+        metric = shampoo(decay, eps, update_interval, block_size)
+        super().__init__(
+            model, step_size, metric=metric, integrator=langevin(), correction=correction, **kwargs
         )
 
 
-class WenzelSGLD(LangevinKernel):
+class WenzelSGLD(SGMCMC):
     __doc__ = (
         r"""SGLD with Wenzel et al.'s (2020) layer-wise preconditioner (as in bnn_priors and
     Yu et al. 2023).
@@ -536,29 +389,11 @@ class WenzelSGLD(LangevinKernel):
     def __init__(
         self, model=None, step_size=None, *, decay=0.99, eps=1e-8, update_interval=None, **kwargs
     ):
-        self._interval = update_interval
-        self._decay, self._eps = decay, eps
-        super().__init__(model, step_size, metric=self._wenzel_metric, **kwargs)
-
-    def _epoch_length(self):
-        if not self._plates:
-            return 1
-        largest = max(self._plates, key=lambda p: p.size)
-        return max(1, round(largest.size / largest.subsample_size))
-
-    def _wenzel_metric(self, num_data):
-        interval = self._interval if self._interval is not None else self._epoch_length()
-        return wenzel(self._decay, self._eps, interval, num_data)
+        metric = wenzel(decay, eps, update_interval)
+        super().__init__(model, step_size, metric=metric, integrator=langevin(), **kwargs)
 
 
-class AdamState(NamedTuple):
-    """AdamSGLD's moving averages of the gradient (``m``) and its square (``v``)."""
-
-    m: Any
-    v: Any
-
-
-class AdamSGLD(SGMCMCKernel):
+class AdamSGLD(SGMCMC):
     __doc__ = (
         r"""SGLD with an adaptive drift (Kim, Song & Liang 2022, "Stochastic gradient Langevin
     dynamics with adaptive drifts").
@@ -591,11 +426,11 @@ class AdamSGLD(SGMCMCKernel):
     :param beta1: :math:`\\beta_1 \\in [0, 1)`, default 0.9.
     :param beta2: :math:`\\beta_2 \\in [0, 1)`, default 0.999.
     :param eps: :math:`\\lambda \\ge 0`, default 1e-8.
+    :param metric: a :class:`~numpyro_sgrld.metrics.Metric` (default identity), applied to the
+        drift and the noise (:func:`~numpyro_sgrld.integrators.adaptive_drift_step`).
 """
         + _example("AdamSGLD", "step_size=1e-2")
     )
-    _state_averages_gradient = True  # m and v: moving averages of the gradient and its square
-
     def __init__(
         self,
         model=None,
@@ -605,24 +440,9 @@ class AdamSGLD(SGMCMCKernel):
         beta1=0.9,
         beta2=0.999,
         eps=1e-8,
+        metric=None,
         **kwargs,
     ):
-        super().__init__(model, step_size, **kwargs)
-        self._drift_scale = _check_nonnegative(drift_scale, "drift_scale")
-        self._beta1 = _check_decay(beta1, "beta1")
-        self._beta2 = _check_decay(beta2, "beta2")
-        self._eps = _check_nonnegative(eps, "eps")
-
-    def _init_sampler(self, key, z, curvature):
-        zeros = jax.tree.map(jnp.zeros_like, z)
-        return AdamState(zeros, zeros)
-
-    def _transition(self, key, z, sampler_state, grad, grad_fn, step_size, i):
-        b1, b2 = self._beta1, self._beta2
-        m = jax.tree.map(lambda a, g: b1 * a + (1 - b1) * g, sampler_state.m, grad)
-        v = jax.tree.map(lambda a, g: b2 * a + (1 - b2) * g * g, sampler_state.v, grad)
-        extra = jax.tree.map(
-            lambda mm, vv: self._drift_scale * mm / (jnp.sqrt(vv) + self._eps), m, v
-        )
-        z = adaptive_drift_langevin(key, z, grad, extra, step_size, self._temperature)
-        return z, AdamState(m, v)
+        integrator = adaptive_drift(drift_scale, beta1, beta2, eps)
+        metric = identity() if metric is None else metric
+        super().__init__(model, step_size, metric=metric, integrator=integrator, **kwargs)

@@ -3,13 +3,17 @@ r"""Metrics (preconditioners) for Riemannian Langevin steps.
 A metric is a pair of pure functions shaped like an optax ``GradientTransformation``::
 
     init(position) -> state
-    update(grad, state, position) -> (Preconditioner, state)
+    update(grad, state, position, context) -> (Preconditioner, state)
 
-``state`` is a ``NamedTuple`` of arrays only, so it crosses ``jit``, ``vmap`` and ``pmap``.
-``grad`` is the minibatch gradient :math:`\nabla\hat U`; adaptive metrics build their
-statistics from the per-datum gradient :math:`\bar g = \nabla\hat U / N` (``num_data`` = N), so
-that ``decay``, ``eps`` and ``alpha2`` mean the same whatever the data size. Statistics are
-updated with the current gradient *before* they are used.
+``state`` is a ``NamedTuple`` of arrays only, so it crosses ``jit``, ``vmap`` and
+``shard_map``. ``grad`` is the minibatch gradient :math:`\nabla\hat U`; ``context`` is a
+:class:`StepContext`: what a metric may know about the step besides the gradient (the data size
+:math:`N`, the steps per epoch, the step counter, and auxiliary values the model's forward pass
+produced on this minibatch). Adaptive metrics build their statistics from the per-datum
+gradient :math:`\bar g = \nabla\hat U / N` (``context.num_data`` = N), so that ``decay``,
+``eps`` and ``alpha2`` mean the same whatever the data size. Statistics are updated with the
+current gradient *before* they are used. No metric knows about NumPyro or the kernel: the
+kernel builds the context every step.
 
 The returned :class:`Preconditioner` applies the inverse metric :math:`D = G^{-1}` to a tree
 (the drift) and :math:`D^{1/2}` to the noise; no metric ever forms a ``d x d`` matrix.
@@ -33,7 +37,9 @@ from numpyro_sgrld._tree import tree_dot, tree_norm
 __all__ = [
     "Metric",
     "Preconditioner",
+    "StepContext",
     "identity",
+    "diagonal",
     "rmsprop",
     "monge",
     "shampoo",
@@ -49,6 +55,31 @@ class Preconditioner(NamedTuple):
     drift: Callable
     noise: Callable
     correction: Any | None = None
+
+
+class StepContext(NamedTuple):
+    r"""What a metric may know about a step besides the gradient and the position.
+
+    - **num_data** – :math:`N`, to form the per-datum gradient :math:`\bar g = \nabla\hat U/N`.
+    - **steps_per_epoch** – :math:`N/n` of the largest subsample plate (1 without one).
+    - **step** – the step counter :math:`t` (0 on the first step).
+    - **aux** – a dict of the auxiliary values the model's forward pass recorded on this
+      minibatch with :func:`numpyro_sgrld.auxiliary` (computed in the same pass as the gradient),
+      e.g. a layer's inputs; ``None`` when the model records none.
+
+    ``num_data`` and ``steps_per_epoch`` are Python numbers fixed when the kernel is
+    initialised; ``step`` and ``aux`` are arrays. Called directly, ``update(grad, state,
+    position)`` uses ``StepContext()`` (:math:`N = 1`).
+    """
+
+    num_data: Any = 1
+    steps_per_epoch: Any = 1
+    step: Any = 0
+    aux: Any = None
+
+
+def _context(context):
+    return StepContext() if context is None else context
 
 
 class Metric(NamedTuple):
@@ -71,7 +102,12 @@ class Metric(NamedTuple):
     potential's Hessian at the initial position, and under the posterior
     :math:`E_\pi[(\partial_i U)^2] = E_\pi[\partial_{ii} U]` (integration by parts, the
     Fisher identity), so it is what the squared gradient averages to — also at a mode, where
-    the gradient itself is zero.
+    the gradient itself is zero. ``context`` is the :class:`StepContext` of the first step.
+
+    ``correction_hint`` says why the Γ correction is not available when ``decay`` is
+    ``None`` (and what to change); ``name`` names the metric in error messages;
+    ``needs_aux`` names the auxiliary values (see :class:`StepContext`) the metric reads: a
+    kernel refuses a model that does not record them.
     """
 
     init: Callable
@@ -80,6 +116,9 @@ class Metric(NamedTuple):
     averages_gradient: bool = False
     warm_start: Callable | None = None
     statistic_order: int = 2
+    correction_hint: str = ""
+    needs_aux: tuple = ()
+    name: str = "metric"
 
 
 def _same(tree):
@@ -109,10 +148,65 @@ def identity() -> Metric:
     def init(position):
         return IdentityState()
 
-    def update(grad, state, position):
+    def update(grad, state, position, context=None):
         return Preconditioner(drift=_same, noise=_same), state
 
-    return Metric(init, update, averages_gradient=True)
+    return Metric(
+        init,
+        update,
+        averages_gradient=True,
+        correction_hint="the identity metric is constant: its Γ is zero, there is nothing to "
+        "correct",
+        name="identity",
+    )
+
+
+# --------------------------------------------------------------------------- constant diagonal
+class DiagonalState(NamedTuple):
+    """A constant metric has no state."""
+
+
+def diagonal(scale) -> Metric:
+    r"""A constant diagonal metric :math:`D = \mathrm{diag}(s)` (an inverse mass matrix), with
+    ``scale`` :math:`s` a tree like the position (or one positive number for every
+    coordinate), :math:`\Gamma = 0`.
+
+    Any integrator takes it: with :func:`~numpyro_sgrld.integrators.langevin` it is
+    preconditioned SGLD with a fixed preconditioner (exact in the small-step limit, no Γ), with
+    :func:`~numpyro_sgrld.integrators.sghmc` SGHMC with mass matrix :math:`M = D^{-1}`.
+    """
+    leaves = jax.tree.leaves(scale)
+    if not leaves:
+        raise ValueError("`scale` of metrics.diagonal has no entries: give a positive number or "
+                         "a tree of positive arrays like the position.")
+    for leaf in leaves:
+        leaf = jnp.asarray(leaf)
+        if not bool(jnp.all(jnp.isfinite(leaf) & (leaf > 0))):
+            raise ValueError(
+                f"`scale` of metrics.diagonal must be finite and > 0 everywhere, got {leaf!r}: "
+                "it is the diagonal of the inverse metric (inverse mass)."
+            )
+    scalar = not isinstance(scale, (dict, list, tuple)) and jnp.ndim(scale) == 0
+
+    def init(position):
+        return DiagonalState()
+
+    def _scale_like(t):
+        return jax.tree.map(lambda x: scale, t) if scalar else scale
+
+    def update(grad, state, position, context=None):
+        return Preconditioner(
+            drift=lambda t: jax.tree.map(jnp.multiply, _scale_like(t), t),
+            noise=lambda t: jax.tree.map(lambda d, x: jnp.sqrt(d) * x, _scale_like(t), t),
+        ), state
+
+    return Metric(
+        init,
+        update,
+        averages_gradient=True,
+        correction_hint="a constant metric has Γ = 0: there is nothing to correct",
+        name="diagonal",
+    )
 
 
 # --------------------------------------------------------------------------- RMSprop
@@ -126,7 +220,7 @@ class RMSpropState(NamedTuple):
     floor: Any = None
 
 
-def rmsprop(decay=0.99, eps=1e-8, num_data=1, bias_correction=True) -> Metric:
+def rmsprop(decay=0.99, eps=1e-8, bias_correction=True) -> Metric:
     r"""The diagonal RMSprop metric of pSGLD (Li et al. 2016).
 
     .. math::
@@ -160,7 +254,8 @@ def rmsprop(decay=0.99, eps=1e-8, num_data=1, bias_correction=True) -> Metric:
         zeros = jax.tree.map(jnp.zeros_like, position)
         return RMSpropState(zeros, jnp.zeros((), jnp.int32), zeros)
 
-    def warm_start(state, curvature):
+    def warm_start(state, curvature, context=None):
+        num_data = _context(context).num_data
         floor = jax.tree.map(
             lambda c, v: jnp.abs(c).astype(v.dtype) / float(num_data) ** 2,
             curvature,
@@ -168,7 +263,8 @@ def rmsprop(decay=0.99, eps=1e-8, num_data=1, bias_correction=True) -> Metric:
         )
         return state._replace(floor=floor)
 
-    def update(grad, state, position):
+    def update(grad, state, position, context=None):
+        num_data = _context(context).num_data
         count = state.count + 1
         square_avg = jax.tree.map(
             lambda v, g: decay * v + (1 - decay) * (g / num_data) ** 2, state.square_avg, grad
@@ -188,7 +284,9 @@ def rmsprop(decay=0.99, eps=1e-8, num_data=1, bias_correction=True) -> Metric:
         )
         return precond, RMSpropState(square_avg, count, state.floor)
 
-    return Metric(init, update, decay, averages_gradient=True, warm_start=warm_start)
+    return Metric(
+        init, update, decay, averages_gradient=True, warm_start=warm_start, name="rmsprop"
+    )
 
 
 def _rmsprop_diag(eps, v):
@@ -213,7 +311,7 @@ def _monge_noise_coefficient(alpha2, sq_norm):
     return -alpha2 / (root * (1.0 + root))
 
 
-def monge(alpha2=1.0, decay=0.9, num_data=1, max_drift_norm=None) -> Metric:
+def monge(alpha2=1.0, decay=0.9, max_drift_norm=None) -> Metric:
     r"""The Monge metric of Yu et al. (2023) / Hartmann et al. (2022), one over all sites.
 
     .. math::
@@ -240,7 +338,8 @@ def monge(alpha2=1.0, decay=0.9, num_data=1, max_drift_norm=None) -> Metric:
     def init(position):
         return MongeState(jax.tree.map(jnp.zeros_like, position))
 
-    def update(grad, state, position):
+    def update(grad, state, position, context=None):
+        num_data = _context(context).num_data
         avg = jax.tree.map(lambda v, g: decay * v + (1 - decay) * g / num_data, state.avg, grad)
         sq_norm = tree_dot(avg, avg)
         c = alpha2 / (1.0 + alpha2 * sq_norm)
@@ -270,7 +369,9 @@ def monge(alpha2=1.0, decay=0.9, num_data=1, max_drift_norm=None) -> Metric:
 
         return Preconditioner(safe_drift, safe_noise), MongeState(avg)
 
-    return Metric(init, update, decay, averages_gradient=True, statistic_order=1)
+    return Metric(
+        init, update, decay, averages_gradient=True, statistic_order=1, name="monge"
+    )
 
 
 # --------------------------------------------------------------------------- Shampoo
@@ -421,7 +522,7 @@ class ShampooState(NamedTuple):
     count: Any
 
 
-def shampoo(decay=0.99, eps=1e-8, update_interval=100, block_size=128, num_data=1) -> Metric:
+def shampoo(decay=0.99, eps=1e-8, update_interval=100, block_size=128) -> Metric:
     r"""The Shampoo metric of Yu et al. (2023) (Gupta et al. 2018; Anil et al. 2021).
 
     Per latent site and per block (see :func:`shampoo_block_shapes`), a rank-k tensor with
@@ -469,7 +570,8 @@ def shampoo(decay=0.99, eps=1e-8, update_interval=100, block_size=128, num_data=
         pick = lambda j: jax.tree.map(lambda t: t[j], parts, is_leaf=is_triple)  # noqa: E731
         return ShampooState(pick(0), pick(1), pick(2), jnp.zeros((), jnp.int32))
 
-    def update(grad, state, position):
+    def update(grad, state, position, context=None):
+        num_data = _context(context).num_data
         count = state.count + 1
         recompute = count % update_interval == 0
         leaves, treedef = jax.tree.flatten(grad)
@@ -519,7 +621,14 @@ def shampoo(decay=0.99, eps=1e-8, update_interval=100, block_size=128, num_data=
 
     # The correction differentiates D through the current statistic: only meaningful when the
     # roots follow the statistic every step.
-    return Metric(init, update, decay if update_interval == 1 else None)
+    return Metric(
+        init,
+        update,
+        decay if update_interval == 1 else None,
+        correction_hint=f"with update_interval={update_interval}: the Γ correction needs the "
+        "metric to follow the current gradient statistic, so set update_interval=1",
+        name="shampoo",
+    )
 
 
 # --------------------------------------------------------------------------- Wenzel
@@ -532,7 +641,7 @@ class WenzelState(NamedTuple):
     count: Any
 
 
-def wenzel(decay=0.99, eps=1e-8, update_interval=1, num_data=1) -> Metric:
+def wenzel(decay=0.99, eps=1e-8, update_interval=None) -> Metric:
     r"""Wenzel et al.'s (2020) layer-wise metric, as in bnn_priors and Yu et al. (2023).
 
     One scalar per latent site p:
@@ -541,19 +650,23 @@ def wenzel(decay=0.99, eps=1e-8, update_interval=1, num_data=1) -> Metric:
         s_p \leftarrow \alpha s_p + (1 - \alpha)\,\mathrm{mean}(\bar g_p^2), \quad
         M_p = s_p + \epsilon, \quad D_p = (M_p / \min_q M_q)^{-1/2},
 
-    :math:`s_p` starting at ones; :math:`D_p` is refreshed every ``update_interval`` steps (one
-    epoch, ``N/n``, in the kernel) and is 1 before the first refresh. State: two numbers per
-    site.
+    :math:`s_p` starting at ones; :math:`D_p` is refreshed every ``update_interval`` steps
+    (``None``, the default: one epoch, ``context.steps_per_epoch`` = :math:`N/n` of the largest
+    subsample plate) and is 1 before the first refresh. State: two numbers per site.
     """
     decay = _check_decay(decay)
     eps = _check_nonnegative(eps, "eps")
-    update_interval = _check_interval(update_interval)
+    if update_interval is not None:
+        update_interval = _check_interval(update_interval)
 
     def init(position):
         ones = jax.tree.map(lambda x: jnp.ones((), jnp.result_type(x)), position)
         return WenzelState(ones, ones, jnp.zeros((), jnp.int32))
 
-    def update(grad, state, position):
+    def update(grad, state, position, context=None):
+        context = _context(context)
+        num_data = context.num_data
+        interval = context.steps_per_epoch if update_interval is None else update_interval
         count = state.count + 1
         avg = jax.tree.map(
             lambda s, g: decay * s + (1 - decay) * jnp.mean((g / num_data) ** 2), state.avg, grad
@@ -562,7 +675,7 @@ def wenzel(decay=0.99, eps=1e-8, update_interval=1, num_data=1) -> Metric:
         smallest = jnp.min(jnp.stack(jax.tree.leaves(mass)))
         fresh = jax.tree.map(lambda m: (m / smallest) ** -0.5, mass)
         scale = jax.tree.map(
-            lambda new, old: jnp.where(count % update_interval == 0, new, old), fresh, state.scale
+            lambda new, old: jnp.where(count % interval == 0, new, old), fresh, state.scale
         )
         precond = Preconditioner(
             drift=lambda t: jax.tree.map(lambda d, x: d * x, scale, t),
@@ -570,4 +683,10 @@ def wenzel(decay=0.99, eps=1e-8, update_interval=1, num_data=1) -> Metric:
         )
         return precond, WenzelState(avg, scale, count)
 
-    return Metric(init, update)
+    return Metric(
+        init,
+        update,
+        correction_hint="the layer-wise metric is held constant between refreshes, so it has "
+        "no moving-average statistic to differentiate",
+        name="wenzel",
+    )

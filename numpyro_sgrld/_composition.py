@@ -1,0 +1,115 @@
+r"""One step of a composed sampler: metric × integrator (× Γ correction), pure functions.
+
+Given the gradient estimate, the step
+
+1. updates the metric with the gradient (:meth:`Metric.update <numpyro_sgrld.metrics.Metric>`),
+   giving the preconditioner :math:`D`;
+2. with a correction, adds the Γ drift of that metric
+   (:func:`numpyro_sgrld.correction.lagged_correction`), differentiating the metric through the
+   gradient oracle on the same minibatch;
+3. moves the position with the integrator.
+
+Nothing here knows about NumPyro: the kernel (:mod:`numpyro_sgrld._adapter`) draws the
+minibatch, asks the gradient estimator, builds the :class:`~numpyro_sgrld.metrics.StepContext`
+and applies the acceptance policy.
+"""
+
+from typing import Any, NamedTuple
+
+from jax import random
+
+from numpyro_sgrld.correction import check_correction, init_correction, lagged_correction
+from numpyro_sgrld.integrators import Integrator
+from numpyro_sgrld.metrics import Metric
+
+__all__ = ["Sampler", "SamplerState", "build_sampler", "init_sampler", "transition"]
+
+
+class SamplerState(NamedTuple):
+    """A composed kernel's own state (``SGState.sampler_state``): the metric's state, the
+    integrator's (e.g. :class:`~numpyro_sgrld.integrators.SGHMCState`), and the correction's
+    (:class:`~numpyro_sgrld.correction.CorrectionState`, ``None`` without a correction)."""
+
+    metric: Any
+    integrator: Any
+    correction: Any = None
+
+
+class Sampler(NamedTuple):
+    """The pieces of a composed kernel (checked by :func:`build_sampler`)."""
+
+    metric: Any
+    integrator: Any
+    correction: str | None = None
+    correction_form: str = "lagged"
+
+    @property
+    def state_averages_gradient(self):
+        """Whether the whole state is moving averages of the gradient (and counters): see
+        :func:`numpyro_sgrld._acceptance.accept`."""
+        return self.metric.averages_gradient and self.integrator.state_averages_gradient
+
+
+def build_sampler(metric, integrator, correction=None, correction_form="lagged"):
+    """The :class:`Sampler`, refusing pieces that do not fit (with the piece and the fix)."""
+    if not isinstance(metric, Metric):
+        hint = (
+            " (a metric factory: call it, e.g. metrics.rmsprop(decay=0.99); the data size now "
+            "comes from the step's context)"
+            if callable(metric)
+            else ""
+        )
+        raise TypeError(
+            f"`metric` must be a numpyro_sgrld.metrics.Metric such as metrics.rmsprop(), got "
+            f"{metric!r}{hint}."
+        )
+    if not isinstance(integrator, Integrator):
+        raise TypeError(
+            "`integrator` must be a numpyro_sgrld.integrators.Integrator such as "
+            f"integrators.langevin() or integrators.sghmc(friction=0.1), got {integrator!r}."
+        )
+    check_correction(correction, metric, integrator, correction_form)
+    return Sampler(metric, integrator, correction, correction_form)
+
+
+def init_sampler(sampler, key, position, curvature, context, step_size, temperature):
+    """The initial :class:`SamplerState` at ``position``; ``curvature()`` estimates the diagonal
+    of the potential's Hessian there (for a metric's ``warm_start``)."""
+    metric = sampler.metric
+    metric_state = metric.init(position)
+    if metric.warm_start is not None:
+        metric_state = metric.warm_start(metric_state, curvature(), context)
+    correction = init_correction(position) if sampler.correction is not None else None
+    return SamplerState(
+        metric_state,
+        sampler.integrator.init(position, key, step_size, temperature),
+        correction,
+    )
+
+
+def transition(sampler, key, position, state, grad, oracle, step_size, temperature, context):
+    """One step from ``position``; returns ``(position, SamplerState)``. ``oracle(z) ->
+    (value, grad)`` is the gradient estimator on this step's minibatch."""
+    preconditioner, metric_state = sampler.metric.update(grad, state.metric, position, context)
+    correction_state = state.correction
+    if sampler.correction is not None:
+        key, key_probe = random.split(key)
+        gamma, correction_state = lagged_correction(
+            sampler.correction,
+            key_probe,
+            position,
+            lambda z: oracle(z)[1],
+            sampler.metric,
+            state.metric,
+            state.correction,
+            step_size,
+            temperature,
+            sampler.correction_form,
+            context,
+        )
+        preconditioner = preconditioner._replace(correction=gamma)
+    position, integrator_state = sampler.integrator.step(
+        key, position, state.integrator, grad, preconditioner, step_size, temperature, context,
+        oracle,
+    )
+    return position, SamplerState(metric_state, integrator_state, correction_state)
