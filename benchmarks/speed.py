@@ -704,7 +704,7 @@ def cost_breakdown(p, name):
     """XLA's (flops, bytes) of one step of kernel ``name``: by hand, the kernel's step, the
     step with ``check_proposal=False``, without the potential-energy value, and also without
     the finiteness checks (see :func:`cost_tables`)."""
-    from numpyro_sgrld import _adapter
+    from numpyro_sgrld import _acceptance
 
     args = (p["X"], p["y"])
     hand = hand_written(HAND[name].removeprefix("hand "), p)
@@ -726,7 +726,7 @@ def cost_breakdown(p, name):
         _xla_cost(lambda s: unchecked.sample(s, args, {}), unchecked_state),
         _xla_cost(no_value, unchecked_state),
     ]
-    with mock.patch.object(_adapter, "tree_all_finite", _no_finiteness_checks):
+    with mock.patch.object(_acceptance, "tree_all_finite", _no_finiteness_checks):
         # a new function object: `jax.jit` would reuse the trace of `no_value`
         costs.append(_xla_cost(lambda s: no_value(s), unchecked_state))
     return costs

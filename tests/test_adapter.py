@@ -243,12 +243,12 @@ def test_rejected_steps_keep_a_finite_state_whatever_failed():
     # finite, so a step rejected for its position alone keeps that statistic's update
     before, after = _one_step(PSGLD(potential_fn=uphill, step_size=1e38), 3e38)
     assert bool(after.diverging) and after.z["x"][0] == np.float32(3e38)
-    assert int(after.sampler_state.count) == 1
-    np.testing.assert_allclose(after.sampler_state.square_avg["x"], [0.01], rtol=1e-6)
+    assert int(after.sampler_state.metric.count) == 1
+    np.testing.assert_allclose(after.sampler_state.metric.square_avg["x"], [0.01], rtol=1e-6)
     # Shampoo's state holds roots of an eigendecomposition: it is checked and rolled back
     before, after = _one_step(ShampooSGLD(potential_fn=uphill, step_size=1e38), 3e38)
     assert bool(after.diverging) and after.z["x"][0] == np.float32(3e38)
-    assert int(after.sampler_state.count) == 0
+    assert int(after.sampler_state.metric.count) == 0
 
     # a gradient that is not finite rejects the step and leaves every state untouched
     def cliff(z):
@@ -301,14 +301,14 @@ def test_extra_fields_and_thinning():
         random.PRNGKey(0),
         X,
         y,
-        extra_fields=("potential_energy", "grad_norm", "step_size", "sampler_state.momentum"),
+        extra_fields=("potential_energy", "grad_norm", "step_size", "sampler_state.integrator.momentum"),
     )
     fields = mcmc.get_extra_fields()
     assert mcmc.get_samples()["w"].shape == (10, 3)
     assert fields["potential_energy"].shape == (10,)
     assert fields["diverging"].dtype == bool
     np.testing.assert_allclose(fields["step_size"], 1e-4)
-    assert fields["sampler_state.momentum"]["w"].shape == (10, 3)
+    assert fields["sampler_state.integrator.momentum"]["w"].shape == (10, 3)
     assert np.all(fields["grad_norm"] > 0)
 
 

@@ -14,7 +14,7 @@ import pytest
 from conftest import load_benchmark
 from jax import random
 
-from numpyro_sgrld.metrics import shampoo
+from numpyro_sgrld.metrics import StepContext, shampoo
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +37,8 @@ def _compare_shampoo(speed):
     # conditioned, and its inverse roots amplify rounding)
     position = {"w": jnp.zeros((256, 200), jnp.float64), "b": jnp.zeros(200, jnp.float64)}
     num_data, steps = 50.0, speed.SHAMPOO_INTERVAL
-    metric = shampoo(
-        speed.SHAMPOO_DECAY, speed.SHAMPOO_EPS, steps, speed.SHAMPOO_BLOCK, num_data=num_data
-    )
+    metric = shampoo(speed.SHAMPOO_DECAY, speed.SHAMPOO_EPS, steps, speed.SHAMPOO_BLOCK)
+    context = StepContext(num_data=num_data)
 
     @jax.jit
     def hand_update(stats, grad):
@@ -53,7 +52,7 @@ def _compare_shampoo(speed):
             is_leaf=speed._is_factors,
         )
 
-    next_state = jax.jit(lambda grad, state: metric.update(grad, state, position)[1])
+    next_state = jax.jit(lambda grad, state: metric.update(grad, state, position, context)[1])
     _, stats, roots, precs, _ = speed._shampoo_init(position)
     state = metric.init(position)
     keys = random.split(random.PRNGKey(0), steps + 1)
@@ -63,7 +62,7 @@ def _compare_shampoo(speed):
         if t < steps - 1:
             state = next_state(grad, state)
         else:  # the last update, with the recomputed roots, returns the preconditioner
-            precond, state = metric.update(grad, state, position)
+            precond, state = metric.update(grad, state, position, context)
         stats = hand_update(stats, grad)
     roots, precs = speed._shampoo_roots(stats, roots, precs)  # the recomputation
     probe, xi = grad, speed._normal_like(keys[steps], position)

@@ -122,6 +122,6 @@ def test_vectorized_state_shapes():
     mcmc = _run(KERNELS["sghmc"](), num_chains=4, chain_method="vectorized")
     state = mcmc.last_state
     assert state.z["w"].shape == (4, 3)
-    assert state.sampler_state.momentum["w"].shape == (4, 3)
+    assert state.sampler_state.integrator.momentum["w"].shape == (4, 3)
     assert state.rng_key.shape[0] == 4
     assert jax.tree.leaves(state.i)[0].shape == (4,)

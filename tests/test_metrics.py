@@ -28,6 +28,10 @@ def _tree(key, shapes):
 SHAPES = {"a": (3,), "b": (2, 2), "c": ()}
 
 
+def _ctx(num_data):
+    return metrics.StepContext(num_data=num_data)
+
+
 def _flat(tree):
     return np.asarray(ravel_pytree(tree)[0], np.float64)
 
@@ -66,46 +70,46 @@ def test_monge_noise_coefficient_limit_at_zero():
 
 def test_monge_safeguard_uses_scaled_identity():
     # V = grad / N is tiny, so D is nearly I and |D grad| = |grad| = 50 exceeds the threshold
-    metric = metrics.monge(alpha2=1.0, decay=0.0, num_data=10**6, max_drift_norm=1.0)
+    metric = metrics.monge(alpha2=1.0, decay=0.0, max_drift_norm=1.0)
     grad = {"x": jnp.array([30.0, 40.0])}
-    precond, _ = metric.update(grad, metric.init(grad), grad)
+    precond, _ = metric.update(grad, metric.init(grad), grad, _ctx(10**6))
     np.testing.assert_allclose(precond.drift(grad)["x"], np.array([30.0, 40.0]) / 50, rtol=1e-6)
     np.testing.assert_allclose(
         precond.noise(grad)["x"], np.array([30.0, 40.0]) / np.sqrt(50), rtol=1e-6
     )
-    loose = metrics.monge(alpha2=1.0, decay=0.0, num_data=10**6, max_drift_norm=100.0)
-    precond, _ = loose.update(grad, loose.init(grad), grad)
+    loose = metrics.monge(alpha2=1.0, decay=0.0, max_drift_norm=100.0)
+    precond, _ = loose.update(grad, loose.init(grad), grad, _ctx(10**6))
     np.testing.assert_allclose(precond.drift(grad)["x"], [30.0, 40.0], rtol=1e-4)
 
 
 # ----------------------------------------------------------------------------- RMSprop
 def test_rmsprop_against_hand_computation():
-    metric = metrics.rmsprop(decay=0.9, eps=1e-3, num_data=10)
+    metric = metrics.rmsprop(decay=0.9, eps=1e-3)
     g1, g2 = {"x": jnp.array([1.0, -20.0])}, {"x": jnp.array([3.0, 5.0])}
     state = metric.init(g1)
-    _, state = metric.update(g1, state, g1)
-    precond, state = metric.update(g2, state, g1)
+    _, state = metric.update(g1, state, g1, _ctx(10))
+    precond, state = metric.update(g2, state, g1, _ctx(10))
     V = 0.9 * 0.1 * (np.array([1.0, -20.0]) / 10) ** 2 + 0.1 * (np.array([3.0, 5.0]) / 10) ** 2
     D = 1 / (1e-3 + np.sqrt(V / (1 - 0.9**2)))
     v = {"x": jnp.array([2.0, 7.0])}
     np.testing.assert_allclose(precond.drift(v)["x"], D * np.array([2.0, 7.0]), rtol=1e-5)
     np.testing.assert_allclose(precond.noise(v)["x"], np.sqrt(D) * np.array([2.0, 7.0]), rtol=1e-5)
-    no_bc = metrics.rmsprop(decay=0.9, eps=1e-3, num_data=10, bias_correction=False)
-    precond, _ = no_bc.update(g1, no_bc.init(g1), g1)
+    no_bc = metrics.rmsprop(decay=0.9, eps=1e-3, bias_correction=False)
+    precond, _ = no_bc.update(g1, no_bc.init(g1), g1, _ctx(10))
     expected = 1 / (1e-3 + np.sqrt(0.1 * (np.array([1.0, -20.0]) / 10) ** 2))
     np.testing.assert_allclose(precond.drift({"x": jnp.ones(2)})["x"], expected, rtol=1e-5)
 
 
 # ----------------------------------------------------------------------------- Wenzel
 def test_wenzel_against_hand_computation():
-    metric = metrics.wenzel(decay=0.5, eps=0.0, update_interval=2, num_data=2)
+    metric = metrics.wenzel(decay=0.5, eps=0.0, update_interval=2)
     grad = {"w": jnp.array([[2.0, 4.0], [0.0, 2.0]]), "b": jnp.array([1.0, 1.0])}
     state = metric.init(grad)
-    precond, state = metric.update(grad, state, grad)
+    precond, state = metric.update(grad, state, grad, _ctx(2))
     ones = jax.tree.map(jnp.ones_like, grad)
     for leaf in jax.tree.leaves(precond.drift(ones)):  # before the first refresh: identity
         np.testing.assert_allclose(leaf, 1.0)
-    precond, state = metric.update(grad, state, grad)
+    precond, state = metric.update(grad, state, grad, _ctx(2))
     s_w = 0.25 * 1 + 0.75 * np.mean((np.array([2.0, 4.0, 0.0, 2.0]) / 2) ** 2)
     s_b = 0.25 * 1 + 0.75 * np.mean((np.array([1.0, 1.0]) / 2) ** 2)
     smallest = min(s_w, s_b)
@@ -135,9 +139,9 @@ def test_shampoo_block_shapes():
 def test_shampoo_matrix_site_equals_explicit_kronecker_product():
     eps, decay = 1e-3, 0.5
     # block_size 5 keeps the 3 x 5 matrix a matrix (3 * 5 > 5: no merging, no splitting)
-    metric = metrics.shampoo(decay=decay, eps=eps, update_interval=1, block_size=5, num_data=4)
+    metric = metrics.shampoo(decay=decay, eps=eps, update_interval=1, block_size=5)
     g = {"W": random.normal(random.PRNGKey(0), (3, 5)), "v": random.normal(random.PRNGKey(1), (4,))}
-    precond, _ = metric.update(g, metric.init(g), g)
+    precond, _ = metric.update(g, metric.init(g), g, _ctx(4))
     G = np.asarray(g["W"], np.float64) / 4
     L = decay * eps * np.eye(3) + (1 - decay) * G @ G.T
     R = decay * eps * np.eye(5) + (1 - decay) * G.T @ G
@@ -208,9 +212,9 @@ def _quadratic(seed, d=5, num_data=7):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_exact_correction_matches_psgld_closed_form(seed):
     A, grad_fn, theta, prev, N = _quadratic(seed)
-    metric = metrics.rmsprop(decay=0.7, eps=0.1, num_data=N, bias_correction=False)
+    metric = metrics.rmsprop(decay=0.7, eps=0.1, bias_correction=False)
     state = metrics.RMSpropState(prev, jnp.zeros((), jnp.int32))
-    gamma = _flat(correction_drift("exact", None, theta, grad_fn, metric, state))
+    gamma = _flat(correction_drift("exact", None, theta, grad_fn, metric, state, _ctx(N)))
     g = _flat(grad_fn(theta)) / N
     V = 0.7 * _flat(prev) + 0.3 * g**2
     D = 1 / (0.1 + np.sqrt(V))
@@ -222,8 +226,8 @@ def test_exact_correction_matches_psgld_closed_form(seed):
 def test_exact_correction_matches_monge_closed_form(seed):
     A, grad_fn, theta, prev, N = _quadratic(seed)
     alpha2, decay = 0.8, 0.6
-    metric = metrics.monge(alpha2=alpha2, decay=decay, num_data=N)
-    gamma = _flat(correction_drift("exact", None, theta, grad_fn, metric, metrics.MongeState(prev)))
+    metric = metrics.monge(alpha2=alpha2, decay=decay)
+    gamma = _flat(correction_drift("exact", None, theta, grad_fn, metric, metrics.MongeState(prev), _ctx(N)))
     V = decay * _flat(prev) + (1 - decay) * _flat(grad_fn(theta)) / N
     c = alpha2 / (1 + alpha2 * V @ V)
     expected = -c * (A @ V + np.trace(A) * V - 2 * c * (V @ A @ V) * V)
@@ -234,17 +238,17 @@ def test_exact_correction_matches_monge_closed_form(seed):
 def test_hutchinson_is_unbiased_for_exact(name):
     A, grad_fn, theta, prev, N = _quadratic(3)
     if name == "rmsprop":
-        metric = metrics.rmsprop(decay=0.7, eps=0.1, num_data=N)
+        metric = metrics.rmsprop(decay=0.7, eps=0.1)
         state = metrics.RMSpropState(prev, jnp.array(3, jnp.int32))
     elif name == "monge":
-        metric = metrics.monge(alpha2=0.8, decay=0.6, num_data=N)
+        metric = metrics.monge(alpha2=0.8, decay=0.6)
         state = metrics.MongeState(prev)
     else:
-        metric = metrics.shampoo(decay=0.5, eps=0.1, update_interval=1, num_data=N)
+        metric = metrics.shampoo(decay=0.5, eps=0.1, update_interval=1)
         state = metric.init(theta)
-    exact = _flat(correction_drift("exact", None, theta, grad_fn, metric, state))
+    exact = _flat(correction_drift("exact", None, theta, grad_fn, metric, state, _ctx(N)))
     draws = jax.vmap(
-        lambda k: ravel_pytree(correction_drift("hutchinson", k, theta, grad_fn, metric, state))[0]
+        lambda k: ravel_pytree(correction_drift("hutchinson", k, theta, grad_fn, metric, state, _ctx(N)))[0]
     )(random.split(random.PRNGKey(0), 20000))
     draws = np.asarray(draws, np.float64)
     se = draws.std(0) / np.sqrt(draws.shape[0])
@@ -256,14 +260,14 @@ def test_correction_terms_give_the_preconditioned_curvature_and_metric_diagonal(
     """Exact form on RMSprop: diag(D H) = D_ii A_ii and diag(D) = D_ii; Hutchinson's z-weighted
     estimates of both are unbiased."""
     A, grad_fn, theta, prev, N = _quadratic(4)
-    metric = metrics.rmsprop(decay=0.7, eps=0.1, num_data=N, bias_correction=False)
+    metric = metrics.rmsprop(decay=0.7, eps=0.1, bias_correction=False)
     state = metrics.RMSpropState(prev, jnp.zeros((), jnp.int32))
-    terms = correction_terms("exact", None, theta, grad_fn, metric, state)
+    terms = correction_terms("exact", None, theta, grad_fn, metric, state, _ctx(N))
     g = _flat(grad_fn(theta)) / N
     D = 1 / (0.1 + np.sqrt(0.7 * _flat(prev) + 0.3 * g**2))
     np.testing.assert_allclose(terms.metric_diag, D, rtol=1e-5)
     np.testing.assert_allclose(terms.curvature, D * N * np.diag(A), rtol=1e-4)
-    draws = jax.vmap(lambda k: correction_terms("hutchinson", k, theta, grad_fn, metric, state))(
+    draws = jax.vmap(lambda k: correction_terms("hutchinson", k, theta, grad_fn, metric, state, _ctx(N)))(
         random.split(random.PRNGKey(0), 20000)
     )
     curvature = np.asarray(draws.curvature, np.float64)
@@ -310,17 +314,19 @@ def test_lagged_correction_forms():
     """``instant`` is Rensmeyer & Niggemann's Γ; ``lagged`` tends to it as h -> 0 and is
     kappa * Γ (tamed) otherwise, never larger in size."""
     A, grad_fn, theta, prev, N = _quadratic(5)
-    metric = metrics.rmsprop(decay=0.9, eps=0.1, num_data=N, bias_correction=False)
+    metric = metrics.rmsprop(decay=0.9, eps=0.1, bias_correction=False)
     state = metrics.RMSpropState(prev, jnp.zeros((), jnp.int32))
-    full = _flat(correction_drift("exact", None, theta, grad_fn, metric, state))
+    full = _flat(correction_drift("exact", None, theta, grad_fn, metric, state, _ctx(N)))
     start = init_correction(theta)
     instant, _ = lagged_correction("exact", None, theta, grad_fn, metric, state, start, 0.1, 1.0,
-                                   form="instant")
+                                   form="instant", context=_ctx(N))
     np.testing.assert_allclose(_flat(instant), full, rtol=1e-6)
-    tiny, _ = lagged_correction("exact", None, theta, grad_fn, metric, state, start, 1e-9, 1.0)
+    tiny, _ = lagged_correction("exact", None, theta, grad_fn, metric, state, start, 1e-9, 1.0,
+                                context=_ctx(N))
     np.testing.assert_allclose(_flat(tiny), full, rtol=1e-3)
-    lagged, new = lagged_correction("exact", None, theta, grad_fn, metric, state, start, 0.1, 1.0)
-    terms = correction_terms("exact", None, theta, grad_fn, metric, state)
+    lagged, new = lagged_correction("exact", None, theta, grad_fn, metric, state, start, 0.1, 1.0,
+                                    context=_ctx(N))
+    terms = correction_terms("exact", None, theta, grad_fn, metric, state, _ctx(N))
     kappa = lag_response(0.1 * np.abs(np.asarray(terms.curvature)), 0.9, 2)
     assert np.all(np.abs(_flat(lagged)) <= np.abs(kappa * full) * (1 + 1e-6))
     assert np.all(np.abs(_flat(lagged)) < np.abs(full))

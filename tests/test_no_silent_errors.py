@@ -118,7 +118,7 @@ def test_psgld_warm_start_with_a_large_data_set():
     kernel = PSGLD(potential_fn=lambda z: 0.5 * jnp.sum(z["t"] ** 2), step_size=1e-3,
                    num_data=60_000)
     state = kernel.init(random.PRNGKey(0), 0, {"t": jnp.zeros(3)}, (), {})
-    np.testing.assert_allclose(state.sampler_state.floor["t"], 1.0 / 60_000.0**2, rtol=1e-6)
+    np.testing.assert_allclose(state.sampler_state.metric.floor["t"], 1.0 / 60_000.0**2, rtol=1e-6)
 
 
 def test_psgld_from_the_map_on_full_data_stays_in_the_posterior():

@@ -35,13 +35,13 @@ def test_noise_is_drawn_in_each_leaf_dtype_and_refuses_integer_leaves():
     with pytest.raises(TypeError, match="float dtype"):
         tree_normal(random.PRNGKey(0), {"w": jnp.zeros(3), "count": jnp.arange(3)})
     with pytest.raises(TypeError, match="float dtype"):
-        integrators.langevin(random.PRNGKey(0), jnp.arange(3), jnp.ones(3), None, 0.1, 1.0)
+        integrators.langevin_step(random.PRNGKey(0), jnp.arange(3), jnp.ones(3), None, 0.1, 1.0)
 
 
 def test_langevin_identity_is_sgld_formula():
     key = random.PRNGKey(0)
     precond, _ = metrics.identity().update(GRAD, metrics.identity().init(TREE), TREE)
-    got = integrators.langevin(key, TREE, GRAD, precond, 0.01, 1.5)
+    got = integrators.langevin_step(key, TREE, GRAD, precond, 0.01, 1.5)
     xi = tree_normal(key, TREE)
     expected = jax.tree.map(
         lambda x, g, n: x - 0.01 * g + jnp.sqrt(2 * 0.01 * 1.5) * n, TREE, GRAD, xi
@@ -57,7 +57,7 @@ def test_langevin_applies_drift_noise_and_correction():
         noise=lambda v: jax.tree.map(lambda x: 3.0 * x, v),
         correction=jax.tree.map(jnp.ones_like, TREE),
     )
-    got = integrators.langevin(key, TREE, GRAD, precond, 0.01, 1.0)
+    got = integrators.langevin_step(key, TREE, GRAD, precond, 0.01, 1.0)
     xi = tree_normal(key, TREE)
     expected = jax.tree.map(
         lambda x, g, n: x - 0.01 * 2 * g + jnp.sqrt(0.02) * 3 * n + 0.01, TREE, GRAD, xi
@@ -72,14 +72,14 @@ def test_langevin_scales_the_correction_with_the_temperature():
     precond = metrics.Preconditioner(
         drift=lambda v: v, noise=lambda v: v, correction=jax.tree.map(jnp.ones_like, TREE)
     )
-    got = integrators.langevin(key, TREE, GRAD, precond, 0.01, 0.25)
+    got = integrators.langevin_step(key, TREE, GRAD, precond, 0.01, 0.25)
     xi = tree_normal(key, TREE)
     expected = jax.tree.map(
         lambda x, g, n: x - 0.01 * g + jnp.sqrt(0.005) * n + 0.01 * 0.25, TREE, GRAD, xi
     )
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(expected), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6)
-    cold = integrators.langevin(key, TREE, GRAD, precond, 0.01, 0.0)
+    cold = integrators.langevin_step(key, TREE, GRAD, precond, 0.01, 0.0)
     for a, x, g in zip(jax.tree.leaves(cold), jax.tree.leaves(TREE), jax.tree.leaves(GRAD),
                        strict=True):
         np.testing.assert_allclose(a, x - 0.01 * g, rtol=1e-6)  # T = 0: gradient descent
@@ -88,7 +88,8 @@ def test_langevin_scales_the_correction_with_the_temperature():
 def test_sghmc_formula():
     key = random.PRNGKey(2)
     momentum = jax.tree.map(lambda x: 0.3 * x, TREE)
-    pos, mom = integrators.sghmc(key, TREE, momentum, GRAD, 0.01, 0.2, 0.05, 2.0)
+    precond, _ = metrics.identity().update(GRAD, (), TREE)
+    pos, mom = integrators.sghmc_step(key, TREE, momentum, GRAD, precond, 0.01, 0.2, 0.05, 2.0)
     xi = tree_normal(key, TREE)
     exp_mom = jax.tree.map(
         lambda v, g, n: 0.8 * v - 0.01 * g + jnp.sqrt(2 * 0.15 * 0.01 * 2.0) * n,
@@ -105,11 +106,11 @@ def test_integrators_jit_and_vmap():
     precond, _ = metrics.identity().update(GRAD, (), TREE)
     keys = random.split(random.PRNGKey(0), 4)
     batched = jax.tree.map(lambda x: jnp.stack([x] * 4), TREE)
-    out = jax.jit(jax.vmap(lambda k, t: integrators.langevin(k, t, GRAD, precond, 0.1, 1.0)))(
+    out = jax.jit(jax.vmap(lambda k, t: integrators.langevin_step(k, t, GRAD, precond, 0.1, 1.0)))(
         keys, batched
     )
     assert jax.tree.map(jnp.shape, out) == jax.tree.map(jnp.shape, batched)
-    single = integrators.langevin(keys[2], TREE, GRAD, precond, 0.1, 1.0)
+    single = integrators.langevin_step(keys[2], TREE, GRAD, precond, 0.1, 1.0)
     for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(single), strict=True):
         np.testing.assert_allclose(a[2], b, rtol=1e-6)
 
@@ -164,8 +165,10 @@ def test_sghmc_momentum_resampling_happens_on_schedule():
     kernel = SGHMC(potential_fn=flat, step_size=h, friction=a, resample_momentum_every=every)
     mcmc = MCMC(kernel, num_warmup=0, num_samples=steps, progress_bar=False)
     mcmc.run(random.PRNGKey(0), init_params={"x": jnp.zeros(2000)},
-             extra_fields=("sampler_state.momentum",))
-    mom = np.asarray(mcmc.get_extra_fields()["sampler_state.momentum"]["x"], np.float64)
+             extra_fields=("sampler_state.integrator.momentum",))
+    mom = np.asarray(
+        mcmc.get_extra_fields()["sampler_state.integrator.momentum"]["x"], np.float64
+    )
     var = np.var(mom[1:] - (1 - a) * mom[:-1], axis=1)
     # 2000 coordinates: each variance within ~3 % of its value; the two levels are 2500x apart
     fresh = np.flatnonzero(var > np.sqrt(2 * a * h * h))
@@ -230,7 +233,7 @@ def test_shampoo_on_a_site_larger_than_a_block():
         progress_bar=False,
     )
     mcmc.run(random.PRNGKey(0), extra_fields=("sampler_state",))
-    state = mcmc.last_state.sampler_state
+    state = mcmc.last_state.sampler_state.metric
     # 9 x 7 in 3 x 2 equal blocks of 3 x 4 (the second dimension padded to 8)
     assert [s.shape for s in state.stats["W"]] == [(6, 3, 3), (6, 4, 4)]
     assert [s.shape for s in state.stats["b"]] == [(3, 4, 4)]
@@ -242,7 +245,7 @@ def test_correction_errors():
         ShampooSGLD(_pytree_model, step_size=0.1, correction="exact")
     with pytest.raises(ValueError, match="Unknown correction='fast'"):
         PSGLD(_pytree_model, step_size=0.1, correction="fast")
-    with pytest.raises(ValueError, match="cannot apply correction"):
+    with pytest.raises(ValueError, match="metric 'wenzel' cannot carry correction"):
         LangevinKernel(
             _pytree_model, step_size=0.1, metric=metrics.wenzel(), correction="hutchinson"
         )
@@ -264,9 +267,10 @@ def test_wenzel_refreshes_once_per_epoch():
 
     kernel = WenzelSGLD(model, step_size=1e-6)
     mcmc = MCMC(kernel, num_warmup=0, num_samples=13, progress_bar=False)
-    mcmc.run(random.PRNGKey(0), np.ones(100), extra_fields=("sampler_state.scale",))
+    mcmc.run(random.PRNGKey(0), np.ones(100), extra_fields=("sampler_state.metric.scale",))
     scale = np.stack([np.asarray(v) for v in
-                      jax.tree.leaves(mcmc.get_extra_fields()["sampler_state.scale"])], axis=1)
+                      jax.tree.leaves(mcmc.get_extra_fields()["sampler_state.metric.scale"])],
+                     axis=1)
     changed = np.flatnonzero(np.any(scale[1:] != scale[:-1], axis=1)) + 1  # draw index
     steps_done = changed + 1  # draw k is the state after k + 1 steps
     np.testing.assert_array_equal(steps_done, [4, 8, 12])
