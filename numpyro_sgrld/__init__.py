@@ -1,7 +1,10 @@
 """numpyro-sgrld: stochastic-gradient MCMC kernels for NumPyro models.
 
 Every kernel is a :class:`numpyro.infer.mcmc.MCMCKernel`: ``MCMC(SGLD(model, step_size=...))``
-runs on ordinary NumPyro models with ``numpyro.plate(..., subsample_size=n)``.
+runs on ordinary NumPyro models with ``numpyro.plate(..., subsample_size=n)``. A kernel is a
+metric (:mod:`~numpyro_sgrld.metrics`) × an integrator (:mod:`~numpyro_sgrld.integrators`) × a
+gradient estimator (:mod:`~numpyro_sgrld.gradients`), composed by :class:`SGMCMC`; the named
+kernels are presets of it.
 """
 
 from numpyro_sgrld import (

@@ -301,7 +301,9 @@ def test_extra_fields_and_thinning():
         random.PRNGKey(0),
         X,
         y,
-        extra_fields=("potential_energy", "grad_norm", "step_size", "sampler_state.integrator.momentum"),
+        extra_fields=(
+            "potential_energy", "grad_norm", "step_size", "sampler_state.integrator.momentum"
+        ),
     )
     fields = mcmc.get_extra_fields()
     assert mcmc.get_samples()["w"].shape == (10, 3)

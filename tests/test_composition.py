@@ -287,3 +287,58 @@ def test_the_control_variate_oracle_is_shifted_like_the_estimate():
     after = kernel.sample(state, (y,), {})
     far = 101.0  # x + 100
     np.testing.assert_allclose(after.sampler_state.integrator.grad, far + (far - 2.0), rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- transforms
+PIECES = [(m, "langevin") for m in ("identity", "diagonal", "rmsprop", "monge", "shampoo",
+                                    "wenzel")] + [("rmsprop", "sghmc"),
+                                                  ("rmsprop", "adaptive_drift")]
+
+
+def _piece(name):
+    return {
+        "identity": metrics.identity,
+        "diagonal": lambda: metrics.diagonal(0.5),
+        "rmsprop": metrics.rmsprop,
+        "monge": metrics.monge,
+        "shampoo": lambda: metrics.shampoo(eps=0.1, update_interval=1),  # well conditioned
+        "wenzel": lambda: metrics.wenzel(update_interval=2),
+        "langevin": integrators.langevin,
+        "sghmc": lambda: integrators.sghmc(resample_momentum_every=2),
+        "adaptive_drift": integrators.adaptive_drift,
+    }[name]()
+
+
+@pytest.mark.parametrize("metric_name, integrator_name", PIECES)
+def test_states_cross_jit_vmap_and_shard_map(metric_name, integrator_name):
+    """Two steps of metric × integrator, as pure functions of NamedTuple states: the same
+    numbers plain, under ``jit``, batched by ``vmap`` and inside ``shard_map`` (a one-axis mesh
+    of the available devices, states replicated)."""
+    from jax.sharding import Mesh, PartitionSpec
+
+    metric, integrator = _piece(metric_name), _piece(integrator_name)
+    position = {"w": jnp.linspace(-1.0, 1.0, 6).reshape(2, 3), "b": jnp.array(0.3)}
+
+    def two_steps(key, position):
+        m_state = metric.init(position)
+        i_state = integrator.init(position, key, 0.01, 1.0)
+        for step in range(2):
+            grad = jax.tree.map(lambda x: 3.0 * x + 1.0, position)
+            context = metrics.StepContext(num_data=10, steps_per_epoch=2, step=step)
+            precond, m_state = metric.update(grad, m_state, position, context)
+            key, key_step = random.split(key)
+            position, i_state = integrator.step(key_step, position, i_state, grad, precond, 0.01,
+                                                1.0, context, None)
+        return position, m_state, i_state
+
+    key = random.PRNGKey(0)
+    plain = two_steps(key, position)
+    jitted = jax.jit(two_steps)(key, position)
+    keys = jnp.stack([key, random.PRNGKey(1)])
+    batched = jax.vmap(two_steps, in_axes=(0, None))(keys, position)
+    mesh = Mesh(np.array(jax.devices()), ("data",))
+    sharded = jax.shard_map(two_steps, mesh=mesh, in_specs=(PartitionSpec(), PartitionSpec()),
+                            out_specs=PartitionSpec())(key, position)
+    for other in (jitted, jax.tree.map(lambda x: x[0], batched), sharded):
+        for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(other), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

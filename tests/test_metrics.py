@@ -227,7 +227,8 @@ def test_exact_correction_matches_monge_closed_form(seed):
     A, grad_fn, theta, prev, N = _quadratic(seed)
     alpha2, decay = 0.8, 0.6
     metric = metrics.monge(alpha2=alpha2, decay=decay)
-    gamma = _flat(correction_drift("exact", None, theta, grad_fn, metric, metrics.MongeState(prev), _ctx(N)))
+    state = metrics.MongeState(prev)
+    gamma = _flat(correction_drift("exact", None, theta, grad_fn, metric, state, _ctx(N)))
     V = decay * _flat(prev) + (1 - decay) * _flat(grad_fn(theta)) / N
     c = alpha2 / (1 + alpha2 * V @ V)
     expected = -c * (A @ V + np.trace(A) * V - 2 * c * (V @ A @ V) * V)
@@ -248,7 +249,9 @@ def test_hutchinson_is_unbiased_for_exact(name):
         state = metric.init(theta)
     exact = _flat(correction_drift("exact", None, theta, grad_fn, metric, state, _ctx(N)))
     draws = jax.vmap(
-        lambda k: ravel_pytree(correction_drift("hutchinson", k, theta, grad_fn, metric, state, _ctx(N)))[0]
+        lambda k: ravel_pytree(
+            correction_drift("hutchinson", k, theta, grad_fn, metric, state, _ctx(N))
+        )[0]
     )(random.split(random.PRNGKey(0), 20000))
     draws = np.asarray(draws, np.float64)
     se = draws.std(0) / np.sqrt(draws.shape[0])
@@ -267,9 +270,9 @@ def test_correction_terms_give_the_preconditioned_curvature_and_metric_diagonal(
     D = 1 / (0.1 + np.sqrt(0.7 * _flat(prev) + 0.3 * g**2))
     np.testing.assert_allclose(terms.metric_diag, D, rtol=1e-5)
     np.testing.assert_allclose(terms.curvature, D * N * np.diag(A), rtol=1e-4)
-    draws = jax.vmap(lambda k: correction_terms("hutchinson", k, theta, grad_fn, metric, state, _ctx(N)))(
-        random.split(random.PRNGKey(0), 20000)
-    )
+    draws = jax.vmap(
+        lambda k: correction_terms("hutchinson", k, theta, grad_fn, metric, state, _ctx(N))
+    )(random.split(random.PRNGKey(0), 20000))
     curvature = np.asarray(draws.curvature, np.float64)
     se = curvature.std(0) / np.sqrt(len(curvature))
     assert np.all(np.abs(curvature.mean(0) - D * N * np.diag(A)) <= 4 * se + 1e-6)

@@ -1,0 +1,83 @@
+r"""Constant metrics: the identity (SGLD) and a fixed diagonal (a mass matrix)."""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from numpyro_sgrld.metrics._base import (
+    Metric,
+    Preconditioner,
+    _same,
+)
+
+
+class IdentityState(NamedTuple):
+    """The identity metric has no state."""
+
+
+def identity() -> Metric:
+    r"""The Euclidean metric :math:`D = I`, :math:`\Gamma = 0` (plain SGLD; Welling & Teh 2011)."""
+
+    def init(position):
+        return IdentityState()
+
+    def update(grad, state, position, context=None):
+        return Preconditioner(drift=_same, noise=_same), state
+
+    return Metric(
+        init,
+        update,
+        averages_gradient=True,
+        correction_hint="the identity metric is constant: its Γ is zero, there is nothing to "
+        "correct",
+        name="identity",
+    )
+
+
+# --------------------------------------------------------------------------- constant diagonal
+class DiagonalState(NamedTuple):
+    """A constant metric has no state."""
+
+
+def diagonal(scale) -> Metric:
+    r"""A constant diagonal metric :math:`D = \mathrm{diag}(s)` (an inverse mass matrix), with
+    ``scale`` :math:`s` a tree like the position (or one positive number for every
+    coordinate), :math:`\Gamma = 0`.
+
+    Any integrator takes it: with :func:`~numpyro_sgrld.integrators.langevin` it is
+    preconditioned SGLD with a fixed preconditioner (exact in the small-step limit, no Γ), with
+    :func:`~numpyro_sgrld.integrators.sghmc` SGHMC with mass matrix :math:`M = D^{-1}`.
+    """
+    leaves = jax.tree.leaves(scale)
+    if not leaves:
+        raise ValueError("`scale` of metrics.diagonal has no entries: give a positive number or "
+                         "a tree of positive arrays like the position.")
+    for leaf in leaves:
+        leaf = jnp.asarray(leaf)
+        if not bool(jnp.all(jnp.isfinite(leaf) & (leaf > 0))):
+            raise ValueError(
+                f"`scale` of metrics.diagonal must be finite and > 0 everywhere, got {leaf!r}: "
+                "it is the diagonal of the inverse metric (inverse mass)."
+            )
+    scalar = not isinstance(scale, (dict, list, tuple)) and jnp.ndim(scale) == 0
+
+    def init(position):
+        return DiagonalState()
+
+    def _scale_like(t):
+        return jax.tree.map(lambda x: scale, t) if scalar else scale
+
+    def update(grad, state, position, context=None):
+        return Preconditioner(
+            drift=lambda t: jax.tree.map(jnp.multiply, _scale_like(t), t),
+            noise=lambda t: jax.tree.map(lambda d, x: jnp.sqrt(d) * x, _scale_like(t), t),
+        ), state
+
+    return Metric(
+        init,
+        update,
+        averages_gradient=True,
+        correction_hint="a constant metric has Γ = 0: there is nothing to correct",
+        name="diagonal",
+    )
