@@ -60,7 +60,7 @@ def test_minibatch_potential_matches_hand_computation():
     # the kernel differentiates exactly this function
     kernel = SGLD(regression, step_size=1e-3)
     MCMC(kernel, num_warmup=0, num_samples=1, progress_bar=False).run(random.PRNGKey(0), X, y)
-    got_kernel = kernel._potential((X, y), {})(z, {"data": idx})
+    got_kernel, _ = kernel._target((X, y), {}).potential(z, {"data": idx})
     np.testing.assert_allclose(got_kernel, expected, rtol=1e-5)
 
 
