@@ -194,3 +194,18 @@ def test_nuts_gets_numpyros_function_with_the_same_arguments(monkeypatch):
     args, kwargs = calls[0]
     assert args[:2] == (5, 10) and kwargs["thinning"] == 1 and kwargs["progbar"] is False
     assert numpyro.infer.mcmc.fori_collect is numpyros  # put back as it was found
+
+
+def test_the_command_line_opts_in_for_its_own_run_only(monkeypatch):
+    from numpyro_sgrld import __main__ as cli
+
+    seen = []
+    monkeypatch.setattr(cli, "_quickstart", lambda args: seen.append(
+        _compat.fast_sampling_loop_enabled()))
+    assert cli.main(["quickstart"]) == 0
+    assert seen == [True] and not _compat.fast_sampling_loop_enabled()
+    # on a NumPyro it was not tested with: a warning, and the job runs on NumPyro's loop
+    monkeypatch.setattr(numpyro, "__version__", "0.23.0")
+    with pytest.warns(UserWarning, match="installed NumPyro is 0.23.0.*Continuing"):
+        assert cli.main(["quickstart"]) == 0
+    assert seen == [True, False]
