@@ -35,11 +35,12 @@ Contenders:
   the minibatch reused), listed for reference; with ``num_integration_steps=1`` no gradient
   would be used at all);
 - our kernels: ``MCMC(kernel, num_samples=T, thinning=T, progress_bar=False,
-  jit_model_args=True)`` (on the kernels' own sampling loop, ``numpyro_sgrld._loop``); a
-  repeated ``run`` with the same shapes reuses the compiled loop;
-- ``SGLD (NumPyro's loop)``: the same SGLD run on NumPyro's ``fori_collect``
-  (``use_sampling_loop("numpyro")``), which postprocesses and writes the state into its sample
-  buffer under a ``lax.cond`` every step, thinned or not;
+  jit_model_args=True)`` inside ``fast_sampling_loop()`` (the kernels' own sampling loop,
+  ``numpyro_sgrld._loop``); a repeated ``run`` with the same shapes reuses the compiled loop;
+- ``SGLD (NumPyro's loop)``: the same SGLD run without the opt-in, on NumPyro's
+  ``fori_collect``, which postprocesses and writes the state into its sample buffer under a
+  ``lax.cond`` every step, thinned or not, and compiles its loop again on every run (its fixed
+  cost includes that compilation);
 - ``<kernel> (step in lax.scan)``: the basic kernels' ``init`` and ``sample`` driven by a
   jitted ``lax.scan``, as the hand loops are: the kernel's own cost without ``MCMC``.
 
@@ -56,6 +57,7 @@ unlike the timings). ``--tables`` picks among these (default all).
 """
 
 import argparse
+import contextlib
 import random as pyrandom
 import time
 from functools import partial
@@ -77,8 +79,8 @@ from numpyro_sgrld import (
     AdamSGLD,
     MongeSGLD,
     ShampooSGLD,
+    fast_sampling_loop,
     priors,
-    use_sampling_loop,
 )
 from numpyro_sgrld.metrics import shampoo_block_shapes
 
@@ -441,11 +443,8 @@ def ours(kernel, p, num_chains=1, loop="sgrld"):
     def run(t, key):
         mcmc.num_samples = mcmc.thinning = t
         mcmc._set_collection_params()  # NumPyro reads these, set from num_samples at init
-        use_sampling_loop(loop)
-        try:
+        with fast_sampling_loop() if loop == "sgrld" else contextlib.nullcontext():
             mcmc.run(key, p["X"], p["y"])
-        finally:
-            use_sampling_loop("sgrld")
         return mcmc.get_samples()
 
     return run

@@ -21,7 +21,11 @@ from numpyro_sgrld import (
     sharding,
 )
 from numpyro_sgrld._adapter import SGMCMC, SGMCMCKernel, SGState
-from numpyro_sgrld._compat import restore_numpyro_jit, reuse_compiled_loops, use_sampling_loop
+from numpyro_sgrld._compat import (
+    disable_fast_sampling_loop,
+    enable_fast_sampling_loop,
+    fast_sampling_loop,
+)
 from numpyro_sgrld._composition import SamplerState
 from numpyro_sgrld.diagnostics import (
     bias_vs_step_size,
@@ -53,11 +57,6 @@ from numpyro_sgrld.schedules import constant, cyclical, polynomial_decay
 from numpyro_sgrld.sharding import data_mesh
 from numpyro_sgrld.subsample import SubsamplePlate, find_subsample_plates, full_batch
 
-# NumPyro 0.22 recompiles its sampling loop on every MCMC.run; see numpyro_sgrld._compat.
-reuse_compiled_loops()
-# ... and postprocesses every step, thinned or not; see numpyro_sgrld._loop.
-use_sampling_loop("sgrld")
-
 __version__ = "0.1.0"
 
 __all__ = [
@@ -75,9 +74,9 @@ __all__ = [
     "LangevinKernel",
     "SGMCMCKernel",
     "SGState",
-    "reuse_compiled_loops",
-    "restore_numpyro_jit",
-    "use_sampling_loop",
+    "enable_fast_sampling_loop",
+    "disable_fast_sampling_loop",
+    "fast_sampling_loop",
     "full_batch",
     "find_subsample_plates",
     "SubsamplePlate",

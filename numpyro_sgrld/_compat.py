@@ -1,75 +1,94 @@
-"""Adjustments to NumPyro's ``MCMC`` driver: compiled loops reused across ``MCMC.run`` calls,
-and the stochastic-gradient kernels' own sampling loop.
+"""Opt-in: ``MCMC`` runs the stochastic-gradient kernels on their own sampling loop.
 
-``numpyro.util.fori_collect`` (the loop behind ``MCMC.run`` with ``progress_bar=False``) caches
-its loop body by ``(body_fun, transform)`` and passes it as a *static* argument to a jitted
-``_fori_collect_loop``. In NumPyro 0.22 the cached body is wrapped in a *new* ``jax.jit`` object
-on every call, and two ``jax.jit`` wrappers of the same function never compare equal, so the
-static argument changes and the whole sampling loop is traced and compiled again on every
-``MCMC.run`` — even a second run with the same kernel, shapes and ``jit_model_args=True``
-(about 1.3 s for logistic regression, more for a neural network) — and the compiled
-executables pile up in memory.
+Importing :mod:`numpyro_sgrld` changes nothing in NumPyro. Without the opt-in, ``MCMC`` runs
+our kernels through ``numpyro.util.fori_collect`` like any other kernel, and three costs of that
+loop are out of a kernel's reach (NumPyro 0.22, ``numpyro/util.py`` and
+``numpyro/infer/mcmc.py``):
 
-:func:`reuse_compiled_loops` makes ``numpyro.util.maybe_jit`` (used only by ``fori_collect``)
-return the *same* jitted wrapper for the same function and options, which is what NumPyro's
-caching intends. Nothing else changes: ``jax.jit`` of one function with one set of options
-behaves identically whether the wrapper object is new or reused. It is applied when
-``numpyro_sgrld`` is imported; :func:`restore_numpyro_jit` undoes it.
+- ``fori_collect`` evaluates the collection transform (the kernel's ``postprocess_fn``:
+  constraining transforms and, with ``numpyro.deterministic`` sites, a replay of the model on all
+  the data) on **every** step and writes it into the sample buffer under a ``lax.cond``; the
+  kernel is told neither the step index nor ``thinning``, so it cannot skip the steps that are
+  not kept.
+- With the progress bar on and one chain, ``fori_collect`` calls the compiled step from Python
+  once per step; the kernel's ``sample`` is one step by contract.
+- Without the progress bar, the loop is a jitted ``_fori_collect_loop`` whose loop body is a
+  *static* argument, wrapped in a new ``jax.jit`` object on every call. Two such wrappers never
+  compare equal, so every ``MCMC.run`` traces and compiles the whole loop again, even with the
+  same kernel, shapes and ``jit_model_args=True``.
 
-:func:`use_sampling_loop` chooses the loop ``MCMC`` runs the stochastic-gradient kernels with:
-``"sgrld"`` (the default, set on import), :func:`numpyro_sgrld._loop.collect`, which evaluates the
-postprocessing and writes a draw only on the steps ``thinning`` keeps and updates the progress
-bar in chunks; or ``"numpyro"``, NumPyro's ``fori_collect``. Same draws either way; every other
-kernel (``NUTS``, ...) always runs on NumPyro's loop.
+:func:`enable_fast_sampling_loop` replaces ``numpyro.infer.mcmc.fori_collect`` (the name
+``MCMC`` calls; ``numpyro.util.fori_collect`` itself is left alone) by a dispatcher that sends the
+runs of :class:`~numpyro_sgrld.SGMCMCKernel` instances to :func:`numpyro_sgrld._loop.collect`
+and passes every other call to NumPyro's function unchanged: ``NUTS`` and every other kernel run
+exactly as without the opt-in, and nothing is memoised for them. It checks the NumPyro version
+and the shape of the code it relies on first, and refuses on a version it was not tested with.
+:func:`disable_fast_sampling_loop` puts NumPyro's function back; :func:`fast_sampling_loop`
+does both around a ``with`` block.
 """
 
-from collections import OrderedDict
+import contextlib
+import inspect
 
+import numpyro
 import numpyro.infer.mcmc
 import numpyro.util
 
 from numpyro_sgrld import _loop
-from numpyro_sgrld._cache import lru_get
 
-__all__ = ["reuse_compiled_loops", "restore_numpyro_jit", "use_sampling_loop"]
+__all__ = [
+    "TESTED_NUMPYRO_VERSIONS",
+    "disable_fast_sampling_loop",
+    "enable_fast_sampling_loop",
+    "fast_sampling_loop",
+    "fast_sampling_loop_enabled",
+]
 
-_ORIGINAL_MAYBE_JIT = numpyro.util.maybe_jit
-# Bounded like NumPyro's own ``cached_by`` (8 loop bodies): a wrapper keeps its function, and the
-# progress-bar path builds a fresh closure per call, which must not be kept forever.
-_MAX_WRAPPERS = 32
-_wrappers = OrderedDict()
+# The (major, minor) releases whose ``MCMC`` -> ``fori_collect`` call the dispatcher was tested
+# against (pyproject: numpyro>=0.22,<0.23; tested with 0.22.0).
+TESTED_NUMPYRO_VERSIONS = ((0, 22),)
+# ``fori_collect``'s parameters as ``MCMC._single_chain_mcmc`` passes them (NumPyro 0.22).
+_FORI_COLLECT_PARAMETERS = (
+    "lower", "upper", "body_fun", "init_val", "transform", "progbar", "progress_rate",
+    "return_last_val", "collection_size", "thinning", "progbar_opts",
+)
+
+_numpyro_fori_collect = None  # NumPyro's function while the opt-in is on
 
 
-def _memoized_maybe_jit(fn, *args, **kwargs):
-    try:
-        key = (fn, args, tuple(sorted(kwargs.items())))
-        hash(key)
-    except TypeError:
-        return _ORIGINAL_MAYBE_JIT(fn, *args, **kwargs)
-    wrapped = lru_get(
-        _wrappers, key, lambda: _ORIGINAL_MAYBE_JIT(fn, *args, **kwargs), _MAX_WRAPPERS
+def _version_tuple(version):
+    parts = []
+    for part in version.split(".")[:2]:
+        digits = "".join(c for c in part if c.isdigit()) or "0"
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def _check_numpyro():
+    """Refuse, with what to do, on a NumPyro whose ``MCMC`` loop this was not tested against."""
+    installed = numpyro.__version__
+    tested = ", ".join(f"{a}.{b}.x" for a, b in TESTED_NUMPYRO_VERSIONS)
+    fix = (
+        "Install a tested NumPyro (pip install 'numpyro>=0.22,<0.23'), or leave the fast "
+        "sampling loop off: the kernels run correctly on NumPyro's own loop, only slower "
+        "(docs/scaling.md, 'The sampling loop')."
     )
-    if wrapped is fn:  # control flow primitives disabled (numpyro.util.control_flow_prims_disabled)
-        del _wrappers[key]
-    return wrapped
+    if _version_tuple(installed) not in TESTED_NUMPYRO_VERSIONS:
+        raise RuntimeError(
+            f"enable_fast_sampling_loop() supports NumPyro {tested}; the installed NumPyro is "
+            f"{installed}. {fix}"
+        )
+    fori_collect = numpyro.infer.mcmc.fori_collect
+    params = tuple(inspect.signature(fori_collect).parameters)
+    calls = numpyro.infer.mcmc.MCMC._single_chain_mcmc.__code__.co_names
+    if params != _FORI_COLLECT_PARAMETERS or "fori_collect" not in calls:
+        raise RuntimeError(
+            f"NumPyro {installed} does not call `numpyro.infer.mcmc.fori_collect` the way "
+            f"NumPyro {tested} does (parameters {params}). {fix}"
+        )
 
 
-def reuse_compiled_loops():
-    """Let repeated ``MCMC.run`` calls with the same shapes reuse the compiled sampling loop
-    (see the module docstring). Idempotent."""
-    numpyro.util.maybe_jit = _memoized_maybe_jit
-
-
-def restore_numpyro_jit():
-    """Undo :func:`reuse_compiled_loops` (NumPyro then recompiles its loop on every run)."""
-    numpyro.util.maybe_jit = _ORIGINAL_MAYBE_JIT
-    _wrappers.clear()
-
-
-_ORIGINAL_FORI_COLLECT = numpyro.infer.mcmc.fori_collect
-
-
-def _runs_sg_kernel(body_fun):
+def _is_sg_run(body_fun):
     """Whether ``body_fun`` is ``MCMC``'s step function for a stochastic-gradient kernel (a
     ``functools.partial`` with the kernel as its ``sampler`` keyword)."""
     from numpyro_sgrld._adapter import SGMCMCKernel
@@ -78,29 +97,73 @@ def _runs_sg_kernel(body_fun):
 
 
 def _fori_collect(lower, upper, body_fun, init_val, *args, **kwargs):
-    """``fori_collect`` as ``numpyro.infer.mcmc`` calls it: our loop for our kernels, except
-    for what only NumPyro's loop does (per-chain progress bars of parallel chains, control flow
-    disabled for debugging)."""
-    progbar = kwargs.get("progbar", True)
+    """``numpyro.infer.mcmc.fori_collect`` while the opt-in is on: our loop for our kernels
+    except for what only NumPyro's loop does (per-chain progress bars of parallel chains,
+    control flow disabled for debugging); NumPyro's function, called as is, for the rest."""
     own = (
-        _runs_sg_kernel(body_fun)
+        _is_sg_run(body_fun)
         and not args
         and not getattr(numpyro.util, "_DISABLE_CONTROL_FLOW_PRIM", False)
-        and not (progbar and kwargs.get("num_chains", 1) > 1)
+        and not (kwargs.get("progbar", True) and kwargs.get("num_chains", 1) > 1)
     )
     if not own:
-        return _ORIGINAL_FORI_COLLECT(lower, upper, body_fun, init_val, *args, **kwargs)
+        return _numpyro_fori_collect(lower, upper, body_fun, init_val, *args, **kwargs)
     kwargs.pop("num_chains", None)
     return _loop.collect(lower, upper, body_fun, init_val, **kwargs)
 
 
-def use_sampling_loop(which="sgrld"):
-    """The loop ``MCMC`` runs the stochastic-gradient kernels with: ``"sgrld"`` (default,
-    set when ``numpyro_sgrld`` is imported) or ``"numpyro"`` (NumPyro's ``fori_collect``,
-    which postprocesses and writes the state on every step). Both give the same draws."""
-    if which == "sgrld":
-        numpyro.infer.mcmc.fori_collect = _fori_collect
-    elif which == "numpyro":
-        numpyro.infer.mcmc.fori_collect = _ORIGINAL_FORI_COLLECT
-    else:
-        raise ValueError(f'`which` must be "sgrld" or "numpyro", got {which!r}')
+def fast_sampling_loop_enabled():
+    """Whether :func:`enable_fast_sampling_loop` is in effect."""
+    return numpyro.infer.mcmc.fori_collect is _fori_collect
+
+
+def enable_fast_sampling_loop():
+    """Run the stochastic-gradient kernels on their own sampling loop inside ``MCMC``.
+
+    For :class:`~numpyro_sgrld.SGMCMCKernel` runs: the postprocessing and the write into the
+    sample buffer only on the steps ``thinning`` keeps, one compiled call per progress-bar update
+    (not per step), and no recompilation on a repeated ``MCMC.run`` with the same shapes. The
+    draws are the same as without it. Every other kernel (``NUTS``, ...) is run by NumPyro's
+    function unchanged. Replaces ``numpyro.infer.mcmc.fori_collect`` until
+    :func:`disable_fast_sampling_loop`; idempotent.
+
+    :raises RuntimeError: on a NumPyro version this was not tested with
+        (:data:`TESTED_NUMPYRO_VERSIONS`).
+    """
+    global _numpyro_fori_collect
+    if fast_sampling_loop_enabled():
+        return
+    _check_numpyro()
+    _numpyro_fori_collect = numpyro.infer.mcmc.fori_collect
+    numpyro.infer.mcmc.fori_collect = _fori_collect
+
+
+def disable_fast_sampling_loop():
+    """Put NumPyro's ``fori_collect`` back (the state before
+    :func:`enable_fast_sampling_loop`); does nothing when the opt-in is off."""
+    global _numpyro_fori_collect
+    current = numpyro.infer.mcmc.fori_collect
+    if _numpyro_fori_collect is None:
+        return
+    if current is not _fori_collect:
+        raise RuntimeError(
+            "numpyro.infer.mcmc.fori_collect was replaced by "
+            f"{getattr(current, '__module__', '?')}.{getattr(current, '__qualname__', current)} "
+            "after enable_fast_sampling_loop(); not overwriting it. Undo that replacement "
+            "first, then call disable_fast_sampling_loop()."
+        )
+    numpyro.infer.mcmc.fori_collect = _numpyro_fori_collect
+    _numpyro_fori_collect = None
+
+
+@contextlib.contextmanager
+def fast_sampling_loop():
+    """``with fast_sampling_loop(): mcmc.run(...)``: :func:`enable_fast_sampling_loop` for the
+    block, then the previous state (still on if it was on before)."""
+    was_on = fast_sampling_loop_enabled()
+    enable_fast_sampling_loop()
+    try:
+        yield
+    finally:
+        if not was_on:
+            disable_fast_sampling_loop()

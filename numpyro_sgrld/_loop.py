@@ -4,14 +4,12 @@
 step evaluates the collection transform (the kernel's ``postprocess_fn``: constraining
 transforms and, for models with ``numpyro.deterministic`` sites, a replay of
 ``full_batch(model)``) and writes the result into the sample buffer under a ``lax.cond``, even
-when ``thinning`` keeps one step in many; and with the progress bar on (the default) it calls
-the compiled step from Python once per step. For a full-data kernel such as NUTS a step costs
-many gradients and neither matters; for a stochastic-gradient step on a minibatch both do: a
-deterministic site becomes a full-data pass per step, the write of a 478k-parameter network
-costs about 5 % of its step, and the per-step dispatch dominates a cheap step. SGLD on logistic
-regression (N = 50,000, minibatch 500; ``benchmarks/sampling_loop.py``): with a per-point
-deterministic site and ``thinning=100``, 210 µs per step on NumPyro's loop against 61 µs on
-this one; with the progress bar on, 917 µs against 42 µs.
+when ``thinning`` keeps one step in many; with the progress bar on (the default) it calls the
+compiled step from Python once per step; and it compiles its loop again on every ``MCMC.run``.
+For a full-data kernel such as NUTS a step costs many gradients and none of this matters much;
+for a stochastic-gradient step on a minibatch all of it does (a deterministic site becomes a
+full-data pass per step, the per-step dispatch dominates a cheap step; measured in
+docs/benchmarks.md, "Sampling loop").
 
 :func:`collect` keeps ``fori_collect``'s contract and results (draw ``k`` is the state after
 step ``start + (k + 1) * thinning - 1``, ``start = lower + (upper - lower) % thinning``; the
@@ -25,9 +23,11 @@ same collection size, zero-filled beyond the draws) but
 
 The loop is compiled once per (step function, transform) pair (the objects ``MCMC`` caches per
 instance) and shapes; the run length and ``thinning`` are traced arguments, so a run of another
-length with the same collection size does not recompile. :mod:`numpyro_sgrld._compat`
-routes ``MCMC`` runs of :class:`~numpyro_sgrld.SGMCMCKernel` instances here; every other kernel
-keeps NumPyro's loop.
+length with the same collection size does not recompile. A loop traced inside a JAX
+transformation (``MCMC.run`` under ``jax.jit`` or ``pmap``) is not cached: its step function
+holds tracers. ``MCMC`` uses this loop only after the opt-in
+:func:`numpyro_sgrld.enable_fast_sampling_loop` (:mod:`numpyro_sgrld._compat`), and then only for
+:class:`~numpyro_sgrld.SGMCMCKernel` instances; every other kernel keeps NumPyro's loop.
 """
 
 import inspect
@@ -113,8 +113,12 @@ def _sample_loop(body_fun, transform, lo, hi, val, collection, start, thinning, 
     return lax.fori_loop(lo, hi, step, (val, collection, since))
 
 
-def _compiled(body_fun, transform):
+def _compiled(body_fun, transform, traced=False):
+    """The jitted loop of ``(body_fun, transform)``; cached unless ``traced`` (the functions
+    then close over tracers, which a cache would keep alive after the trace ends)."""
     make = partial(jax.jit, partial(_sample_loop, body_fun, transform), donate_argnums=(3,))
+    if traced:
+        return make()
     return lru_get(_loops, (body_fun, transform), make, _MAX_LOOPS)
 
 
@@ -137,6 +141,16 @@ def _empty_collection(transform, init_val, size):
 
 def _is_traced(tree):
     return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(tree))
+
+
+def _under_transform(tree):
+    """Whether this runs inside a JAX transformation (``jit``, ``vmap``, ``pmap``) or ``tree``
+    holds tracers: NumPyro's own caches (``numpyro.util.cached_by``) ask the same."""
+    try:
+        from jax._src.core import trace_state_clean
+    except ImportError:  # a JAX without it: the values still tell
+        return _is_traced(tree)
+    return not trace_state_clean() or _is_traced(tree)
 
 
 def collect(
@@ -168,10 +182,11 @@ def collect(
         raise ValueError(f"collection_size={collection_size} is smaller than the {kept} draws")
     start = lower + (upper - lower) % thinning
     collection = _empty_collection(transform, init_val, collection_size)
-    run = _compiled(body_fun, transform)
+    traced = _under_transform((init_val, collection))
+    run = _compiled(body_fun, transform, traced)
     start, thin = np.int32(start), np.int32(thinning)
     since = _rejections(init_val)
-    if not progbar or upper == 0 or _is_traced((init_val, collection)):
+    if not progbar or upper == 0 or traced:
         val, collection, _ = run(
             np.int32(0), np.int32(upper), init_val, collection, start, thin, since
         )

@@ -83,10 +83,6 @@ def test_jit_model_args_gives_the_same_samples():
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
-def test_progress_bar_runs():
-    _run(KERNELS["sgld"](), progress_bar=True)
-
-
 def test_parallel_chains_on_two_host_devices():
     """chain_method='parallel' (pmap) on two CPU devices equals sequential chains."""
     script = textwrap.dedent(

@@ -1,6 +1,8 @@
-"""The kernels' own sampling loop (``numpyro_sgrld._loop``): NumPyro's draws, postprocessing
-only on the kept steps, a progress bar updated in chunks; other kernels untouched."""
+"""The kernels' own sampling loop (``numpyro_sgrld._loop``, used by ``MCMC`` after
+``enable_fast_sampling_loop()``): NumPyro's draws, postprocessing only on the kept steps, a
+progress bar updated in chunks; other kernels untouched."""
 
+import contextlib
 from functools import partial
 
 import jax
@@ -38,16 +40,18 @@ def model(X, y, on_full_data=None):
         numpyro.sample("y", dist.Bernoulli(logits=logits), obs=y[idx])
 
 
+def _loop_of(loop):
+    """``"sgrld"``: the opt-in on for the block; ``"numpyro"``: NumPyro's loop (no opt-in)."""
+    return numpyro_sgrld.fast_sampling_loop() if loop == "sgrld" else contextlib.nullcontext()
+
+
 def _draws(loop, kernel_cls=PSGLD, model_kwargs=None, **mcmc_kwargs):
     X, y = _data()
-    numpyro_sgrld.use_sampling_loop(loop)
-    try:
+    with _loop_of(loop):
         mcmc = MCMC(kernel_cls(model, step_size=1e-3), **mcmc_kwargs)
         mcmc.progress_bar = mcmc_kwargs.get("progress_bar", True)  # NumPyro: off under CI/xdist
         mcmc.run(random.PRNGKey(3), X, y, extra_fields=("diverging", "potential_energy"),
                  **(model_kwargs or {}))
-    finally:
-        numpyro_sgrld.use_sampling_loop("sgrld")
     return (mcmc.get_samples(group_by_chain=True), mcmc.get_extra_fields(group_by_chain=True),
             mcmc.last_state)
 
@@ -99,8 +103,8 @@ def test_progress_bar_runs_one_compiled_call_per_update(monkeypatch):
     calls = []
     compiled = _loop._compiled
 
-    def counting(body_fun, transform):
-        run = compiled(body_fun, transform)
+    def counting(body_fun, transform, traced=False):
+        run = compiled(body_fun, transform, traced)
         return lambda *args: (calls.append(args[1] - args[0]), run(*args))[1]
 
     monkeypatch.setattr(_loop, "_compiled", counting)
@@ -108,7 +112,8 @@ def test_progress_bar_runs_one_compiled_call_per_update(monkeypatch):
     mcmc = MCMC(PSGLD(model, step_size=1e-3), num_warmup=0, num_samples=100,
                 progress_bar=True, progress_rate=30)
     mcmc.progress_bar = True  # NumPyro switches it off when CI or PYTEST_XDIST_WORKER is set
-    mcmc.run(random.PRNGKey(0), X, y)
+    with numpyro_sgrld.fast_sampling_loop():
+        mcmc.run(random.PRNGKey(0), X, y)
     assert calls == [30, 30, 30, 10]
     assert mcmc.get_samples()["w"].shape == (100, D)
 
@@ -123,19 +128,23 @@ def test_other_kernels_keep_numpyros_loop(monkeypatch):
         w = numpyro.sample("w", dist.Normal(0, 1).expand([D]).to_event(1))
         numpyro.sample("y", dist.Bernoulli(logits=X @ w), obs=y)
 
-    MCMC(NUTS(full), num_warmup=5, num_samples=5, progress_bar=False).run(
-        random.PRNGKey(0), X, y
-    )
-    assert used == []
-    MCMC(PSGLD(model, step_size=1e-3), num_warmup=0, num_samples=5, progress_bar=False).run(
-        random.PRNGKey(0), X, y
-    )
+    def sg_run():
+        MCMC(PSGLD(model, step_size=1e-3), num_warmup=0, num_samples=5, progress_bar=False).run(
+            random.PRNGKey(0), X, y
+        )
+
+    with numpyro_sgrld.fast_sampling_loop():
+        MCMC(NUTS(full), num_warmup=5, num_samples=5, progress_bar=False).run(
+            random.PRNGKey(0), X, y
+        )
+        assert used == []
+        sg_run()
+        assert used == [1]
+    sg_run()  # without the opt-in: NumPyro's loop
     assert used == [1]
 
 
 def test_bad_arguments_are_named():
-    with pytest.raises(ValueError, match='"sgrld" or "numpyro"'):
-        numpyro_sgrld.use_sampling_loop("fast")
     body, init = (lambda x: x + 1), jnp.zeros(2)
     with pytest.raises(ValueError, match="thinning"):
         _loop.collect(0, 10, body, init, progbar=False, thinning=0)
@@ -161,3 +170,71 @@ def test_collect_keeps_the_last_step_of_each_window():
     out, last = _loop.collect(0, 4, body, init, progbar=False, thinning=5, return_last_val=True)
     assert out.shape == (0, 2)
     np.testing.assert_array_equal(last, [4.0, 4.0])
+
+
+# A user's run with the progress bar on, in a fresh interpreter without the variables under which
+# NumPyro switches the bar off (CI, PYTEST_XDIST_WORKER); tqdm told to draw every update
+# (TQDM_MININTERVAL=0) so what it shows does not depend on the machine's speed.
+_WITH_BAR = r"""
+import contextlib, io, json, sys
+import jax.numpy as jnp, numpy as np, numpyro, numpyro.distributions as dist
+from jax import random
+from numpyro.infer import MCMC
+import numpyro_sgrld
+from numpyro_sgrld import SGLD
+
+X = jnp.asarray(np.random.default_rng(0).normal(size=(300, 2)), jnp.float32)
+y = X @ jnp.array([1.0, -1.0])
+
+def model(X, y):
+    w = numpyro.sample("w", dist.Normal(0, 1).expand([2]).to_event(1))
+    with numpyro.plate("data", 300, subsample_size=30) as idx:
+        numpyro.sample("y", dist.Normal(X[idx] @ w, 0.5), obs=y[idx])
+
+def run(progress_bar, opt_in):
+    kernel = SGLD(model, step_size=1e-4)
+    mcmc = MCMC(kernel, num_warmup=40, num_samples=60, thinning=3,
+                progress_bar=progress_bar, progress_rate=25)
+    bar = io.StringIO()
+    loop = numpyro_sgrld.fast_sampling_loop() if opt_in else contextlib.nullcontext()
+    with loop, contextlib.redirect_stderr(bar):
+        mcmc.run(random.PRNGKey(1), X, y)
+    return np.asarray(mcmc.get_samples()["w"]).tolist(), bar.getvalue()
+
+out = {}
+for name, bar, opt_in in [("ours", True, True), ("ours_off", False, True),
+                          ("numpyro", True, False)]:
+    out[name] = dict(zip(("draws", "bar"), run(bar, opt_in)))
+print(json.dumps(out))
+"""
+
+
+def test_progress_bar_shows_chunked_counts_and_leaves_the_draws_alone(tmp_path):
+    import json
+    import os
+    import re
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_XDIST_WORKER")}
+    env["TQDM_MININTERVAL"] = "0"
+    out = subprocess.run([sys.executable, "-c", _WITH_BAR], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    runs = json.loads(out.stdout.strip().splitlines()[-1])
+    bar = runs["ours"]["bar"]
+    # 100 steps (40 warm-up, 60 sampling) in compiled chunks of progress_rate = 25 steps: the bar
+    # is drawn at 0, after each chunk, and once more when it closes
+    counts = [int(c) for c in re.findall(r"(\d+)/100 \[", bar)]
+    assert counts == [0, 25, 50, 75, 100, 100], bar
+    # NumPyro's description of the phase, and the kernel's diagnostics string
+    assert "warmup" in bar and "sample" in bar, bar
+    assert "h=1.00e-04" in bar, bar
+    assert runs["ours_off"]["bar"] == ""
+    # the same 20 draws with the bar on, off, and on NumPyro's loop (no opt-in)
+    draws = np.asarray(runs["ours"]["draws"])
+    assert draws.shape == (20, 2) and np.ptp(draws) > 0
+    np.testing.assert_array_equal(draws, runs["ours_off"]["draws"])
+    np.testing.assert_array_equal(draws, runs["numpyro"]["draws"])
+    # NumPyro's own bar counts the same 100 steps
+    assert "100/100" in runs["numpyro"]["bar"]
