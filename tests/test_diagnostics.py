@@ -163,8 +163,10 @@ def test_compare_to_reference_mcse_columns_are_arviz_numbers():
 def test_z_scores_are_standard_normal_on_exact_draws():
     """Draws and reference from the same law (iid and AR(1) chains): the z-scores of 400
     parameters are standard normal, so about 4.55 % lie beyond 2 (binomial: within 4 standard
-    errors) and the resolved flag (|z| > 3 for mean or sd) is rare; a shifted sampler is
-    resolved."""
+    errors) and the resolved flag (|z| > 3 for mean or sd) has probability
+    1 - (1 - 2 Phi(-3))^2 = 0.54 % per parameter (binomial over 400: within 4 standard errors);
+    a sampler shifted by 0.3 (z ~ 8: the draws' MCSE ~ 0.032 with ESS ~ 1300, the
+    reference's 0.018) is resolved on all but a few parameters."""
     rng = np.random.default_rng(2)
     n_par = 400
     noise = rng.normal(size=(4, 1000, n_par))
@@ -177,7 +179,8 @@ def test_z_scores_are_standard_normal_on_exact_draws():
     p = np.mean(np.abs(z) > 2)
     expected = 2 * stats.norm.sf(2)
     assert abs(p - expected) < 4 * np.sqrt(expected * (1 - expected) / z.size)
-    assert table["resolved"].mean() < 0.02
+    flagged = 1 - (1 - 2 * stats.norm.sf(3)) ** 2
+    assert abs(table["resolved"].mean() - flagged) < 4 * np.sqrt(flagged * (1 - flagged) / n_par)
     shifted = diagnostics.compare_to_reference(
         {"a": x + 0.3}, {"a": ref}, group_by_chain=True
     )
