@@ -262,9 +262,7 @@ def test_reference_posterior_is_cached(small_regression, tmp_path):
     assert len(list(tmp_path.glob("reference-*.nc"))) == 2
 
 
-def test_sgrld_compare_writes_a_report(tmp_path, monkeypatch):
-    import matplotlib.image as mpimg
-
+def _compare(tmp_path, monkeypatch, *options):
     from numpyro_sgrld.__main__ import main
 
     monkeypatch.setenv("NUMPYRO_SGRLD_CACHE", str(tmp_path / "cache"))
@@ -286,6 +284,7 @@ def test_sgrld_compare_writes_a_report(tmp_path, monkeypatch):
             "--out",
             str(out),
             "--no-progress-bar",
+            *options,
         ]
     )
     report = (out / "report.md").read_text()
@@ -294,17 +293,42 @@ def test_sgrld_compare_writes_a_report(tmp_path, monkeypatch):
     assert "| ± se |" in report and "| resolved |" in report and "| converged |" in report
     assert "- SGLD: " in report and "continued until the smallest bulk ESS reached 200" in report
     assert "largest split R-hat was at most 1.01" in report
-    # the Γ panel: pSGLD with and without Γ on the 1-D target, sds with standard errors
-    assert "## The Γ bias, visible and removed" in report and "| PSGLD+Γ | " in report
     # a run of 300 steps, continued at most to 1500: SGLD's steps per chain are in the text
     steps = int(report.split("steps per chain: SGLD ")[1].split(",")[0])
     assert 300 <= steps <= 1500
-    for name in ("marginals", "bias", "gamma", "trace_SGLD", "trace_PSGLD", "rank_reference"):
-        image = mpimg.imread(out / f"{name}.png")
-        assert image.ndim == 3 and image.shape[0] > 150 and image.shape[1] > 200, name
     for name in ("reference", "SGLD", "PSGLD"):
         assert (out / f"{name}.nc").stat().st_size > 0
     assert (out / "comparison.csv").read_text().count("\n") == 4  # header, NUTS, 2 kernels
+    return out, report
+
+
+def _assert_images(out, names):
+    import matplotlib.image as mpimg
+
+    for name in names:
+        image = mpimg.imread(out / f"{name}.png")
+        assert image.ndim == 3 and image.shape[0] > 150 and image.shape[1] > 200, name
+
+
+def test_sgrld_compare_writes_a_report(tmp_path, monkeypatch):
+    """The report on the small regression without the bias curves and the Γ panel (each a
+    set of further compiled runs); the full report is the slow test below."""
+    out, report = _compare(
+        tmp_path, monkeypatch, "--model", "linear_regression", "--bias-kernels",
+        "--no-gamma-panel",
+    )
+    assert "## The Γ bias, visible and removed" not in report
+    _assert_images(out, ("marginals", "trace_SGLD", "trace_PSGLD", "rank_reference"))
+
+
+@pytest.mark.slow
+def test_sgrld_compare_writes_the_full_report(tmp_path, monkeypatch):
+    out, report = _compare(tmp_path, monkeypatch)
+    # the Γ panel: pSGLD with and without Γ on the 1-D target, sds with standard errors
+    assert "## The Γ bias, visible and removed" in report and "| PSGLD+Γ | " in report
+    _assert_images(
+        out, ("marginals", "bias", "gamma", "trace_SGLD", "trace_PSGLD", "rank_reference")
+    )
 
 
 @pytest.mark.parametrize(
