@@ -38,3 +38,119 @@ def load_benchmark(name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# ------------------------------------------------------------------ Monte Carlo tolerances
+FAMILY_LEVEL = 1e-3  # family-wise false-alarm probability of one test's comparisons
+
+
+def bonferroni_z(num_comparisons, level=FAMILY_LEVEL):
+    """The two-sided z threshold that keeps the chance of any false alarm among
+    ``num_comparisons`` standard normal z-scores below ``level`` (Bonferroni)."""
+    from scipy import stats
+
+    return float(stats.norm.isf(level / (2 * num_comparisons)))
+
+
+def mcse(draws):
+    """ArviZ's ESS-based Monte Carlo standard errors of each coordinate's mean and sd, for
+    ``draws`` of shape (chains, draws, ...)."""
+    import arviz as az
+    import numpy as np
+
+    draws = np.asarray(draws, np.float64)
+    draws = draws.reshape(draws.shape[:2] + (-1,))
+    columns = [draws[..., j] for j in range(draws.shape[-1])]
+    se_mean = np.array([float(az.mcse(x, method="mean")) for x in columns])
+    se_sd = np.array([float(az.mcse(x, method="sd")) for x in columns])
+    return se_mean, se_sd
+
+
+def moment_z_scores(draws, mean, sd, ref_mean_se=0.0, ref_sd_se=0.0):
+    """z-scores of the per-coordinate mean and sd of ``draws`` (chains, draws, d) against
+    ``mean`` and ``sd``; standard errors are ArviZ's ESS-based MCSEs of the draws, combined in
+    quadrature with the reference's own standard errors (0 for an exact reference). Returns
+    ``(z_mean, z_sd)``."""
+    import numpy as np
+
+    draws = np.asarray(draws, np.float64)
+    draws = draws.reshape(draws.shape[:2] + (-1,))
+    se_mean, se_sd = mcse(draws)
+    z_mean = (draws.mean(axis=(0, 1)) - mean) / np.hypot(se_mean, ref_mean_se)
+    z_sd = (draws.std(axis=(0, 1)) - sd) / np.hypot(se_sd, ref_sd_se)
+    return z_mean, z_sd
+
+
+def assert_moments(draws, mean, sd, ref_mean_se=0.0, ref_sd_se=0.0, level=FAMILY_LEVEL):
+    """Every coordinate's mean and sd within the Bonferroni z of ``level`` over the 2d
+    comparisons. Returns the largest |z|."""
+    import numpy as np
+
+    z_mean, z_sd = moment_z_scores(draws, mean, sd, ref_mean_se, ref_sd_se)
+    z = np.concatenate([z_mean, z_sd])
+    limit = bonferroni_z(z.size, level)
+    assert np.all(np.abs(z) < limit), (z_mean, z_sd, limit)
+    return float(np.abs(z).max())
+
+
+def regression_sg_law(X, y, subsample_size, step_size, kind="sgld", prior_scale=1.0,
+                      noise_scale=0.5, drift=None, noise=None, grad_noise=None, friction=None,
+                      control_variate=False):
+    r"""Stationary covariance of ``w`` for the *discretised* stochastic-gradient chain on the
+    conjugate regression of ``models.linear_regression`` with minibatches drawn with
+    replacement. The drift is linear, :math:`\nabla\hat U(w) = A(w - \mu) + \varepsilon`, and
+    the minibatch noise :math:`\varepsilon` has mean 0 and covariance
+    :math:`B(w) = (N^2/n)\,\mathrm{Cov}_i[\nabla\ell_i(w)]`, quadratic in :math:`w`, so the
+    chain's stationary mean is the posterior mean and its second moments solve a discrete
+    Lyapunov equation with :math:`E[B(w)]` (a fixed point, as :math:`E[B]` depends on the
+    covariance itself) — exact for these moments whatever the law of the noise.
+
+    ``kind="sgld"``: :math:`w' = w - hP\nabla\hat U + \sqrt{2h}R^{1/2}\xi` with drift
+    preconditioner ``drift`` (P, default I) and noise covariance ``noise`` (R, default P); the
+    gradient noise enters through ``grad_noise`` (default P). ``kind="sghmc"``:
+    :math:`v' = (1-\alpha)v - h\nabla\hat U + N(0, 2\alpha h)`, :math:`w' = w + v'`.
+
+    ``control_variate=True``: the gradient estimator is centred at the posterior mean
+    :math:`\hat w` (:math:`\nabla\hat U(w) - \nabla\hat U(\hat w) + \nabla U(\hat w)`), so
+    only :math:`\mathrm{Cov}_i[\nabla\ell_i(w) - \nabla\ell_i(\hat w)]` remains.
+
+    Returns ``(mean, cov, expected_B)``; ``expected_B`` is :math:`E[B(w)]`, whose diagonal over
+    :math:`N^2` is the expected square of the per-datum gradient's noise (for adaptive metrics).
+    """
+    import numpy as np
+    from scipy.linalg import solve_discrete_lyapunov
+
+    X, y = np.asarray(X, np.float64), np.asarray(y, np.float64)
+    N, d = X.shape
+    n, h, s2 = subsample_size, step_size, noise_scale**2
+    A = np.eye(d) / prior_scale**2 + X.T @ X / s2
+    mu = np.linalg.solve(A, X.T @ y / s2)
+    r = np.zeros(N) if control_variate else X @ mu - y
+    K = X.T @ X / (N * s2)
+    g0 = X.T @ r / (N * s2)
+
+    def expected_B(cov):
+        quad = np.einsum("ij,jk,ik->i", X, cov, X)  # x_i' cov x_i
+        second = (X * (r**2 + quad)[:, None]).T @ X / (N * s2**2)
+        return N**2 / n * (second - np.outer(g0, g0) - K @ cov @ K.T)
+
+    P = np.eye(d) if drift is None else np.asarray(drift, np.float64)
+    R = P if noise is None else np.asarray(noise, np.float64)
+    G = P if grad_noise is None else np.asarray(grad_noise, np.float64)
+    cov = np.linalg.inv(A)
+    for _ in range(50):
+        B = expected_B(cov)
+        if kind == "sgld":
+            M = np.eye(d) - h * P @ A
+            new = solve_discrete_lyapunov(M, 2 * h * R + h**2 * G @ B @ G.T)
+        elif kind == "sghmc":
+            a = friction
+            F = np.block([[np.eye(d) - h * A, (1 - a) * np.eye(d)], [-h * A, (1 - a) * np.eye(d)]])
+            S = 2 * a * h * np.eye(d) + h**2 * B
+            new = solve_discrete_lyapunov(F, np.block([[S, S], [S, S]]))[:d, :d]
+        else:
+            raise ValueError(kind)
+        if np.allclose(new, cov, rtol=1e-12, atol=0):
+            break
+        cov = new
+    return mu, new, expected_B(new)

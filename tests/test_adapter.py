@@ -2,13 +2,13 @@
 
 from functools import partial
 
-import arviz as az
 import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
 import pytest
+from conftest import assert_moments, bonferroni_z, moment_z_scores
 from jax import random
 from numpyro.infer import MCMC, NUTS, Predictive, log_likelihood
 from numpyro.infer.util import constrain_fn, log_density
@@ -328,25 +328,27 @@ def test_init_params_and_init_strategy():
 
 
 def test_potential_fn_interface():
+    """SGLD with exact gradients on N(0, I) through ``potential_fn``: the discretised chain's
+    law is N(0, 1 / (1 - h/2)) exactly. Means and sds of both coordinates within the
+    Bonferroni z (family-wise 1e-3 over 4 comparisons) of ArviZ's ESS-based MCSEs (ESS ~ 200
+    for 2000 draws: the chain's autocorrelation time is ~ 2/h = 20 steps); the same draws
+    reject sds 50 % wider (expected |z| ~ 9)."""
     def potential(z):
         return 0.5 * jnp.sum(z["x"] ** 2)
 
     mcmc = MCMC(
         SGLD(potential_fn=potential, step_size=0.1),
-        num_warmup=100,
+        num_warmup=100,  # contraction (1 - h)^100 ~ 3e-5 from the start at 0
         num_samples=2000,
         progress_bar=False,
     )
     mcmc.run(random.PRNGKey(0), init_params={"x": jnp.zeros(2)})
     x = np.asarray(mcmc.get_samples(group_by_chain=True)["x"], np.float64)
     assert x.shape == (1, 2000, 2)
-    # SGLD with exact gradients on N(0, I): the chain's law is N(0, 1 / (1 - h/2)) exactly
     sd = np.sqrt(1.0 / (1.0 - 0.1 / 2))
-    for i in range(2):
-        draws = x[..., i]
-        z_mean = draws.mean() / az.mcse(draws, method="mean")
-        z_sd = (draws.std() - sd) / az.mcse(draws, method="sd")
-        assert abs(z_mean) < 4 and abs(z_sd) < 4, (z_mean, z_sd)
+    assert_moments(x, 0.0, sd)
+    _, z_sd = moment_z_scores(x, 0.0, 1.5 * sd)
+    assert np.all(np.abs(z_sd) > bonferroni_z(4)), z_sd
 
 
 def test_schedules_drive_the_step_size():

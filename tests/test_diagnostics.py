@@ -163,8 +163,10 @@ def test_compare_to_reference_mcse_columns_are_arviz_numbers():
 def test_z_scores_are_standard_normal_on_exact_draws():
     """Draws and reference from the same law (iid and AR(1) chains): the z-scores of 400
     parameters are standard normal, so about 4.55 % lie beyond 2 (binomial: within 4 standard
-    errors) and the resolved flag (|z| > 3 for mean or sd) is rare; a shifted sampler is
-    resolved."""
+    errors) and the resolved flag (|z| > 3 for mean or sd) has probability
+    1 - (1 - 2 Phi(-3))^2 = 0.54 % per parameter (binomial over 400: within 4 standard errors);
+    a sampler shifted by 0.3 (z ~ 8: the draws' MCSE ~ 0.032 with ESS ~ 1300, the
+    reference's 0.018) is resolved on all but a few parameters."""
     rng = np.random.default_rng(2)
     n_par = 400
     noise = rng.normal(size=(4, 1000, n_par))
@@ -177,7 +179,8 @@ def test_z_scores_are_standard_normal_on_exact_draws():
     p = np.mean(np.abs(z) > 2)
     expected = 2 * stats.norm.sf(2)
     assert abs(p - expected) < 4 * np.sqrt(expected * (1 - expected) / z.size)
-    assert table["resolved"].mean() < 0.02
+    flagged = 1 - (1 - 2 * stats.norm.sf(3)) ** 2
+    assert abs(table["resolved"].mean() - flagged) < 4 * np.sqrt(flagged * (1 - flagged) / n_par)
     shifted = diagnostics.compare_to_reference(
         {"a": x + 0.3}, {"a": ref}, group_by_chain=True
     )
@@ -189,21 +192,24 @@ def _gaussian_ksd(x):
 
 
 def test_kernel_stein_discrepancy():
+    """KSD's closed form at one point; for exact N(0, I) draws the V-statistic's mean is
+    E k0(x, x) / n = 2d / n (k0(x, x) = |x|^2 + d here; the off-diagonal U-statistic has mean
+    0), checked on a simulated null of 200 replicates within 4 standard errors of that mean;
+    a shifted and a widened sample lie beyond every null replicate and more than 10 null sds
+    above the null mean."""
     # one draw at the mode of N(0, I_d): KSD^2 = k0(0, 0) = -2 beta d c^(2 beta - 2) = d
     assert diagnostics.kernel_stein_discrepancy(np.zeros((1, 2)), np.zeros((1, 2))) == (
         pytest.approx(np.sqrt(2))
     )
     rng = np.random.default_rng(1)
-    n, d = 400, 2
-    exact = np.array([_gaussian_ksd(rng.normal(size=(n, d))) for _ in range(8)])
-    shifted = _gaussian_ksd(rng.normal(size=(n, d)) + 0.5)
-    wide = _gaussian_ksd(1.5 * rng.normal(size=(n, d)))
-    # exact draws: the V-statistic's diagonal gives E KSD^2 = E k0(x, x) / n = 2d / n here
-    # (k0(x, x) = |x|^2 + d), the off-diagonal U-statistic has mean 0
-    assert 0.5 * 2 * d / n < np.mean(exact**2) < 2 * 2 * d / n, exact
-    # wrong laws: bounded away, many null sds above the null mean
-    threshold = exact.mean() + 10 * exact.std(ddof=1)
-    assert shifted > threshold and wide > threshold, (exact, shifted, wide)
+    n, d, replicates = 400, 2, 200
+    null = np.array([_gaussian_ksd(rng.normal(size=(n, d))) ** 2 for _ in range(replicates)])
+    se = null.std(ddof=1) / np.sqrt(replicates)
+    assert abs(null.mean() - 2 * d / n) < 4 * se, (null.mean(), 2 * d / n, se)
+    shifted = _gaussian_ksd(rng.normal(size=(n, d)) + 0.5) ** 2
+    wide = _gaussian_ksd(1.5 * rng.normal(size=(n, d))) ** 2
+    threshold = max(null.max(), null.mean() + 10 * null.std(ddof=1))
+    assert shifted > threshold and wide > threshold, (null.mean(), null.std(), shifted, wide)
 
 
 def test_model_scores_include_the_jacobian():
@@ -221,19 +227,23 @@ def test_model_scores_include_the_jacobian():
 
 
 def test_energy_distance():
+    """By hand on two points; on two exact samples of the same law the statistic (over pairs
+    i != j, unbiased) has mean 0: a simulated null of 100 replicates has its mean within 4
+    standard errors of 0, and a 0.3 shift lies beyond every replicate and more than 10 null
+    sds above the null mean."""
     # by hand: E|X-Y| = 1/2, E|X-X'| = E|Y-Y'| = 1 over pairs i != j
     assert diagnostics.energy_distance([0.0, 1.0], [0.0, 1.0]) == pytest.approx(-1.0)
     rng = np.random.default_rng(2)
-    n, d = 500, 3
+    n, d, replicates = 500, 3, 100
     null = np.array(
         [
             diagnostics.energy_distance(rng.normal(size=(n, d)), rng.normal(size=(n, d)))
-            for _ in range(8)
+            for _ in range(replicates)
         ]
     )
     other = diagnostics.energy_distance(rng.normal(size=(n, d)), rng.normal(0.3, 1.0, (n, d)))
-    assert abs(null.mean()) < 3 * null.std(ddof=1) + 1e-12
-    assert other > null.mean() + 10 * null.std(ddof=1), (null, other)
+    assert abs(null.mean()) < 4 * null.std(ddof=1) / np.sqrt(replicates), null.mean()
+    assert other > max(null.max(), null.mean() + 10 * null.std(ddof=1)), (null.std(), other)
     with pytest.raises(ValueError, match="different dimensions"):
         diagnostics.energy_distance(np.zeros((5, 2)), np.zeros((5, 3)))
 
@@ -252,9 +262,7 @@ def test_reference_posterior_is_cached(small_regression, tmp_path):
     assert len(list(tmp_path.glob("reference-*.nc"))) == 2
 
 
-def test_sgrld_compare_writes_a_report(tmp_path, monkeypatch):
-    import matplotlib.image as mpimg
-
+def _compare(tmp_path, monkeypatch, *options):
     from numpyro_sgrld.__main__ import main
 
     monkeypatch.setenv("NUMPYRO_SGRLD_CACHE", str(tmp_path / "cache"))
@@ -276,6 +284,7 @@ def test_sgrld_compare_writes_a_report(tmp_path, monkeypatch):
             "--out",
             str(out),
             "--no-progress-bar",
+            *options,
         ]
     )
     report = (out / "report.md").read_text()
@@ -284,17 +293,42 @@ def test_sgrld_compare_writes_a_report(tmp_path, monkeypatch):
     assert "| ± se |" in report and "| resolved |" in report and "| converged |" in report
     assert "- SGLD: " in report and "continued until the smallest bulk ESS reached 200" in report
     assert "largest split R-hat was at most 1.01" in report
-    # the Γ panel: pSGLD with and without Γ on the 1-D target, sds with standard errors
-    assert "## The Γ bias, visible and removed" in report and "| PSGLD+Γ | " in report
     # a run of 300 steps, continued at most to 1500: SGLD's steps per chain are in the text
     steps = int(report.split("steps per chain: SGLD ")[1].split(",")[0])
     assert 300 <= steps <= 1500
-    for name in ("marginals", "bias", "gamma", "trace_SGLD", "trace_PSGLD", "rank_reference"):
-        image = mpimg.imread(out / f"{name}.png")
-        assert image.ndim == 3 and image.shape[0] > 150 and image.shape[1] > 200, name
     for name in ("reference", "SGLD", "PSGLD"):
         assert (out / f"{name}.nc").stat().st_size > 0
     assert (out / "comparison.csv").read_text().count("\n") == 4  # header, NUTS, 2 kernels
+    return out, report
+
+
+def _assert_images(out, names):
+    import matplotlib.image as mpimg
+
+    for name in names:
+        image = mpimg.imread(out / f"{name}.png")
+        assert image.ndim == 3 and image.shape[0] > 150 and image.shape[1] > 200, name
+
+
+def test_sgrld_compare_writes_a_report(tmp_path, monkeypatch):
+    """The report on the small regression without the bias curves and the Γ panel (each a
+    set of further compiled runs); the full report is the slow test below."""
+    out, report = _compare(
+        tmp_path, monkeypatch, "--model", "linear_regression", "--bias-kernels",
+        "--no-gamma-panel",
+    )
+    assert "## The Γ bias, visible and removed" not in report
+    _assert_images(out, ("marginals", "trace_SGLD", "trace_PSGLD", "rank_reference"))
+
+
+@pytest.mark.slow
+def test_sgrld_compare_writes_the_full_report(tmp_path, monkeypatch):
+    out, report = _compare(tmp_path, monkeypatch)
+    # the Γ panel: pSGLD with and without Γ on the 1-D target, sds with standard errors
+    assert "## The Γ bias, visible and removed" in report and "| PSGLD+Γ | " in report
+    _assert_images(
+        out, ("marginals", "bias", "gamma", "trace_SGLD", "trace_PSGLD", "rank_reference")
+    )
 
 
 @pytest.mark.parametrize(

@@ -1,24 +1,36 @@
 """Statistical tests against exact answers, with tolerances from Monte Carlo error.
 
-- SGLD on N(0, sigma^2) with exact gradients: the discretised chain's stationary variance
-  sigma^2 / (1 - h / (2 sigma^2)). The standard error comes from the spread of the per-chain
-  estimates across independent chains (no autocorrelation model needed).
-- Conjugate regression with subsampling: SGLD, SGHMC and NUTS(full_batch) against the closed
-  form. At the chosen small steps the kernels' own biases (discretisation and minibatch noise,
-  about h * N^2/n * Var(per-datum gradient) / 2 relative to the injected noise) are a few per
-  cent of the posterior variance, well inside the acceptance band.
-- German credit logistic regression: SGLD with subsampling against NUTS on the full data.
+Every comparison is a z-score: the estimate minus the answer, over the Monte Carlo standard
+error (ArviZ's ESS-based MCSE of the chains' mean or sd, combined in quadrature with the
+reference's own MCSE when the reference is a finite NUTS run). A test of d coordinates makes
+2d comparisons (means and sds) and uses the Bonferroni threshold for a family-wise false-alarm
+probability of 1e-3 (|z| < 3.89 for 10 comparisons, 4.26 for 50).
+
+Stochastic-gradient chains have a real O(h) bias, so they are compared with the law the
+*discretised* chain has, not with the posterior:
+
+- SGLD on N(0, sigma^2) with exact gradients: variance sigma^2 / (1 - h / (2 sigma^2)).
+- The conjugate regression (N = 2000, minibatches of 100 drawn with replacement): the drift is
+  linear and the minibatch noise has a covariance quadratic in w, so the stationary mean is
+  the posterior mean and the stationary covariance solves a discrete Lyapunov equation
+  (``conftest.regression_sg_law``). At the steps used the discretisation and the minibatch
+  noise widen the sds by about 4 % (the noise's share h Var[grad] / 2 dominates), about one
+  standard error of these runs, so the prediction matters.
+- German credit: the same Lyapunov prediction on the Laplace approximation at the mode gives
+  the sds' inflation at h = 1e-4 (1.4-4.9 %); the NUTS reference's sds are multiplied by it.
 """
 
 from functools import partial
 
 import numpy as np
 import pytest
+from conftest import assert_moments, bonferroni_z, mcse, moment_z_scores, regression_sg_law
 from jax import random
 from numpyro.infer import MCMC, NUTS, init_to_value
 from numpyro_sgrld.models import gaussian
 from numpyro_sgrld.models import linear_regression as lr
 from numpyro_sgrld.models import logistic_regression as lg
+from scipy.linalg import solve_discrete_lyapunov, sqrtm
 
 from numpyro_sgrld import (
     PSGLD,
@@ -31,12 +43,14 @@ from numpyro_sgrld import (
     full_batch,
 )
 
-MAX_MEAN_ERROR = 0.2  # in posterior standard deviations
-SD_RATIO = (0.85, 1.2)
 
-
-@pytest.mark.parametrize("step_size", [0.2, 0.8])
+@pytest.mark.parametrize("step_size", [pytest.param(0.2, marks=pytest.mark.slow), 0.8])
 def test_sgld_stationary_variance_is_that_of_the_discretised_chain(step_size):
+    """The per-chain mean of x^2 over 1000 independent chains: its standard error is their
+    spread over sqrt(1000). The variance inflation 1 / (1 - h / (2 sigma^2)) is 11 % at
+    h = 0.8 (about 80 standard errors) and 2.6 % at h = 0.2 (about 12), so the continuous-time
+    answer sigma^2 is rejected by the same 4-standard-error test. Both step sizes run the
+    same code; the smaller one is in the slow set."""
     sigma, num_chains, num_samples, thinning = 2.0, 1000, 1000, 10
     mcmc = MCMC(
         SGLD(partial(gaussian.normal, sigma), step_size=step_size),
@@ -58,66 +72,125 @@ def test_sgld_stationary_variance_is_that_of_the_discretised_chain(step_size):
     assert abs(estimate - sigma**2) > 4 * se
 
 
+SUBSAMPLE = 100
+
+
 @pytest.fixture(scope="module")
 def regression():
     X, y, _ = lr.make_data(seed=0, num_data=2000, num_features=5)
     return X, y, lr.exact_posterior(X, y, prior_scale=1.0, noise_scale=0.5)
 
 
-def _check_against(w, mean, sd):
-    w = np.asarray(w, np.float64)
-    mean_error = np.abs(w.mean(0) - mean) / sd
-    sd_ratio = w.std(0) / sd
-    assert mean_error.max() <= MAX_MEAN_ERROR, mean_error
-    assert np.all((SD_RATIO[0] <= sd_ratio) & (sd_ratio <= SD_RATIO[1])), sd_ratio
+def _law(regression, step_size, **kw):
+    """Mean and sds of the discretised chain's stationary law (``conftest.regression_sg_law``)."""
+    X, y, _ = regression
+    mean, cov, _ = regression_sg_law(X, y, SUBSAMPLE, step_size, **kw)
+    return mean, np.sqrt(np.diag(cov))
 
 
-def _run_and_check_regression(kernel, regression):
-    """4 vectorized chains x 20,000 draws after 2000 burn-in, checked against the closed form."""
-    X, y, post = regression
+def _assert_can_fail(w, mean, sd):
+    """Power: the same draws reject an answer whose means are 0.5 sd off, and one whose sds
+    are 25 % wider (either is a wrong law a broken kernel could give)."""
+    limit = bonferroni_z(2 * len(mean))
+    z_mean, _ = moment_z_scores(w, mean + 0.5 * sd, sd)
+    _, z_sd = moment_z_scores(w, mean, 1.25 * sd)
+    assert np.abs(z_mean).max() > limit and np.abs(z_sd).max() > limit, (z_mean, z_sd)
+
+
+def _run_regression(kernel, regression, num_samples=20000, num_warmup=2000, key=0):
+    """4 vectorized chains after burn-in; the draws grouped by chain."""
+    X, y, _ = regression
     mcmc = MCMC(
         kernel,
-        num_warmup=2000,
-        num_samples=20000,
+        num_warmup=num_warmup,
+        num_samples=num_samples,
         num_chains=4,
         chain_method="vectorized",
         progress_bar=False,
     )
-    mcmc.run(random.PRNGKey(0), X, y)
+    mcmc.run(random.PRNGKey(key), X, y)
     assert not mcmc.get_extra_fields()["diverging"].any()
-    _check_against(mcmc.get_samples()["w"], post.mean, post.sd)
+    return np.asarray(mcmc.get_samples(group_by_chain=True)["w"], np.float64)
 
 
+# SGLD at h = 1e-6 and SGHMC at h = 1e-7 mix in about 1/(h lambda) ~ 130 steps (lambda ~ 8000
+# the posterior precision; SGHMC's friction 0.1 gives the same rate): 4 chains x 20,000 draws
+# give ESS ~ 600 for the sds, an sd's relative MCSE of ~3 %, enough to resolve the 25 % error
+# of `_assert_can_fail` at more than twice the threshold.
 @pytest.mark.parametrize(
-    "kernel",
+    "name, kernel, law",
     [
-        lambda m: SGLD(m, step_size=1e-6),
-        lambda m: SGHMC(m, step_size=1e-7, friction=0.1),
+        ("sgld", lambda m: SGLD(m, step_size=1e-6), dict(step_size=1e-6)),
+        (
+            "sghmc",
+            lambda m: SGHMC(m, step_size=1e-7, friction=0.1),
+            dict(step_size=1e-7, kind="sghmc", friction=0.1),
+        ),
     ],
     ids=["sgld", "sghmc"],
 )
-def test_subsampled_kernels_on_conjugate_regression(kernel, regression):
-    _run_and_check_regression(kernel(partial(lr.model, subsample_size=100)), regression)
+def test_subsampled_kernels_on_conjugate_regression(name, kernel, law, regression):
+    """SGLD and SGHMC with minibatches against the discretised chain's exact stationary mean
+    and sds (Lyapunov equation with the minibatch noise's covariance)."""
+    w = _run_regression(kernel(partial(lr.model, subsample_size=SUBSAMPLE)), regression)
+    mean, sd = _law(regression, **law)
+    assert_moments(w, mean, sd)
+    _assert_can_fail(w, mean, sd)
 
 
 def test_nuts_on_full_batch_matches_closed_form(regression):
+    """NUTS is exact: its draws against the closed-form posterior, ESS-based errors."""
     X, y, post = regression
     mcmc = MCMC(
-        NUTS(full_batch(partial(lr.model, subsample_size=100))),
+        NUTS(full_batch(partial(lr.model, subsample_size=SUBSAMPLE))),
         num_warmup=500,
         num_samples=2000,
         progress_bar=False,
     )
     mcmc.run(random.PRNGKey(1), X, y)
-    _check_against(mcmc.get_samples()["w"], post.mean, post.sd)
+    w = mcmc.get_samples(group_by_chain=True)["w"]
+    assert_moments(w, post.mean, post.sd)
+    _assert_can_fail(w, post.mean, post.sd)
 
 
+def _laplace_sd_inflation(X, y, step_size, subsample_size):
+    """Relative sd inflation of SGLD at ``step_size`` on the logistic regression, from the
+    Lyapunov equation of the chain linearised at the mode (Hessian A, minibatch noise
+    covariance B = N^2/n Cov_i[grad l_i] at the mode): sqrt(diag(Sigma_h) / diag(A^-1))."""
+    from scipy.optimize import minimize
+
+    X, y = np.asarray(X, np.float64), np.asarray(y, np.float64)
+    N, d = X.shape
+
+    def potential(w):
+        z = X @ w
+        return 0.5 * w @ w + np.sum(np.logaddexp(0.0, z) - y * z)
+
+    def grad(w):
+        return w + X.T @ (1 / (1 + np.exp(-X @ w)) - y)
+
+    mode = minimize(potential, np.zeros(d), jac=grad, method="BFGS", options={"gtol": 1e-9}).x
+    p = 1 / (1 + np.exp(-X @ mode))
+    A = np.eye(d) + (X * (p * (1 - p))[:, None]).T @ X
+    B = N**2 / subsample_size * np.cov((X * (p - y)[:, None]).T, bias=True)
+    h = step_size
+    cov = solve_discrete_lyapunov(np.eye(d) - h * A, 2 * h * np.eye(d) + h**2 * B)
+    return np.sqrt(np.diag(cov) / np.diag(np.linalg.inv(A)))
+
+
+@pytest.mark.slow
 def test_sgld_on_german_credit_agrees_with_nuts(german_credit):
+    """SGLD (minibatches of 100, h = 1e-4) against NUTS on the full data. The reference is a
+    finite run: its MCSEs add to the SGLD draws' in quadrature. SGLD's known bias is put into
+    the reference: its sds are multiplied by the inflation the Lyapunov equation of the chain
+    linearised at the mode predicts (1.4-4.9 % here; the residual, non-Gaussian part of the
+    bias is O(h) times a skewness-sized factor and was not resolved). The slowest direction
+    mixes in ~750 steps, so 4 x 20,000 draws give an ESS of ~100 there."""
     X, y = german_credit
     model = partial(lg.model, subsample_size=100)
     nuts = MCMC(NUTS(full_batch(model)), num_warmup=500, num_samples=4000, progress_bar=False)
     nuts.run(random.PRNGKey(1), X, y)
-    ref = np.asarray(nuts.get_samples()["w"], np.float64)
+    ref = np.asarray(nuts.get_samples(group_by_chain=True)["w"], np.float64)
     sgld = MCMC(
         SGLD(model, step_size=1e-4),
         num_warmup=2000,
@@ -127,7 +200,11 @@ def test_sgld_on_german_credit_agrees_with_nuts(german_credit):
         progress_bar=False,
     )
     sgld.run(random.PRNGKey(0), X, y)
-    _check_against(sgld.get_samples()["w"], ref.mean(0), ref.std(0))
+    w = np.asarray(sgld.get_samples(group_by_chain=True)["w"], np.float64)
+    inflation = _laplace_sd_inflation(X, y, 1e-4, 100)
+    ref_mean, ref_sd = ref.mean(axis=(0, 1)), ref.std(axis=(0, 1))
+    ref_mean_se, ref_sd_se = mcse(ref)
+    assert_moments(w, ref_mean, inflation * ref_sd, ref_mean_se, inflation * ref_sd_se)
 
 
 # Adaptive kernels. They start at the closed-form mean: this checks the stationary law, not
@@ -150,30 +227,82 @@ ADAPTIVE = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(ADAPTIVE))
+def _adaptive_law(name, regression):
+    """The stationary law predicted for an adaptive kernel: the preconditioned discretised
+    chain with its metric frozen at the value its statistic averages to near the posterior.
+    E[g g'] of the per-datum gradient is (A Sigma A + E[B]) / N^2 (B the minibatch noise's
+    covariance, which dominates: the gradient statistic barely depends on w, so the metric is
+    nearly constant and the Γ drift nearly 0).
+
+    - PSGLD: D = diag(1 / (eps + sqrt(E[g^2]))). Shampoo (a 5-vector: one block, k = 1):
+      D = E[g g']^(-1/2). Wenzel: one site, so D = 1 (SGLD). Monge with alpha2 = 0.05: D = I
+      up to alpha2 |V|^2 ~ 1e-3 (V, the moving average of g, is nearly 0). AdamSGLD: the drift
+      is (I + a diag(1/sqrt(E[grad^2]))) grad U (m / sqrt(V) tracks grad U / its rms: the
+      minibatch noise dominates V), the injected noise SGLD's.
+    - Neglected: the statistics' fluctuations around their means (moving averages over 10-1000
+      steps: a few per cent on D, second order on the law), the Hutchinson estimate's noise
+      (about 1/400 of the minibatch noise's variance here), Monge's alpha2 |V|^2. Each moves
+      the predicted sds by well under 1 %, against MCSEs of about 3 %.
+    """
+    X, y, post = regression
+    h = {"psgld": 2e-7, "psgld-hutchinson": 1e-6, "shampoo": 2e-7}.get(name, 1e-6)
+    N = X.shape[0]
+    A = np.linalg.inv(post.cov)
+    _, _, B = regression_sg_law(X, y, SUBSAMPLE, h)
+    second = (A + B) / N**2  # E[g g'] of the per-datum gradient g = grad U-hat / N
+    if name.startswith("psgld"):
+        eps = 0.1 if name == "psgld-hutchinson" else 1e-8
+        return _law(regression, h, drift=np.diag(1 / (eps + np.sqrt(np.diag(second)))))
+    if name == "shampoo":
+        return _law(regression, h, drift=np.real(np.linalg.inv(sqrtm(second))))
+    if name == "adam":
+        drift = np.eye(len(A)) + np.diag(1 / np.sqrt(np.diag(A + B)))
+        return _law(regression, h, drift=drift, noise=np.eye(len(A)), grad_noise=np.eye(len(A)))
+    return _law(regression, h)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.slow) if n.endswith("hutchinson") else n
+        for n in sorted(ADAPTIVE)
+    ],
+)
 def test_adaptive_kernels_on_conjugate_regression(name, regression):
+    """Each adaptive kernel against the stationary law predicted by `_adaptive_law` (mean
+    exact, sds 4 % wider than the posterior's for the noise-dominated metrics here). The run
+    costs about as much as compiling it, so the length stays; the Hutchinson-corrected twins
+    are in the slow set (the corrected kernels' stationary law is in the default run through
+    ``tests/test_bias.py``)."""
     _, _, post = regression
     init = init_to_value(values={"w": post.mean.astype(np.float32)})
-    _run_and_check_regression(
-        ADAPTIVE[name](partial(lr.model, subsample_size=100), init), regression
+    w = _run_regression(
+        ADAPTIVE[name](partial(lr.model, subsample_size=SUBSAMPLE), init), regression
     )
+    mean, sd = _adaptive_law(name, regression)
+    assert_moments(w, mean, sd)
 
 
 def test_control_variates_allow_a_larger_step(regression):
-    """At h = 2e-5 (20x the plain SGLD step above) the plain minibatch gradient's noise inflates
-    the sampled variance past the band (about h N^2/n Var(per-datum gradient) / 2 relative to the
-    injected noise); the control-variate estimator centred at a mode found by Adam removes most
-    of it, leaving the discretisation's own ~4% on the sd."""
+    """At h = 2e-5 (20x the plain SGLD step above) the plain minibatch gradient's noise widens
+    the sampled sds by 70 % (h Var[grad] / 2 = 1.6 relative to the injected variance); the
+    control-variate estimator centred at a mode found by Adam leaves only
+    Cov_i[grad l_i(w) - grad l_i(mode)], and the discretisation's own 4 %. Both runs against
+    their predicted laws (``regression_sg_law``, the control variate's centred at the exact
+    mode: Adam's is within 1e-3 posterior sds of it, which changes the noise by less); and the
+    plain run's sds resolved wider than the posterior's. h = 2e-5 mixes in ~8 steps: 4 chains x
+    5000 draws give ESS ~ 2000."""
     X, y, post = regression
-    model = partial(lr.model, subsample_size=100)
+    model = partial(lr.model, subsample_size=SUBSAMPLE)
 
     def draws(**kw):
-        mcmc = MCMC(SGLD(model, step_size=2e-5, **kw), num_warmup=1000, num_samples=5000,
-                    num_chains=4, chain_method="vectorized", progress_bar=False)
-        mcmc.run(random.PRNGKey(1), X, y)
-        assert not mcmc.get_extra_fields()["diverging"].any()
-        return mcmc.get_samples()["w"]
+        return _run_regression(
+            SGLD(model, step_size=2e-5, **kw), regression, num_samples=5000, num_warmup=1000,
+            key=1,
+        )
 
-    _check_against(draws(control_variate="mode"), post.mean, post.sd)
-    plain_ratio = np.asarray(draws(), np.float64).std(0) / post.sd
-    assert plain_ratio.max() > SD_RATIO[1], plain_ratio
+    assert_moments(draws(control_variate="mode"), *_law(regression, 2e-5, control_variate=True))
+    plain = draws()
+    assert_moments(plain, *_law(regression, 2e-5))
+    _, z_sd = moment_z_scores(plain, post.mean, post.sd)
+    assert np.all(z_sd > bonferroni_z(len(z_sd))), z_sd
