@@ -102,6 +102,16 @@ class SGState(NamedTuple):
         state = self.gradient_state
         return state if isinstance(state, ControlVariate) else None
 
+    def __getitem__(self, key):
+        # NumPyro's `extra_fields` look-up tries `state[name]` after `getattr` fails
+        if isinstance(key, str):
+            raise ValueError(
+                f"The stochastic-gradient kernels' state has no field {key!r}: it has the fields "
+                f"{list(self._fields)}; `extra_fields` must name some of them (NUTS fields "
+                "such as accept_prob, num_steps or adapt_state do not exist here)."
+            )
+        return tuple.__getitem__(self, key)
+
 
 def _check_temperature(temperature):
     return real(temperature, "temperature", low=0, hint="1 samples the posterior.")

@@ -59,7 +59,6 @@ def _draws(loop, kernel_cls=PSGLD, model_kwargs=None, **mcmc_kwargs):
 @pytest.mark.parametrize(
     "kw",
     [
-        dict(num_warmup=0, num_samples=12, progress_bar=False),
         dict(num_warmup=7, num_samples=23, thinning=4, progress_bar=False),
         dict(num_warmup=7, num_samples=23, thinning=4, progress_bar=True),
         dict(num_warmup=0, num_samples=20, thinning=20, jit_model_args=True, progress_bar=False),
@@ -68,7 +67,7 @@ def _draws(loop, kernel_cls=PSGLD, model_kwargs=None, **mcmc_kwargs):
         dict(num_warmup=5, num_samples=9, thinning=2, num_chains=2, chain_method="sequential",
              progress_bar=False),
     ],
-    ids=["plain", "warmup+thinning", "progress-bar", "one-draw", "vectorized", "sequential"],
+    ids=["warmup+thinning", "progress-bar", "one-draw", "vectorized", "sequential"],
 )
 def test_same_draws_as_numpyros_loop(kw):
     kernel_cls = SGHMC if kw.get("chain_method") == "sequential" else PSGLD

@@ -195,7 +195,16 @@ ALL_KERNELS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(ALL_KERNELS))
+# The Γ-corrected twins compile the most; the correction's path through the kernel stays in the
+# default run through tests/test_statistical.py and tests/test_bias.py.
+_CORRECTED = ("psgld-exact", "psgld-hutchinson", "monge-hutchinson", "shampoo-exact")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=pytest.mark.slow) if n in _CORRECTED else n
+     for n in sorted(ALL_KERNELS)],
+)
 def test_every_kernel_on_several_shapes_and_chain_methods(name):
     """Finite draws for scalar, vector, matrix, rank-3 and constrained sites; a vectorized chain
     equals the single chain run with the same key (what sequential chains do)."""
