@@ -22,6 +22,7 @@ def speed():
     return load_benchmark("speed")
 
 
+@pytest.mark.slow  # checks a benchmark baseline, not the library
 def test_hand_written_shampoo_matches_the_library_metric(speed):
     # in float64: the drift factor P = L^(-1/2) of a vector block has a condition number up to
     # 1/sqrt(eps) = 1e4 (the ridge eps * lambda_max bounds it), so two float32 computations in
@@ -86,6 +87,7 @@ def _compare_shampoo(speed):
             assert float(jnp.max(jnp.abs(ours[name] - vector[name]))) > 0.1 * scale
 
 
+@pytest.mark.slow  # checks a benchmark table, not the library
 def test_cost_breakdown_removes_what_it_says(speed):
     # each column drops work from the compiled step, so XLA's count must not grow column by
     # column, and dropping the finiteness checks (a sum over the new position) must lower it;

@@ -221,7 +221,7 @@ def test_regression_metrics_by_hand():
 @pytest.mark.parametrize(
     "kernel",
     [
-        pytest.param(partial(SGLD, step_size=1e-4), id="sgld"),
+        pytest.param(partial(SGLD, step_size=1e-4), id="sgld", marks=pytest.mark.slow),
         pytest.param(partial(PSGLD, step_size=1e-5), id="psgld", marks=pytest.mark.slow),
     ],
 )

@@ -290,9 +290,11 @@ def test_the_control_variate_oracle_is_shifted_like_the_estimate():
 
 
 # ----------------------------------------------------------------------------- transforms
-# every metric with a state, every integrator
-PIECES = [("shampoo", "langevin"), ("wenzel", "langevin"), ("monge", "sghmc"),
-          ("rmsprop", "adaptive_drift")]
+# the metric whose state is updated under lax.cond, and a momentum integrator (the other pairs
+# in the slow set)
+PIECES = [("shampoo", "langevin"), ("monge", "sghmc"),
+          pytest.param("wenzel", "langevin", marks=pytest.mark.slow),
+          pytest.param("rmsprop", "adaptive_drift", marks=pytest.mark.slow)]
 
 
 def _piece(name):

@@ -381,6 +381,7 @@ print(float(jnp.sum(state.roots["a"][0])))
 """
 
 
+@pytest.mark.slow  # a 100-step Shampoo run on 8 sites of 256 x 256
 def test_shampoo_roots_of_many_sites_do_not_deadlock():
     """Several batched ``eigh`` at once can wedge XLA:CPU's thread pool; the roots are chained."""
     import subprocess

@@ -183,6 +183,7 @@ print("OK")
 """
 
 
+@pytest.mark.slow  # a subprocess with two host devices compiling every chain method
 def test_two_devices_data_parallel_and_parallel_chains(tmp_path):
     import subprocess
     import sys
