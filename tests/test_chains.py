@@ -30,7 +30,9 @@ def _run(kernel, key=0, **mcmc_kwargs):
     return mcmc
 
 
-@pytest.mark.parametrize("name", sorted(KERNELS))
+@pytest.mark.parametrize(
+    "name", [pytest.param("sgld", marks=pytest.mark.slow), "sghmc"]  # SGHMC has more state
+)
 def test_same_key_same_samples(name):
     a = _run(KERNELS[name]()).get_samples()["w"]
     b = _run(KERNELS[name]()).get_samples()["w"]
@@ -82,6 +84,7 @@ def test_jit_model_args_gives_the_same_samples():
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.slow  # a subprocess with two host devices (as tests/test_performance.py's)
 def test_parallel_chains_on_two_host_devices():
     """chain_method='parallel' (pmap) on two CPU devices equals sequential chains."""
     script = textwrap.dedent(

@@ -290,9 +290,9 @@ def test_the_control_variate_oracle_is_shifted_like_the_estimate():
 
 
 # ----------------------------------------------------------------------------- transforms
-# the metric whose state is updated under lax.cond, and a momentum integrator (the other pairs
-# in the slow set)
-PIECES = [("shampoo", "langevin"), ("monge", "sghmc"),
+# the metric whose state is updated under lax.cond (the other pairs in the slow set)
+PIECES = [("shampoo", "langevin"),
+          pytest.param("monge", "sghmc", marks=pytest.mark.slow),
           pytest.param("wenzel", "langevin", marks=pytest.mark.slow),
           pytest.param("rmsprop", "adaptive_drift", marks=pytest.mark.slow)]
 
