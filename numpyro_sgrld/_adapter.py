@@ -22,7 +22,7 @@ from numpyro.util import identity, is_prng_key, not_jax_tracer
 
 from numpyro_sgrld import _setup
 from numpyro_sgrld._acceptance import accept, usable
-from numpyro_sgrld._checks import integer, real
+from numpyro_sgrld._checks import integer, named_field_lookup, real
 from numpyro_sgrld._composition import build_sampler, init_sampler, transition
 from numpyro_sgrld._tree import tree_norm, tree_where
 from numpyro_sgrld.gradients import (
@@ -102,15 +102,8 @@ class SGState(NamedTuple):
         state = self.gradient_state
         return state if isinstance(state, ControlVariate) else None
 
-    def __getitem__(self, key):
-        # NumPyro's `extra_fields` look-up tries `state[name]` after `getattr` fails
-        if isinstance(key, str):
-            raise ValueError(
-                f"The stochastic-gradient kernels' state has no field {key!r}: it has the fields "
-                f"{list(self._fields)}; `extra_fields` must name some of them (NUTS fields "
-                "such as accept_prob, num_steps or adapt_state do not exist here)."
-            )
-        return tuple.__getitem__(self, key)
+    # NumPyro's `extra_fields` look-up tries `state[name]` after `getattr` fails
+    __getitem__ = named_field_lookup
 
 
 def _check_temperature(temperature):

@@ -66,3 +66,18 @@ def integer(value, name, *, low=1, hint=""):
             + f".{(' ' + hint) if hint else ''}"
         )
     return int(number)
+
+
+def named_field_lookup(self, key):
+    """``__getitem__`` of a state ``NamedTuple``: integer indices as usual; a string, which
+    NumPyro's ``extra_fields`` look-up tries after ``getattr`` fails, is a field the state does
+    not have: say which fields it has."""
+    if isinstance(key, str):
+        raise ValueError(
+            f"The stochastic-gradient kernels' {type(self).__name__} has no field {key!r}: it "
+            f"has the fields {list(self._fields)}; `extra_fields` must name some of them (NUTS "
+            "fields such as accept_prob, num_steps or adapt_state do not exist here; the "
+            "kernel's own state is e.g. 'sampler_state.integrator.momentum' or "
+            "'sampler_state.metric.square_avg')."
+        )
+    return tuple.__getitem__(self, key)

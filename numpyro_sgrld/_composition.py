@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 from jax import random
 
+from numpyro_sgrld._checks import named_field_lookup
 from numpyro_sgrld.correction import check_correction, init_correction, lagged_correction
 from numpyro_sgrld.integrators import Integrator
 from numpyro_sgrld.metrics import Metric
@@ -33,6 +34,8 @@ class SamplerState(NamedTuple):
     metric: Any
     integrator: Any
     correction: Any = None
+
+    __getitem__ = named_field_lookup
 
 
 class Sampler(NamedTuple):

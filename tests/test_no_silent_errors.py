@@ -307,6 +307,9 @@ def test_unknown_extra_field_lists_the_state_fields():
 
     with pytest.raises(ValueError, match="fields \\['i', 'z'.*num_rejected"):
         _mcmc(SGLD(model, step_size=1e-2), extra_fields=("accept_prob",))
+    # a kernel field under its old path (before the state named metric and integrator)
+    with pytest.raises(ValueError, match="SamplerState has no field 'momentum'.*'integrator'"):
+        _mcmc(SGHMC(model, step_size=1e-2), extra_fields=("sampler_state.momentum",))
 
 
 # --------------------------------------------------------------------------- 10. data
