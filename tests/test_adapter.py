@@ -446,6 +446,29 @@ def test_centre_distance_is_exact_for_a_gaussian_along_an_eigenvector():
     assert np.isnan(centre_distance(potential, nan, jax.grad(potential)(nan)))
 
 
+def test_the_far_centre_warning_reads_the_estimated_distance():
+    """The warning's rule on its own (the end-to-end run through MCMC is in the slow set):
+    beyond sqrt(d) posterior sds, d the latent dimensions of one chain, and a non-finite
+    distance, are reported; within sqrt(d) nothing is."""
+    import warnings
+
+    from numpyro_sgrld.gradients import ControlVariate, warn_if_far_centre
+
+    centre = {"w": jnp.zeros((2, 3)), "sigma": jnp.zeros(2)}  # two chains, d = 4
+
+    def cv(distance):
+        return ControlVariate(centre, jnp.zeros(2), centre, jnp.asarray(distance))
+
+    with pytest.warns(UserWarning, match=r"about 2\.5 posterior standard deviations.*d = 4"):
+        warn_if_far_centre(cv([0.5, 2.5]))
+    with pytest.warns(UserWarning, match="not finite"):
+        warn_if_far_centre(cv([0.5, np.nan]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        warn_if_far_centre(cv([1.9, 1.99]))
+
+
+@pytest.mark.slow
 def test_a_far_control_variate_centre_is_reported():
     import warnings
 

@@ -242,6 +242,7 @@ def test_horseshoe_bnn_on_digits(kernel):
     assert metrics["accuracy"] >= 0.95, metrics
 
 
+@pytest.mark.slow
 def test_bnn_regressor_on_a_uci_split(uci_concrete):
     split = uci_concrete
     model = partial(mlp_regressor, hidden=(50,), subsample_size=32)
