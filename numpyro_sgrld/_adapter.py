@@ -23,8 +23,19 @@ from numpyro.util import identity, is_prng_key, not_jax_tracer
 from numpyro_sgrld import _setup
 from numpyro_sgrld._acceptance import accept, usable
 from numpyro_sgrld._checks import integer, named_field_lookup, real
-from numpyro_sgrld._composition import build_sampler, init_sampler, transition
+from numpyro_sgrld._composition import (
+    build_sampler,
+    init_sampler,
+    transition_with_preconditioner,
+)
 from numpyro_sgrld._tree import tree_norm, tree_where
+from numpyro_sgrld.adaptation import (
+    check_adaptation,
+    init_step_size,
+    phases,
+    rayleigh,
+    update_step_size,
+)
 from numpyro_sgrld.gradients import (
     ControlVariate,
     GradientEstimator,
@@ -65,7 +76,9 @@ class SGState(NamedTuple):
       step started from (one step behind ``z``: it comes free with that step's gradient). It is
       an unbiased but noisy estimate of the full-data potential, not ``-log p(z | data)``.
     - **grad_norm** – Euclidean norm of that step's gradient estimate :math:`\\nabla\\hat U`.
-    - **step_size** – the step size :math:`h_i` used by the last step.
+    - **step_size** – the step size :math:`h_i` used by the last step; with
+      ``step_size=None`` the adapted step: during warm-up the one the next step will use, after
+      it the frozen value (so ``post_warmup_state.step_size`` is the step sampling uses).
     - **diverging** – True when the last step was rejected (:mod:`numpyro_sgrld._acceptance`):
       the potential or the gradient at its start was not finite, or the potential at the
       position it proposed (evaluated on the same minibatch), or the proposed position or
@@ -82,6 +95,8 @@ class SGState(NamedTuple):
       gradient; the :class:`~numpyro_sgrld.gradients.ControlVariate` (centre, full-data
       potential and gradient there, estimated distance of the centre from the mode) for control
       variates (also readable as ``control_variate``).
+    - **adaptation** – with ``step_size=None``, the step-size adaptation's
+      :class:`~numpyro_sgrld.adaptation.StepSizeState` (``None`` with a given step size).
     """
 
     i: Any
@@ -95,6 +110,7 @@ class SGState(NamedTuple):
     rng_key: Any
     num_rejected: Any = 0
     gradient_state: Any = None
+    adaptation: Any = None
 
     @property
     def control_variate(self):
@@ -195,7 +211,16 @@ class SGMCMC(MCMCKernel):
     :param model: a NumPyro model (first positional, as for ``NUTS``). Every
         ``numpyro.plate(name, N, subsample_size=n)`` in it is redrawn every step.
     :param step_size: :math:`h`, a float > 0 or a schedule ``t -> h_t`` (see
-        :mod:`numpyro_sgrld.schedules`). Required: SG kernels do not adapt it.
+        :mod:`numpyro_sgrld.schedules`), used as given; or ``None`` (default): chosen during
+        warm-up (at least 200 steps of ``num_warmup``) so that the discretised chain's
+        stationary variance is within a factor ``1 + target_bias`` of the posterior's in every
+        direction of the kernel's geometry, and frozen at the end of warm-up, as ``NUTS``
+        does with its dual averaging (:mod:`numpyro_sgrld.adaptation`). The adapted step is
+        ``state.step_size`` (in ``last_state``, the ``step_size`` extra field, the progress
+        bar and ``to_inference_data``'s sample stats); ``post_warmup_state`` continues with it.
+    :param target_bias: with ``step_size=None``, :math:`\delta`, the relative inflation of the
+        stationary variance allowed in the worst direction (default 0.1: sds within about
+        5 %). Smaller is more exact and mixes more slowly.
     :param potential_fn: instead of ``model``, a potential ``z -> U(z)`` on an unconstrained
         pytree; ``init_params`` is then required and minibatching is the caller's business.
     :param temperature: :math:`T` (1 samples the posterior; 0 gives stochastic gradient descent).
@@ -262,19 +287,19 @@ class SGMCMC(MCMCKernel):
         mode_steps=1000,
         start_at_centre=False,
         check_proposal=True,
+        target_bias=0.1,
     ):
         if (model is None) == (potential_fn is None):
             raise ValueError("Give exactly one of `model` or `potential_fn`.")
-        if step_size is None:
-            raise ValueError(
-                "`step_size` is required (a float > 0 or a schedule): stochastic-gradient "
-                "kernels do not adapt it. As a start, try 1/(N * largest Hessian eigenvalue "
-                "per datum) and shrink it until the answer stops changing."
-            )
         self._model = model
         self._potential_fn = potential_fn
-        self._schedule = as_schedule(step_size)
+        self._schedule = None if step_size is None else as_schedule(step_size)
         self._temperature = _check_temperature(temperature)
+        self._target_bias = real(
+            target_bias, "target_bias", low=0, low_open=True,
+            hint="It is the relative inflation of the stationary variance that "
+            "`step_size=None` allows (default 0.1).",
+        )
         self._num_data_arg = _check_num_data(num_data)
         self._batching = check_batching(batching)
         if not callable(init_strategy):
@@ -292,6 +317,8 @@ class SGMCMC(MCMCKernel):
         metric = identity_metric() if metric is None else metric
         integrator = langevin() if integrator is None else integrator
         self._sampler = build_sampler(metric, integrator, correction, correction_form)
+        if step_size is None:
+            check_adaptation(None, integrator, self._temperature)
         if metric.needs_aux and model is None:
             raise ValueError(
                 f"The metric {metric.name!r} reads auxiliary values of the model's forward pass "
@@ -314,8 +341,14 @@ class SGMCMC(MCMCKernel):
 
     @property
     def step_size(self):
-        """The step-size schedule ``t -> h_t``."""
+        """The step-size schedule ``t -> h_t``; ``None`` when it is adapted during warm-up
+        (``step_size=None``: the adapted value is the state's ``step_size``)."""
         return self._schedule
+
+    @property
+    def adapts_step_size(self):
+        """Whether the step size is chosen during warm-up (``step_size=None``)."""
+        return self._schedule is None
 
     @property
     def temperature(self):
@@ -502,10 +535,49 @@ class SGMCMC(MCMCKernel):
             }
         return idx, batch_state
 
-    def _step_size(self, i):
+    def _step_size(self, i, adaptation=None):
+        """:math:`h_i`: the schedule's, or the adaptation's current step."""
+        if adaptation is not None:
+            return adaptation.step_size
         return jnp.asarray(self._schedule(i), jnp.result_type(float))
 
-    def _init_one(self, z, rng_key, model_args, model_kwargs):
+    def _adapt(self, state, est, target, idx, batch_state, key, preconditioner, ok):
+        """The adaptation's state after this (warm-up) step: one power iteration at the
+        step's starting point with a second minibatch's gradient (see
+        :mod:`numpyro_sgrld.adaptation`)."""
+        key, key_direction = random.split(key)
+        idx2, _ = self._draw_indices(key, batch_state)
+        grad2 = self._gradient.estimate(state.z, idx2, state.gradient_state, target).grad
+        rho, y = rayleigh(
+            state.adaptation.direction, state.z, preconditioner, self._hvp(target, idx),
+            est.grad, grad2, self.integrator.bias_weights, self._temperature,
+            with_noise=phases(state.i, state.adaptation.num_warmup)[0],
+        )
+        return update_step_size(
+            state.adaptation, state.i, rho, y, ok, self._target_bias, key_direction
+        )
+
+    def _hvp(self, target, idx):
+        """``(z, v) -> H v`` of the minibatch potential on ``idx``."""
+        grad = jax.grad(lambda x: target.potential(x, idx)[0])
+        return lambda z, v: jax.jvp(grad, (z,), (v,))[1]
+
+    def _init_adaptation(self, key, z, est, sampler_state, target, idx, num_warmup):
+        """The step-size adaptation's state at the initial position (``step_size=None``)."""
+        preconditioner, _ = self.metric.update(
+            est.grad, sampler_state.metric, z, self._context(0, est.aux)
+        )
+
+        def gradient(k):
+            return self._gradient.estimate(z, self._draw_indices(k, None)[0], est.state,
+                                           target).grad
+
+        return init_step_size(
+            key, z, preconditioner, self._hvp(target, idx), gradient,
+            self.integrator.bias_weights, self._temperature, self._target_bias, num_warmup,
+        )
+
+    def _init_one(self, z, rng_key, model_args, model_kwargs, num_warmup=0):
         key_next, key_sampler, key_batch, key_idx = random.split(rng_key, 4)
         batch_state = init_batching(key_batch, self._plates, self._batching)
         idx, _ = self._draw_indices(key_idx, batch_state)
@@ -521,9 +593,18 @@ class SGMCMC(MCMCKernel):
             idx,
             random.fold_in(key_sampler, 2),
         )
+        context = self._context(0, est.aux)
+        adaptation = None
+        if self.adapts_step_size:
+            sampler_state = init_sampler(
+                self._sampler, key_sampler, z, curvature, context, 1.0, self._temperature
+            )
+            adaptation = self._init_adaptation(
+                random.fold_in(key_sampler, 3), z, est, sampler_state, target, idx, num_warmup
+            )
+        step_size = self._step_size(0, adaptation)
         sampler_state = init_sampler(
-            self._sampler, key_sampler, z, curvature, self._context(0, est.aux),
-            self._step_size(0), self._temperature,
+            self._sampler, key_sampler, z, curvature, context, step_size, self._temperature,
         )
         return SGState(
             i=jnp.zeros((), jnp.int32),
@@ -532,20 +613,21 @@ class SGMCMC(MCMCKernel):
             batch_state=batch_state,
             potential_energy=est.value,
             grad_norm=tree_norm(est.grad),
-            step_size=self._step_size(0),
+            step_size=step_size,
             diverging=jnp.zeros((), bool),
             rng_key=key_next,
             num_rejected=jnp.zeros((), jnp.int32),
             gradient_state=est.state,
+            adaptation=adaptation,
         )
 
-    def _sample_one(self, state, model_args, model_kwargs):
+    def _sample_one(self, state, model_args, model_kwargs, adapting=None):
         target = self._target(model_args, model_kwargs)
         key_next, key_idx, key_step = random.split(state.rng_key, 3)
         idx, batch_state = self._draw_indices(key_idx, state.batch_state)
         est = self._gradient.estimate(state.z, idx, state.gradient_state, target)
-        step_size = self._step_size(state.i)
-        z, sampler_state = transition(
+        step_size = self._step_size(state.i, state.adaptation)
+        z, sampler_state, preconditioner = transition_with_preconditioner(
             self._sampler, key_step, state.z, state.sampler_state, est.grad, est.oracle,
             step_size, self._temperature, self._context(state.i, est.aux),
         )
@@ -557,6 +639,17 @@ class SGMCMC(MCMCKernel):
             usable(est.value, grad_norm, step_size), z, landed, sampler_state,
             state.sampler_state, self._sampler.state_averages_gradient,
         )
+        adaptation = state.adaptation
+        if adaptation is not None:
+            if adapting is None:
+                adapting = state.i < adaptation.num_warmup
+            adaptation = jax.lax.cond(
+                adapting,
+                lambda: self._adapt(state, est, target, idx, batch_state,
+                                    random.fold_in(key_step, 7), preconditioner, ok),
+                lambda: adaptation,
+            )
+            step_size = adaptation.step_size  # the next step's: the frozen one after warm-up
         return SGState(
             i=state.i + 1,
             z=tree_where(ok, z, state.z),
@@ -569,6 +662,7 @@ class SGMCMC(MCMCKernel):
             rng_key=key_next,
             num_rejected=state.num_rejected + (~ok).astype(jnp.int32),
             gradient_state=est.state,
+            adaptation=adaptation,
         )
 
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
@@ -595,14 +689,18 @@ class SGMCMC(MCMCKernel):
                 init_params, rng_key.shape[0] if vectorized else None
             )
         check_divisible(self._plates, self._index_sharding)
+        if self.adapts_step_size:
+            check_adaptation(num_warmup, self.integrator, self._temperature)
         if vectorized:
-            self._sample_fn = jax.vmap(self._sample_one, in_axes=(0, None, None))
-            init_one = jax.vmap(self._init_one, in_axes=(0, 0, None, None))
+            self._sample_fn = partial(_sample_vectorized, self._sample_one)
+            init_one = jax.vmap(self._init_one, in_axes=(0, 0, None, None, None))
         else:
             self._sample_fn = self._sample_one
             init_one = self._init_one
         init_one = self._jit_once(("init", vectorized), init_one, model_args, model_kwargs)
-        state = init_one(init_params, rng_key, model_args, model_kwargs)
+        state = init_one(
+            init_params, rng_key, model_args, model_kwargs, jnp.asarray(num_warmup, jnp.int32)
+        )
         if self._gradient.check is not None:
             self._gradient.check(state.gradient_state)
         return state
@@ -635,6 +733,18 @@ class SGMCMC(MCMCKernel):
             f" rejected={rejected}" if rejected else "",
             " DIVERGING" if bool(state.diverging) else "",
         )
+
+
+def _sample_vectorized(sample_one, state, model_args, model_kwargs):
+    """``sample_one`` over a batch of chains. The chains step in lockstep, so whether they
+    are in warm-up is one unbatched flag: the adaptation's ``lax.cond`` stays a branch (under
+    ``vmap`` a batched predicate would run both branches on every step)."""
+    adapting = None
+    if state.adaptation is not None:
+        adapting = state.i[0] < state.adaptation.num_warmup[0]
+    return jax.vmap(partial(sample_one, adapting=adapting), in_axes=(0, None, None))(
+        state, model_args, model_kwargs
+    )
 
 
 # The name of the adapter class before the pieces became separate arguments.

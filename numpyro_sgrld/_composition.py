@@ -23,7 +23,14 @@ from numpyro_sgrld.correction import check_correction, init_correction, lagged_c
 from numpyro_sgrld.integrators import Integrator
 from numpyro_sgrld.metrics import Metric
 
-__all__ = ["Sampler", "SamplerState", "build_sampler", "init_sampler", "transition"]
+__all__ = [
+    "Sampler",
+    "SamplerState",
+    "build_sampler",
+    "init_sampler",
+    "transition",
+    "transition_with_preconditioner",
+]
 
 
 class SamplerState(NamedTuple):
@@ -93,6 +100,18 @@ def init_sampler(sampler, key, position, curvature, context, step_size, temperat
 def transition(sampler, key, position, state, grad, oracle, step_size, temperature, context):
     """One step from ``position``; returns ``(position, SamplerState)``. ``oracle(z) ->
     (value, grad)`` is the gradient estimator on this step's minibatch."""
+    position, state, _ = transition_with_preconditioner(
+        sampler, key, position, state, grad, oracle, step_size, temperature, context
+    )
+    return position, state
+
+
+def transition_with_preconditioner(
+    sampler, key, position, state, grad, oracle, step_size, temperature, context
+):
+    """:func:`transition`, also returning the step's
+    :class:`~numpyro_sgrld.metrics.Preconditioner` (``(position, SamplerState,
+    preconditioner)``: step-size adaptation reads it)."""
     preconditioner, metric_state = sampler.metric.update(grad, state.metric, position, context)
     correction_state = state.correction
     if sampler.correction is not None:
@@ -115,4 +134,4 @@ def transition(sampler, key, position, state, grad, oracle, step_size, temperatu
         key, position, state.integrator, grad, preconditioner, step_size, temperature, context,
         oracle,
     )
-    return position, SamplerState(metric_state, integrator_state, correction_state)
+    return position, SamplerState(metric_state, integrator_state, correction_state), preconditioner

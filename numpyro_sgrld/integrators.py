@@ -54,6 +54,11 @@ class Integrator(NamedTuple):
 
     ``carries_correction``: whether the step adds the Γ drift of a position-dependent metric
     (``preconditioner.correction``) as the Riemannian Langevin diffusion needs it.
+    ``bias_weights``: :math:`(c_\lambda, c_s)`, the first-order inflation of the discretised
+    chain's stationary variance on a Gaussian, :math:`1 + h(c_\lambda\lambda + c_s s^2/T)` for
+    curvature :math:`\lambda` and gradient-noise variance :math:`s^2` (both in the metric's
+    coordinates), which ``step_size=None`` uses to choose the step
+    (:mod:`numpyro_sgrld.adaptation`); ``None`` if not known (the step must then be given).
     ``state_averages_gradient``: the state is made only of moving averages of the gradient and
     its square (finite whenever the gradient is), so the kernel need not check it for
     finiteness every step (see :func:`numpyro_sgrld._acceptance.accept`). ``name`` names the
@@ -65,6 +70,7 @@ class Integrator(NamedTuple):
     carries_correction: bool = False
     state_averages_gradient: bool = True
     name: str = "integrator"
+    bias_weights: tuple | None = None
 
 
 # --------------------------------------------------------------------------- Langevin
@@ -109,7 +115,9 @@ def langevin() -> Integrator:
     def step(key, position, state, grad, preconditioner, step_size, temperature, context, oracle):
         return langevin_step(key, position, grad, preconditioner, step_size, temperature), state
 
-    return Integrator(init, step, carries_correction=True, name="langevin")
+    return Integrator(
+        init, step, carries_correction=True, name="langevin", bias_weights=(0.5, 0.5)
+    )
 
 
 # --------------------------------------------------------------------------- SGHMC
@@ -225,7 +233,10 @@ def sghmc(
         )
         return position, SGHMCState(momentum)
 
-    return Integrator(init, step, state_averages_gradient=False, name="sghmc")
+    return Integrator(
+        init, step, state_averages_gradient=False, name="sghmc",
+        bias_weights=(1.0 / (2.0 * (2.0 - friction)), 1.0 / (2.0 * friction)),
+    )
 
 
 # --------------------------------------------------------------------------- adaptive drift
@@ -284,4 +295,4 @@ def adaptive_drift(drift_scale=1.0, beta1=0.9, beta2=0.999, eps=1e-8) -> Integra
         )
         return position, AdamState(m, v)
 
-    return Integrator(init, step, name="adaptive_drift")
+    return Integrator(init, step, name="adaptive_drift", bias_weights=(0.5, 0.5))

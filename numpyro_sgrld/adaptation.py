@@ -1,0 +1,278 @@
+r"""Step-size adaptation during warm-up: ``step_size=None``.
+
+The step is chosen so that the chain's stationary law is close to the posterior **in the
+kernel's own geometry**. On a Gaussian target the discretised chain's law is known, and that
+law gives the rule.
+
+**Langevin** (Euler–Maruyama, any constant preconditioner :math:`D`). In the coordinates
+:math:`D^{-1/2}\theta` a direction with curvature :math:`\lambda` (an eigenvalue of
+:math:`A = D^{1/2} H D^{1/2}`, :math:`H` the Hessian of :math:`U`) and gradient-noise variance
+:math:`s^2` (of :math:`D^{1/2}\nabla\hat U`, an eigenvalue of :math:`S = D^{1/2}\Sigma D^{1/2}`,
+:math:`\Sigma` the covariance of the gradient estimator) evolves as
+:math:`x' = x - h(\lambda x + \epsilon) + \sqrt{2hT}\xi`, whose stationary variance is
+
+.. math::
+    \frac{T}{\lambda}\cdot\frac{1 + h s^2 / (2T)}{1 - h\lambda/2}
+    \approx \frac{T}{\lambda}\Big(1 + \tfrac h2\big(\lambda + s^2/T\big)\Big).
+
+**SGHMC** (Chen et al.'s parametrisation, friction :math:`\alpha`): the 2×2 discrete Lyapunov
+equation of :math:`(x, v)` gives
+
+.. math::
+    \frac{T}{\lambda}\cdot\frac{1 + h s^2 / (2\alpha T)}{1 - h\lambda/(2(2-\alpha))}.
+
+Both are :math:`\frac T\lambda(1 + h\,m)` to first order, with
+:math:`m = c_\lambda\lambda + c_s s^2/T` and the integrator's weights
+(:attr:`numpyro_sgrld.integrators.Integrator.bias_weights`: :math:`(\tfrac12, \tfrac12)` for
+Langevin and the adaptive drift, :math:`(\tfrac1{2(2-\alpha)}, \tfrac1{2\alpha})` for SGHMC).
+The worst direction inflates the variance by :math:`h\,\mu` with
+:math:`\mu = \lambda_{\max}(c_\lambda A + c_s S / T)`, so
+
+.. math::
+    h = \delta / \mu
+
+keeps every direction's variance within a factor :math:`1 + \delta` of the posterior's (sd
+within about :math:`1 + \delta/2`; ``target_bias`` :math:`\delta`, default 0.1). The step is
+then also stable: :math:`h\lambda \le 2\delta/c_\lambda`-ish is far below Euler's limit
+:math:`h\lambda < 2` (SGHMC's :math:`2(2-\alpha)`). The curvature term is the stability limit
+from curvature, the noise term Welling & Teh's condition (injected noise must dominate the
+gradient noise, :math:`h s^2/2 \ll T`), both in one eigenvalue.
+
+**Estimating** :math:`\mu`: a stochastic power iteration on :math:`c_\lambda A + c_s S/T` that
+runs along the warm-up, one iteration per step at the chain's current position and with the
+metric's current preconditioner. Each iteration costs one Hessian-vector product of the
+step's minibatch potential (:math:`A u`) and one more gradient estimate on a second minibatch
+at the same position: with :math:`e = D^{1/2}(g_1 - g_2)/\sqrt 2`,
+:math:`E[(e^\top u)\,e] = S u`. The Rayleigh quotient :math:`\rho = u^\top y` of
+:math:`y = c_\lambda A u + (c_s/T)(e^\top u)e` estimates :math:`\mu` and
+:math:`u \leftarrow (\bar\rho u + y)/\lVert\cdot\rVert` (a shifted iteration, which averages the
+noise in :math:`y` over steps). A Hessian direction of negative curvature counts with its
+absolute value. During warm-up the step is :math:`\delta/\bar\rho` with :math:`\bar\rho` a
+moving average over about 20 steps (a step that is rejected, see
+:mod:`numpyro_sgrld._acceptance`, multiplies it by 4: the step shrinks fourfold); ``init``
+starts it with 20 iterations at the initial position. At the end of warm-up the step freezes at
+:math:`\delta` over the mean of :math:`\rho` over the warm-up's second half (the chain is
+then in the posterior's bulk and the metric's statistics have settled).
+
+Why not the alternatives: a kernel Stein discrepancy on a grid of short runs (Coullon, South &
+Nemeth 2021) needs full-data gradients at every kept draw and several runs inside one
+warm-up, and loses power in high dimensions (our KSD tests need hundreds of draws for a
+handful of parameters); the stability limit alone (:math:`c/\lambda_{\max}`) ignores the
+gradient noise, which dominates when :math:`N/n` is large (:math:`s^2 \approx (N/n)\lambda`);
+the noise condition alone ignores curvature when the minibatch is the whole data. The rule
+above is both, from the law the chain actually has.
+"""
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import random
+
+from numpyro_sgrld._tree import tree_normal
+
+__all__ = [
+    "MIN_WARMUP",
+    "StepSizeState",
+    "check_adaptation",
+    "init_step_size",
+    "update_step_size",
+]
+
+#: The fewest warm-up steps step-size adaptation accepts: the frozen step averages the
+#: Rayleigh quotients of the warm-up's second half (at least 100 of them: their relative
+#: spread is up to sqrt(2) each, about 14 % for the mean of 100).
+MIN_WARMUP = 200
+
+#: Iterations of the power iteration at the initial position.
+INIT_ITERATIONS = 20
+
+#: Steps in the warm-up's moving average of the Rayleigh quotient.
+SMOOTHING = 20
+
+#: The first half of warm-up moves towards the posterior's bulk with the step
+#: ``FAST_TARGET / (c_curv * lambda_max(A))`` (curvature only: ``h * lambda_max = 1`` for
+#: Langevin, stable and fast; the curvature weight is raised by ``2 * c_noise`` where the
+#: integrator amplifies gradient noise more than Langevin, as SGHMC does by ``1/friction``);
+#: the second half uses ``target_bias`` with the gradient noise.
+FAST_TARGET = 0.5
+
+#: A rejected warm-up step multiplies the curvature estimate (divides the step) by this.
+SHRINK = 4.0
+
+
+class StepSizeState(NamedTuple):
+    """The adaptation's state (``SGState.adaptation``; ``None`` with a given step size).
+
+    - **step_size** – the step the next step uses: during warm-up ``target_bias / estimate``,
+      after it the frozen value.
+    - **direction** – the power iteration's unit vector :math:`u` (same tree as the position).
+    - **estimate** – :math:`\\bar\\rho`, the moving average of the Rayleigh quotient.
+    - **total**, **count** – the sum and number of Rayleigh quotients in the warm-up's second
+      half.
+    - **num_warmup** – the warm-up length; the step freezes when ``i`` reaches it.
+    """
+
+    step_size: Any
+    direction: Any
+    estimate: Any
+    total: Any
+    count: Any
+    num_warmup: Any
+
+
+def _vdot(a, b):
+    return sum(jnp.vdot(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def _scale_add(a, x, b, y):
+    return jax.tree.map(lambda u, v: a * u + b * v, x, y)
+
+
+def _normalise(x, fallback):
+    norm = jnp.sqrt(_vdot(x, x))
+    ok = jnp.isfinite(norm) & (norm > 0)
+    return jax.tree.map(lambda u, f: jnp.where(ok, u / jnp.where(ok, norm, 1.0), f), x, fallback)
+
+
+def rayleigh(direction, position, preconditioner, hvp, grad1, grad2, weights, temperature,
+             with_noise=True):
+    r"""One power-iteration product: ``(rho, y)`` with
+    :math:`y = c_\lambda D^{1/2}H D^{1/2}u + (c_s/T)(e^\top u)\,e`,
+    :math:`e = D^{1/2}(g_1 - g_2)/\sqrt 2` and :math:`\rho = |u^\top y|`.
+
+    ``hvp(position, v)`` is :math:`Hv` of the step's minibatch potential; ``grad1`` and
+    ``grad2`` are two gradient estimates at ``position`` on independent minibatches;
+    ``with_noise=False`` leaves the noise term out (the first half of warm-up)."""
+    c_curv, c_noise = weights
+    # without the noise term, the curvature term is weighted up by the integrator's noise
+    # amplification relative to Langevin's, 2 c_s (SGHMC: 1/friction), so that the first
+    # half of warm-up inflates the variance by gradient noise no more than Langevin would
+    c_curv = jnp.where(with_noise, c_curv, c_curv * max(1.0, 2.0 * c_noise))
+    c_noise = jnp.where(with_noise, c_noise, 0.0)
+    root = preconditioner.noise
+    curvature = root(hvp(position, root(direction)))
+    e = root(jax.tree.map(lambda a, b: (a - b) / np.sqrt(2.0), grad1, grad2))
+    y = _scale_add(c_curv, curvature, (c_noise / temperature) * _vdot(e, direction), e)
+    return jnp.abs(_vdot(direction, y)), y
+
+
+#: The power iteration's shift, in units of the current estimate: ``u <- (SHIFT * rho_bar * u
+#: + y) / norm``. With heavy-tailed noise in ``y`` (a chi-square along the noise's top
+#: direction) an unshifted iteration drifts to the direction whose ``y`` is least noisy, not
+#: the largest on average (its log-growth rate is what counts); the shift makes each step small
+#: enough that the mean wins (Oja's regime): log-growth per step 0.036 at SHIFT = 3 against
+#: 0.011 at 1 for a noise eigenvalue 1.45 times the curvature's (tests/test_adaptation.py).
+SHIFT = 3.0
+
+
+def _rotate(direction, y, rho_bar):
+    return _normalise(_scale_add(SHIFT * rho_bar, direction, 1.0, y), direction)
+
+
+def check_adaptation(num_warmup, integrator, temperature):
+    """Refuse what step-size adaptation cannot do, naming the fix (``num_warmup=None``: the
+    checks of the kernel's construction, before the warm-up length is known)."""
+    if integrator.bias_weights is None:
+        raise ValueError(
+            f"The integrator {integrator.name!r} has no `bias_weights`, so `step_size=None` "
+            "cannot choose its step: give `step_size=` (a float > 0 or a schedule)."
+        )
+    if not temperature > 0:
+        raise ValueError(
+            f"`step_size=None` adapts the step against the injected noise, which temperature="
+            f"{temperature!r} switches off: give `step_size=` or a temperature > 0."
+        )
+    if num_warmup is None:
+        return
+    if num_warmup == 0:
+        raise ValueError(
+            "`step_size=None` chooses the step size during warm-up, but num_warmup=0: give "
+            f"MCMC(..., num_warmup=N) with N >= {MIN_WARMUP}, or a step size "
+            "(`step_size=` a float > 0 or a schedule)."
+        )
+    if num_warmup < MIN_WARMUP:
+        raise ValueError(
+            f"`step_size=None` needs at least {MIN_WARMUP} warm-up steps to choose the step "
+            f"size (it averages a curvature and gradient-noise estimate over the warm-up's "
+            f"second half), got num_warmup={num_warmup}: raise num_warmup to {MIN_WARMUP} or "
+            "more, or give `step_size=`."
+        )
+
+
+def init_step_size(key, position, preconditioner, hvp, gradient, weights, temperature,
+                   target_bias, num_warmup):
+    r"""The :class:`StepSizeState` at the initial position: :data:`INIT_ITERATIONS` power
+    iterations, each with two fresh minibatch gradients (``gradient(key) -> grad``) and a
+    Hessian-vector product; the estimate is the mean Rayleigh quotient of the second half."""
+    key_u, key_it = random.split(key)
+    u = _normalise(tree_normal(key_u, position), position)
+
+    def body(i, carry):
+        u, total = carry
+        k1, k2 = random.split(random.fold_in(key_it, i))
+        rho, y = rayleigh(u, position, preconditioner, hvp, gradient(k1), gradient(k2),
+                          weights, temperature, with_noise=False)
+        total = total + jnp.where(i >= INIT_ITERATIONS // 2, rho, 0.0)
+        return _rotate(u, y, rho), total
+
+    u, total = jax.lax.fori_loop(0, INIT_ITERATIONS, body, (u, jnp.zeros(())))
+    estimate = total / (INIT_ITERATIONS - INIT_ITERATIONS // 2)
+    return StepSizeState(
+        step_size=_step(FAST_TARGET, estimate, jnp.inf),
+        direction=u,
+        estimate=estimate,
+        total=jnp.zeros(()),
+        count=jnp.zeros((), jnp.int32),
+        num_warmup=jnp.asarray(num_warmup, jnp.int32),
+    )
+
+
+def _step(target_bias, estimate, previous):
+    """``target_bias / estimate``; the previous step where that is not a finite positive."""
+    h = target_bias / estimate
+    return jnp.where(jnp.isfinite(h) & (h > 0), h, previous)
+
+
+def phases(i, num_warmup):
+    """``(noisy, in_window)`` for warm-up step ``i``: whether the step's Rayleigh quotient
+    includes the gradient noise (the second half of warm-up), and whether it counts towards
+    the frozen step (the last quarter)."""
+    half = num_warmup // 2
+    return i >= half, i >= half + (num_warmup - half) // 2
+
+
+def update_step_size(state, i, rho, y, accepted, target_bias, key):
+    """The state after warm-up step ``i`` (0-based) with Rayleigh quotient ``rho`` and product
+    ``y``; ``accepted`` is False when the step was rejected. The step is
+    ``FAST_TARGET / estimate`` in the first half of warm-up (curvature only), then
+    ``target_bias / estimate``; at ``i = num_warmup - 1`` it freezes at ``target_bias`` over
+    the mean of ``rho`` over the warm-up's last quarter. The power iteration restarts from a
+    random direction (``key``) when the noise term joins: the first half's direction is the
+    top one of the curvature alone, and an exact eigenvector would never leave it."""
+    noisy, in_window = phases(i, state.num_warmup)
+    rho = jnp.where(jnp.isfinite(rho), rho, state.estimate)
+    since = jnp.where(noisy, i - state.num_warmup // 2, i)  # steps since the phase began
+    weight = 1.0 / jnp.minimum(since + 2, SMOOTHING).astype(rho.dtype)
+    estimate = (1.0 - weight) * state.estimate + weight * rho
+    estimate = jnp.where(accepted, estimate, SHRINK * estimate)
+    # a rejection in the window scales the window's mean by SHRINK too (the frozen step shrinks)
+    total = jnp.where(accepted, state.total + jnp.where(in_window, rho, 0.0), SHRINK * state.total)
+    count = state.count + (in_window & accepted).astype(jnp.int32)
+    last = i == state.num_warmup - 1
+    final = jnp.where(count > 0, total / jnp.maximum(count, 1), estimate)
+    target = jnp.where(phases(i + 1, state.num_warmup)[0], target_bias, FAST_TARGET)
+    step_size = _step(target, jnp.where(last, final, estimate), state.step_size)
+    return StepSizeState(
+        step_size=step_size,
+        direction=jax.lax.cond(
+            i + 1 == state.num_warmup // 2,
+            lambda: _normalise(tree_normal(key, state.direction), state.direction),
+            lambda: _rotate(state.direction, y, estimate),
+        ),
+        estimate=estimate,
+        total=total,
+        count=count,
+        num_warmup=state.num_warmup,
+    )
