@@ -114,10 +114,12 @@ def _add_compare_options(p):
         type=_step_size,
         action="append",
         metavar="KERNEL=STEP",
-        help="override a kernel's step size, e.g. --step-size SGLD=5e-5 (repeatable)",
+        help="fix a kernel's step size, e.g. --step-size SGLD=5e-5 (repeatable); by default "
+        "every kernel chooses its step during the burn-in (step_size=None)",
     )
     p.add_argument("--num-steps", type=int, default=20000, help="steps per chain after burn-in")
-    p.add_argument("--num-warmup", type=int, default=2000, help="burn-in steps")
+    p.add_argument("--num-warmup", type=int, default=2000,
+                   help="burn-in steps (at least 200 where a kernel adapts its step)")
     p.add_argument("--thinning", type=int, default=5)
     p.add_argument("--num-chains", type=int, default=4, help="vectorized chains per kernel")
     p.add_argument(

@@ -34,6 +34,7 @@ from numpyro_sgrld.adaptation import (
     init_step_size,
     phases,
     rayleigh,
+    too_steep,
     update_step_size,
 )
 from numpyro_sgrld.gradients import (
@@ -548,13 +549,13 @@ class SGMCMC(MCMCKernel):
         key, key_direction = random.split(key)
         idx2, _ = self._draw_indices(key, batch_state)
         grad2 = self._gradient.estimate(state.z, idx2, state.gradient_state, target).grad
-        rho, y = rayleigh(
+        rho, y, stiffness = rayleigh(
             state.adaptation.direction, state.z, preconditioner, self._hvp(target, idx),
             est.grad, grad2, self.integrator.bias_weights, self._temperature,
             with_noise=phases(state.i, state.adaptation.num_warmup)[0],
         )
         return update_step_size(
-            state.adaptation, state.i, rho, y, ok, self._target_bias, key_direction
+            state.adaptation, state.i, rho, y, stiffness, ok, self._target_bias, key_direction
         )
 
     def _hvp(self, target, idx):
@@ -634,7 +635,14 @@ class SGMCMC(MCMCKernel):
         grad_norm = tree_norm(est.grad)
         # A step may not land where the density is zero (a factor wall, log of a negative
         # number): the potential at the proposal, on this minibatch, must be finite too.
-        landed = jnp.isfinite(target.potential(z, idx)[0]) if self._check_proposal else True
+        landed = True
+        if self._check_proposal:
+            value = target.potential(z, idx)[0]
+            landed = jnp.isfinite(value)
+            if state.adaptation is not None:
+                if adapting is None:
+                    adapting = state.i < state.adaptation.num_warmup
+                landed = landed & ~(adapting & too_steep(est.value, value, self._temperature))
         ok, sampler_state = accept(
             usable(est.value, grad_norm, step_size), z, landed, sampler_state,
             state.sampler_state, self._sampler.state_averages_gradient,
@@ -649,6 +657,10 @@ class SGMCMC(MCMCKernel):
                                     random.fold_in(key_step, 7), preconditioner, ok),
                 lambda: adaptation,
             )
+            if self.integrator.rescale is not None:  # ratio 1 after warm-up
+                sampler_state = sampler_state._replace(integrator=self.integrator.rescale(
+                    sampler_state.integrator, adaptation.step_size / step_size
+                ))
             step_size = adaptation.step_size  # the next step's: the frozen one after warm-up
         return SGState(
             i=state.i + 1,

@@ -76,6 +76,7 @@ __all__ = [
     "MIN_WARMUP",
     "StepSizeState",
     "check_adaptation",
+    "too_steep",
     "init_step_size",
     "update_step_size",
 ]
@@ -98,19 +99,29 @@ SMOOTHING = 20
 #: the second half uses ``target_bias`` with the gradient noise.
 FAST_TARGET = 0.5
 
+#: During warm-up a step whose minibatch potential rises by more than this (over the
+#: temperature) is rejected as unstable, as NUTS flags a divergence when its energy error
+#: exceeds NumPyro's ``max_delta_energy = 1000``: where the curvature changes faster than the
+#: step (a funnel's neck) a step that was stable where it started can land where it is not.
+MAX_RISE = 1000.0
+
 #: A rejected warm-up step multiplies the curvature estimate (divides the step) by this.
 SHRINK = 4.0
 
 
 class StepSizeState(NamedTuple):
-    """The adaptation's state (``SGState.adaptation``; ``None`` with a given step size).
+    r"""The adaptation's state (``SGState.adaptation``; ``None`` with a given step size).
 
     - **step_size** – the step the next step uses: during warm-up ``target_bias / estimate``,
       after it the frozen value.
     - **direction** – the power iteration's unit vector :math:`u` (same tree as the position).
     - **estimate** – :math:`\\bar\\rho`, the moving average of the Rayleigh quotient.
-    - **total**, **count** – the sum and number of Rayleigh quotients in the warm-up's second
-      half.
+    - **total**, **count** – the sum and number of Rayleigh quotients in the warm-up's last
+      quarter.
+    - **stiffness** – the largest curvature term :math:`c_\lambda u^\top A u` seen in the
+      warm-up's second half (the stability cap: the frozen step is at most
+      ``FAST_TARGET / stiffness``); **recent_stiffness**, its maximum decaying by
+      ``1 - 1/SMOOTHING`` per step, caps the warm-up's steps the same way.
     - **num_warmup** – the warm-up length; the step freezes when ``i`` reaches it.
     """
 
@@ -120,6 +131,8 @@ class StepSizeState(NamedTuple):
     total: Any
     count: Any
     num_warmup: Any
+    stiffness: Any = 0.0
+    recent_stiffness: Any = 0.0
 
 
 def _vdot(a, b):
@@ -138,14 +151,17 @@ def _normalise(x, fallback):
 
 def rayleigh(direction, position, preconditioner, hvp, grad1, grad2, weights, temperature,
              with_noise=True):
-    r"""One power-iteration product: ``(rho, y)`` with
+    r"""One power-iteration product: ``(rho, y, stiffness)`` with
     :math:`y = c_\lambda D^{1/2}H D^{1/2}u + (c_s/T)(e^\top u)\,e`,
-    :math:`e = D^{1/2}(g_1 - g_2)/\sqrt 2` and :math:`\rho = |u^\top y|`.
+    :math:`e = D^{1/2}(g_1 - g_2)/\sqrt 2`, :math:`\rho = |u^\top y|` and the stiffness
+    :math:`c_\lambda|u^\top D^{1/2}HD^{1/2}u|` (the curvature term alone, for the stability
+    cap).
 
     ``hvp(position, v)`` is :math:`Hv` of the step's minibatch potential; ``grad1`` and
     ``grad2`` are two gradient estimates at ``position`` on independent minibatches;
     ``with_noise=False`` leaves the noise term out (the first half of warm-up)."""
     c_curv, c_noise = weights
+    base = c_curv
     # without the noise term, the curvature term is weighted up by the integrator's noise
     # amplification relative to Langevin's, 2 c_s (SGHMC: 1/friction), so that the first
     # half of warm-up inflates the variance by gradient noise no more than Langevin would
@@ -155,7 +171,7 @@ def rayleigh(direction, position, preconditioner, hvp, grad1, grad2, weights, te
     curvature = root(hvp(position, root(direction)))
     e = root(jax.tree.map(lambda a, b: (a - b) / np.sqrt(2.0), grad1, grad2))
     y = _scale_add(c_curv, curvature, (c_noise / temperature) * _vdot(e, direction), e)
-    return jnp.abs(_vdot(direction, y)), y
+    return jnp.abs(_vdot(direction, y)), y, base * jnp.abs(_vdot(direction, curvature))
 
 
 #: The power iteration's shift, in units of the current estimate: ``u <- (SHIFT * rho_bar * u
@@ -212,8 +228,8 @@ def init_step_size(key, position, preconditioner, hvp, gradient, weights, temper
     def body(i, carry):
         u, total = carry
         k1, k2 = random.split(random.fold_in(key_it, i))
-        rho, y = rayleigh(u, position, preconditioner, hvp, gradient(k1), gradient(k2),
-                          weights, temperature, with_noise=False)
+        rho, y, _ = rayleigh(u, position, preconditioner, hvp, gradient(k1), gradient(k2),
+                             weights, temperature, with_noise=False)
         total = total + jnp.where(i >= INIT_ITERATIONS // 2, rho, 0.0)
         return _rotate(u, y, rho), total
 
@@ -226,7 +242,14 @@ def init_step_size(key, position, preconditioner, hvp, gradient, weights, temper
         total=jnp.zeros(()),
         count=jnp.zeros((), jnp.int32),
         num_warmup=jnp.asarray(num_warmup, jnp.int32),
+        stiffness=jnp.zeros(()),
+        recent_stiffness=jnp.zeros(()),
     )
+
+
+def too_steep(value, new_value, temperature):
+    """Whether a warm-up step's minibatch potential rose by more than :data:`MAX_RISE`."""
+    return (new_value - value) / temperature > MAX_RISE
 
 
 def _step(target_bias, estimate, previous):
@@ -243,7 +266,7 @@ def phases(i, num_warmup):
     return i >= half, i >= half + (num_warmup - half) // 2
 
 
-def update_step_size(state, i, rho, y, accepted, target_bias, key):
+def update_step_size(state, i, rho, y, stiffness, accepted, target_bias, key):
     """The state after warm-up step ``i`` (0-based) with Rayleigh quotient ``rho`` and product
     ``y``; ``accepted`` is False when the step was rejected. The step is
     ``FAST_TARGET / estimate`` in the first half of warm-up (curvature only), then
@@ -255,15 +278,30 @@ def update_step_size(state, i, rho, y, accepted, target_bias, key):
     rho = jnp.where(jnp.isfinite(rho), rho, state.estimate)
     since = jnp.where(noisy, i - state.num_warmup // 2, i)  # steps since the phase began
     weight = 1.0 / jnp.minimum(since + 2, SMOOTHING).astype(rho.dtype)
-    estimate = (1.0 - weight) * state.estimate + weight * rho
+    forget = 1.0 - 1.0 / SMOOTHING
+    # first half: a decaying maximum (a stiff region the chain visited keeps the step small
+    # for a while: the step follows the curvature down at once, up only slowly); second
+    # half: a moving average (the noise term is a chi-square, its mean is what counts)
+    estimate = jnp.where(noisy, (1.0 - weight) * state.estimate + weight * rho,
+                         jnp.maximum(rho, forget * state.estimate))
     estimate = jnp.where(accepted, estimate, SHRINK * estimate)
+    stiffness = jnp.where(jnp.isfinite(stiffness), stiffness, 0.0)
+    recent = jnp.maximum(stiffness, forget * state.recent_stiffness)
+    recent = jnp.where(accepted, recent, SHRINK * recent)
     # a rejection in the window scales the window's mean by SHRINK too (the frozen step shrinks)
     total = jnp.where(accepted, state.total + jnp.where(in_window, rho, 0.0), SHRINK * state.total)
     count = state.count + (in_window & accepted).astype(jnp.int32)
+    stiffness = jnp.where(noisy, jnp.maximum(state.stiffness, stiffness), state.stiffness)
     last = i == state.num_warmup - 1
     final = jnp.where(count > 0, total / jnp.maximum(count, 1), estimate)
+    # the stability cap: where the curvature varies along the chain (a funnel), the mean
+    # Rayleigh quotient may allow a step that is unstable where the chain has been
+    final = jnp.maximum(final, stiffness * target_bias / FAST_TARGET)
     target = jnp.where(phases(i + 1, state.num_warmup)[0], target_bias, FAST_TARGET)
-    step_size = _step(target, jnp.where(last, final, estimate), state.step_size)
+    # during the second half the same cap, from the decaying maximum of the stiffness
+    current = jnp.where(phases(i + 1, state.num_warmup)[0],
+                        jnp.maximum(estimate, recent * target_bias / FAST_TARGET), estimate)
+    step_size = _step(target, jnp.where(last, final, current), state.step_size)
     return StepSizeState(
         step_size=step_size,
         direction=jax.lax.cond(
@@ -275,4 +313,6 @@ def update_step_size(state, i, rho, y, accepted, target_bias, key):
         total=total,
         count=count,
         num_warmup=state.num_warmup,
+        stiffness=stiffness,
+        recent_stiffness=recent,
     )

@@ -23,6 +23,7 @@ import numpy as np
 from numpyro.infer import MCMC
 
 from numpyro_sgrld import diagnostics, plots
+from numpyro_sgrld.adaptation import MIN_WARMUP
 from numpyro_sgrld.inference_data import SG_EXTRA_FIELDS, reference_posterior, to_inference_data
 from numpyro_sgrld.kernels import (
     PSGLD,
@@ -39,12 +40,11 @@ __all__ = ["PROBLEMS", "KERNELS", "Problem", "run_compare", "format_table"]
 
 
 class Problem(NamedTuple):
-    """A model with its data and the step size of each kernel on it."""
+    """A model with its data."""
 
     description: str
     model: Any  # subsampled model
     args: tuple
-    step_sizes: dict
 
 
 def _german_credit(subsample_size=100):
@@ -56,17 +56,6 @@ def _german_credit(subsample_size=100):
         f"minibatch {subsample_size}",
         partial(lr.model, subsample_size=subsample_size),
         (X, y),
-        {
-            "SGLD": 1e-4,
-            "SGHMC": 1e-5,
-            "PSGLD": 1e-5,
-            "PSGLD+Γ": 1e-5,
-            "MongeSGLD": 1e-4,
-            "MongeSGLD+Γ": 1e-4,
-            "ShampooSGLD": 1e-5,
-            "WenzelSGLD": 1e-4,
-            "AdamSGLD": 1e-4,
-        },
     )
 
 
@@ -79,17 +68,6 @@ def _linear_regression(subsample_size=100):
         f"minibatch {subsample_size}",
         partial(lr.model, subsample_size=subsample_size),
         (X, y),
-        {
-            "SGLD": 1e-6,
-            "SGHMC": 1e-7,
-            "PSGLD": 1e-6,
-            "PSGLD+Γ": 1e-6,
-            "MongeSGLD": 1e-6,
-            "MongeSGLD+Γ": 1e-6,
-            "ShampooSGLD": 1e-6,
-            "WenzelSGLD": 1e-6,
-            "AdamSGLD": 1e-6,
-        },
     )
 
 
@@ -150,7 +128,15 @@ def _ksd(model, args, draws, max_draws=1000):
 #: :data:`MIN_ESS`, is flagged as not converged in the table (Vehtari et al. 2021 recommend
 #: R-hat < 1.01 and a bulk ESS of at least 100 per parameter).
 MAX_RHAT = 1.01
+MIN_WARMUP_ADAPT = MIN_WARMUP
 MIN_ESS = 100
+
+
+def _step_used(stats):
+    """The step size of a run: the chains' geometric mean of the recorded (after warm-up:
+    the adapted and frozen, or the given) step."""
+    h = np.asarray(stats["step_size"], np.float64)
+    return float(np.exp(np.mean(np.log(h))))
 
 
 def _summary_row(table, idata, seconds, energy, ksd):
@@ -165,6 +151,7 @@ def _summary_row(table, idata, seconds, energy, ksd):
     if ess < MIN_ESS:
         problems.append(f"ESS {ess:.0f}")
     return {
+        "step size": _step_used(stats) if "step_size" in stats else float("nan"),
         "max abs mean err/sd": float(abs(table.loc[worst, "std_mean_error"])),
         "± se": float(table.loc[worst, "std_mean_error_se"]),
         "worst sd ratio": float(table.loc[off, "sd_ratio"]),
@@ -254,6 +241,13 @@ def check_options(
             raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
     if not (isinstance(num_warmup, int) and num_warmup >= 0):
         raise ValueError(f"`num_warmup` must be a non-negative integer, got {num_warmup!r}.")
+    adapting = [k for k in kernels if k not in (step_sizes or {})]
+    if adapting and num_warmup < MIN_WARMUP_ADAPT:
+        raise ValueError(
+            f"`num_warmup`={num_warmup} is too short for {', '.join(adapting)} to choose their "
+            f"step size (at least {MIN_WARMUP_ADAPT} burn-in steps): raise it, or fix their "
+            "steps (`step_sizes`, --step-size KERNEL=STEP)."
+        )
     if num_steps // thinning < 2:
         raise ValueError("`num_steps // thinning` must be at least 2 draws per chain.")
     for name, h in (step_sizes or {}).items():
@@ -304,7 +298,8 @@ def run_compare(
     num_steps = max(thinning * 2, int(round(num_steps * budget / thinning)) * thinning)
     max_steps = 5 * num_steps
     problem = PROBLEMS[model]()
-    steps = dict(problem.step_sizes, **(step_sizes or {}))
+    # None: the kernel chooses its step during warm-up (step_size=None); --step-size fixes one
+    steps = {name: (step_sizes or {}).get(name) for name in kernels}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -339,7 +334,7 @@ def run_compare(
         ref_row[key] = float("nan")
     ref_row["resolved"] = "—"
     rows = {"NUTS (reference)": ref_row}
-    tables, idatas, taken = {}, {}, {}
+    tables, idatas, taken, used = {}, {}, {}, {}
     bar = tqdm(kernels, desc="SG kernels", disable=not progress_bar)
     for name in bar:
         bar.set_postfix_str(name)
@@ -356,6 +351,7 @@ def run_compare(
             table, idata, seconds, energy, _ksd(problem.model, problem.args, draws)
         )
         tables[name], idatas[name] = table, idata
+        used[name] = rows[name]["step size"]
     _write_tables(out, rows, tables)
 
     plots.plot_marginals(idatas, ref, max_params=8, path=out / "marginals.png")
@@ -364,7 +360,7 @@ def run_compare(
     plots.plot_rank(ref, path=out / "rank_reference.png")
     curves = {}
     for name in [k for k in bias_kernels if k in kernels]:
-        grid = [steps[name] * f for f in bias_factors]
+        grid = [used[name] * f for f in bias_factors]
         curves[name] = diagnostics.bias_vs_step_size(
             partial(KERNELS[name], problem.model),
             grid,
@@ -392,7 +388,8 @@ def run_compare(
         gamma,
         dict(
             kernels=kernels,
-            steps=steps,
+            steps=used,
+            adapted=[k for k in kernels if steps[k] is None],
             num_steps=num_steps,
             num_warmup=num_warmup,
             thinning=thinning,
@@ -513,7 +510,10 @@ def _gamma_text(gamma):
 
 
 def _write_report(out, problem, rows, curves, gamma, settings):
-    steps = ", ".join(f"{k} {settings['steps'][k]:g}" for k in settings["kernels"])
+    steps = ", ".join(
+        f"{k} {settings['steps'][k]:.3g}{' (adapted)' if k in settings['adapted'] else ''}"
+        for k in settings["kernels"]
+    )
     text = [
         "# SG-MCMC against NUTS",
         "",
@@ -525,7 +525,9 @@ def _write_report(out, problem, rows, curves, gamma, settings):
         f"{settings['target_ess']} and the largest split R-hat was at most {MAX_RHAT}, or "
         f"{settings['max_steps']} steps (steps per chain: "
         + ", ".join(f"{k} {v}" for k, v in settings["taken"].items())
-        + f"); step sizes {steps}; seed {settings['seed']}. Reference: NUTS on the full data, "
+        + f"); step sizes {steps} (adapted: chosen during the burn-in by `step_size=None`, the "
+        "chains' geometric mean); "
+        f"seed {settings['seed']}. Reference: NUTS on the full data, "
         f"4 chains x {settings['reference_samples']} draws.",
         "",
         "The NUTS row's energy distance is between two halves of its own chains: the distance "

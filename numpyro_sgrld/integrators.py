@@ -59,6 +59,9 @@ class Integrator(NamedTuple):
     curvature :math:`\lambda` and gradient-noise variance :math:`s^2` (both in the metric's
     coordinates), which ``step_size=None`` uses to choose the step
     (:mod:`numpyro_sgrld.adaptation`); ``None`` if not known (the step must then be given).
+    ``rescale(state, ratio)``: the state after the step size is multiplied by ``ratio``
+    during warm-up (``None``: nothing in the state depends on it); SGHMC's momentum, in units
+    of position per step, scales with :math:`\sqrt h`.
     ``state_averages_gradient``: the state is made only of moving averages of the gradient and
     its square (finite whenever the gradient is), so the kernel need not check it for
     finiteness every step (see :func:`numpyro_sgrld._acceptance.accept`). ``name`` names the
@@ -71,6 +74,7 @@ class Integrator(NamedTuple):
     state_averages_gradient: bool = True
     name: str = "integrator"
     bias_weights: tuple | None = None
+    rescale: Callable | None = None
 
 
 # --------------------------------------------------------------------------- Langevin
@@ -179,6 +183,12 @@ def _fresh_momentum(key, position, noise, step_size, temperature):
     return jax.tree.map(lambda n: scale * n, noise(tree_normal(key, position)))
 
 
+def _rescale_momentum(state, ratio):
+    r"""SGHMC's momentum :math:`v = \sqrt h\,D p` for a step multiplied by ``ratio``."""
+    root = jnp.sqrt(ratio)
+    return SGHMCState(jax.tree.map(lambda v: (root * v).astype(v.dtype), state.momentum))
+
+
 def _unit(xi):
     return xi
 
@@ -236,6 +246,7 @@ def sghmc(
     return Integrator(
         init, step, state_averages_gradient=False, name="sghmc",
         bias_weights=(1.0 / (2.0 * (2.0 - friction)), 1.0 / (2.0 * friction)),
+        rescale=_rescale_momentum,
     )
 
 

@@ -45,10 +45,10 @@ def _loop_of(loop):
     return numpyro_sgrld.fast_sampling_loop() if loop == "sgrld" else contextlib.nullcontext()
 
 
-def _draws(loop, kernel_cls=PSGLD, model_kwargs=None, **mcmc_kwargs):
+def _draws(loop, kernel_cls=PSGLD, model_kwargs=None, step_size=1e-3, **mcmc_kwargs):
     X, y = _data()
     with _loop_of(loop):
-        mcmc = MCMC(kernel_cls(model, step_size=1e-3), **mcmc_kwargs)
+        mcmc = MCMC(kernel_cls(model, step_size=step_size), **mcmc_kwargs)
         mcmc.progress_bar = mcmc_kwargs.get("progress_bar", True)  # NumPyro: off under CI/xdist
         mcmc.run(random.PRNGKey(3), X, y, extra_fields=("diverging", "potential_energy"),
                  **(model_kwargs or {}))
@@ -61,13 +61,18 @@ def _draws(loop, kernel_cls=PSGLD, model_kwargs=None, **mcmc_kwargs):
     [
         dict(num_warmup=7, num_samples=23, thinning=4, progress_bar=False),
         dict(num_warmup=7, num_samples=23, thinning=4, progress_bar=True),
-        dict(num_warmup=0, num_samples=20, thinning=20, jit_model_args=True, progress_bar=False),
+        pytest.param(dict(num_warmup=0, num_samples=20, thinning=20, jit_model_args=True,
+                          progress_bar=False), marks=pytest.mark.slow),
         dict(num_warmup=5, num_samples=20, thinning=3, num_chains=3, chain_method="vectorized",
              progress_bar=True),
-        dict(num_warmup=5, num_samples=9, thinning=2, num_chains=2, chain_method="sequential",
-             progress_bar=False),
+        pytest.param(dict(num_warmup=5, num_samples=9, thinning=2, num_chains=2,
+                          chain_method="sequential", progress_bar=False),
+                     marks=pytest.mark.slow),
+        # the step adapted during warm-up (its lax.cond on the step counter) on both loops
+        dict(num_warmup=200, num_samples=20, thinning=3, num_chains=2,
+             chain_method="vectorized", progress_bar=False, step_size=None),
     ],
-    ids=["warmup+thinning", "progress-bar", "one-draw", "vectorized", "sequential"],
+    ids=["warmup+thinning", "progress-bar", "one-draw", "vectorized", "sequential", "adapted"],
 )
 def test_same_draws_as_numpyros_loop(kw):
     kernel_cls = SGHMC if kw.get("chain_method") == "sequential" else PSGLD

@@ -1,0 +1,261 @@
+"""The adapted step (``step_size=None``) against a log grid of fixed steps, at a fixed budget.
+
+For every problem and preset: one run with ``step_size=None`` (the step chosen during the
+warm-up, frozen after it), then six runs with a fixed step on the half-decade grid around the
+adapted one, ``h_a * 10^{-1.5, -1, -0.5, 0.5, 1, 1.5}`` (``h_a`` the chains' geometric mean),
+each with the same budget: ``--warmup`` warm-up steps (with the fixed step for the grid) and
+``--steps`` sampling steps, ``--chains`` vectorised chains, the same seed.
+
+Every run is compared with the problem's reference (:func:`numpyro_sgrld.diagnostics.
+compare_to_reference`): the **total error** is the larger of the largest standardised mean
+error ``|mean - ref| / ref_sd`` and the largest ``|sd / ref_sd - 1|`` over the parameters,
+with the Monte Carlo standard error (ArviZ's ESS-based MCSE, the reference's included) of the
+entry that attains it. A run is **divergent** when a step was rejected (non-finite potential,
+gradient or state) or a draw is not finite, and **unconverged** when a split R-hat exceeds
+1.01 or a bulk ESS is below 100 (Vehtari et al. 2021). The verdict per cell: the adapted
+total error over the best grid step's (among grid steps that are neither divergent nor
+unconverged, if there is one) is at most 1.5, and the adapted run is neither divergent nor
+unconverged where such a grid step exists.
+
+Problems: ``linear_regression`` (conjugate, exact posterior), ``german_credit`` (NUTS
+reference, cached), ``sblrc-blr`` and ``diamonds`` (posteriordb's reference moments; need
+``../shared/data``), ``funnel`` (Yu et al.'s, exact marginal moments).
+
+Results go to a JSON-lines file as they come (a rerun skips the cells already there):
+
+    python benchmarks/step_size_adaptation.py --out docs/results/step_size_adaptation.jsonl
+    python benchmarks/step_size_adaptation.py --problems funnel --kernels SGLD PSGLD
+    python benchmarks/step_size_adaptation.py --table docs/results/step_size_adaptation.jsonl
+"""
+
+import argparse
+import json
+import time
+from functools import partial
+from pathlib import Path
+
+import jax
+import numpy as np
+from jax import random
+from numpyro.infer import MCMC
+
+from numpyro_sgrld import (
+    PSGLD,
+    SGHMC,
+    SGLD,
+    AdamSGLD,
+    MongeSGLD,
+    ShampooSGLD,
+    WenzelSGLD,
+    diagnostics,
+)
+
+GRID = (-1.5, -1.0, -0.5, 0.5, 1.0, 1.5)  # log10 factors around the adapted step
+MAX_RHAT = 1.01
+MIN_ESS = 100
+RATIO = 1.5
+
+KERNELS = {
+    "SGLD": SGLD,
+    "SGHMC": SGHMC,
+    "PSGLD": PSGLD,
+    "PSGLD+Γ": partial(PSGLD, correction="exact"),
+    "MongeSGLD": MongeSGLD,
+    "ShampooSGLD": ShampooSGLD,
+    "WenzelSGLD": WenzelSGLD,
+    "AdamSGLD": AdamSGLD,
+}
+
+
+def _linear_regression():
+    from numpyro_sgrld.models import linear_regression as lr
+
+    X, y, _ = lr.make_data(seed=0, num_data=2000, num_features=5)
+    exact = lr.exact_posterior(X, y)
+    return dict(model=partial(lr.model, subsample_size=100), args=(X, y), kwargs={},
+                reference={"w": {"mean": exact.mean, "sd": exact.sd}})
+
+
+def _german_credit():
+    from numpyro_sgrld.models import logistic_regression as lr
+
+    from numpyro_sgrld.inference_data import reference_posterior
+
+    X, y = lr.load_german_credit()
+    ref = reference_posterior(lr.model, X, y, num_samples=5000, num_warmup=1000)
+    return dict(model=partial(lr.model, subsample_size=100), args=(X, y), kwargs={},
+                reference=ref)
+
+
+def _sblrc():
+    from numpyro_sgrld.models import sblrc_blr
+
+    X, y, moments = sblrc_blr.load()
+    return dict(model=partial(sblrc_blr.model, subsample_size=50), args=(X, y), kwargs={},
+                reference=moments)
+
+
+def _diamonds():
+    from numpyro_sgrld.models import diamonds
+
+    X, y, moments = diamonds.load()
+    return dict(model=partial(diamonds.model, subsample_size=100), args=(X, y), kwargs={},
+                reference=moments)
+
+
+def _funnel():
+    from numpyro_sgrld.models import funnel
+
+    # x | v ~ N(2, softplus(v)) (a variance): sd(x)^2 = E[softplus(v)], v ~ N(0, 80)
+    nodes, weights = np.polynomial.hermite_e.hermegauss(200)
+    var_x = float(np.sum(weights * np.logaddexp(funnel.V_SCALE * nodes, 0.0)) / weights.sum())
+    reference = {"v": {"mean": 0.0, "sd": funnel.V_SCALE}, "x": {"mean": 2.0,
+                                                                 "sd": np.sqrt(var_x)}}
+    return dict(model=funnel.model, args=(funnel.make_gradient_noise(),),
+                kwargs={"num_data": 1}, reference=reference)
+
+
+PROBLEMS = {
+    "linear_regression": _linear_regression,
+    "german_credit": _german_credit,
+    "sblrc-blr": _sblrc,
+    "diamonds": _diamonds,
+    "funnel": _funnel,
+}
+
+
+def _summary(mcmc, problem):
+    table = diagnostics.compare_to_reference(mcmc, problem["reference"])
+    mean_err = table["std_mean_error"].abs()
+    sd_err = (table["sd_ratio"] - 1.0).abs()
+    m, s = mean_err.idxmax(), sd_err.idxmax()
+    if mean_err[m] >= sd_err[s]:
+        total, se, worst = float(mean_err[m]), float(table.loc[m, "std_mean_error_se"]), m
+        worst = f"{m} (mean)"
+    else:
+        se_sd = np.hypot(table.loc[s, "mcse_sd"], table.loc[s, "ref_mcse_sd"])
+        total, se = float(sd_err[s]), float(se_sd / table.loc[s, "ref_sd"])
+        worst = f"{s} (sd)"
+    return dict(
+        total=total, total_se=se, worst=worst,
+        max_mean_err=float(mean_err[m]), max_sd_err=float(sd_err[s]),
+        max_rhat=float(np.nanmax(table["r_hat"])), min_ess=float(np.nanmin(table["ess_bulk"])),
+    )
+
+
+def run_one(problem, kernel_name, step_size, warmup, steps, chains, seed):
+    kernel = KERNELS[kernel_name](problem["model"], step_size=step_size, **problem["kwargs"])
+    thinning = max(1, steps // 2000)
+    mcmc = MCMC(kernel, num_warmup=warmup, num_samples=steps, thinning=thinning,
+                num_chains=chains, chain_method="vectorized", progress_bar=False)
+    key = random.PRNGKey(seed)
+    start = time.perf_counter()
+    mcmc.warmup(key, *problem["args"])
+    jax.block_until_ready(mcmc.post_warmup_state)
+    t_warmup = time.perf_counter() - start
+    adapted = np.asarray(mcmc.post_warmup_state.step_size, np.float64)
+    rejected_in_warmup = int(np.sum(np.asarray(mcmc.post_warmup_state.num_rejected)))
+    start = time.perf_counter()
+    mcmc.run(mcmc.post_warmup_state.rng_key, *problem["args"])
+    samples = jax.block_until_ready(mcmc.get_samples(group_by_chain=True))
+    t_sampling = time.perf_counter() - start
+    finite = all(bool(np.all(np.isfinite(v))) for v in jax.tree.leaves(samples))
+    # rejections while sampling (warm-up's rejections are the adaptation's stability check)
+    rejected = int(np.sum(np.asarray(mcmc.last_state.num_rejected))) - rejected_in_warmup
+    row = dict(step_size=adapted.tolist(), rejected=rejected, finite=finite,
+               rejected_in_warmup=rejected_in_warmup,
+               warmup_seconds=t_warmup, sampling_seconds=t_sampling, thinning=thinning)
+    row.update(_summary(mcmc, problem) if finite else dict(total=float("inf")))
+    row["divergent"] = rejected > 0 or not finite
+    row["unconverged"] = (not finite) or row["max_rhat"] > MAX_RHAT or row["min_ess"] < MIN_ESS
+    return row
+
+
+def run_cell(problem_name, kernel_name, warmup, steps, chains, seed):
+    problem = PROBLEMS[problem_name]()
+    cell = dict(problem=problem_name, kernel=kernel_name, warmup=warmup, steps=steps,
+                chains=chains, seed=seed)
+    cell["adapted"] = run_one(problem, kernel_name, None, warmup, steps, chains, seed)
+    centre = float(np.exp(np.mean(np.log(cell["adapted"]["step_size"]))))
+    cell["grid"] = []
+    for f in GRID:
+        row = run_one(problem, kernel_name, centre * 10**f, warmup, steps, chains, seed)
+        row["factor"] = f
+        cell["grid"].append(row)
+    return verdict(cell)
+
+
+def verdict(cell):
+    good = [g for g in cell["grid"] if not (g["divergent"] or g["unconverged"])]
+    pool = good or cell["grid"]
+    best = min(pool, key=lambda g: g["total"])
+    a = cell["adapted"]
+    cell["best_factor"] = best["factor"]
+    cell["ratio"] = a["total"] / best["total"] if best["total"] > 0 else float("inf")
+    cell["within"] = bool(cell["ratio"] <= RATIO)
+    cell["healthy_where_possible"] = bool(not good or not (a["divergent"] or a["unconverged"]))
+    return cell
+
+
+def _fmt_run(r):
+    if not np.isfinite(r["total"]):
+        return "not finite"
+    flags = ("div. " if r["divergent"] else "") + ("unconv." if r["unconverged"] else "")
+    return f"{r['total']:.3f} ± {r['total_se']:.3f}{' (' + flags.strip() + ')' if flags else ''}"
+
+
+def table(cells):
+    lines = [
+        "| problem | kernel | adapted h | adapted error | warm-up s (adapted / fixed) "
+        "| best grid h | best grid error | ratio | ≤ 1.5 | healthy where possible |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in cells:
+        a = c["adapted"]
+        best = next(g for g in c["grid"] if g["factor"] == c["best_factor"])
+        h = np.exp(np.mean(np.log(a["step_size"])))
+        fixed = np.median([g["warmup_seconds"] for g in c["grid"]])
+        lines.append(
+            f"| {c['problem']} | {c['kernel']} | {h:.2e} | {_fmt_run(a)} "
+            f"| {a['warmup_seconds']:.1f} / {fixed:.1f} "
+            f"| {h * 10 ** best['factor']:.2e} (×10^{best['factor']:+.1f}) | {_fmt_run(best)} "
+            f"| {c['ratio']:.2f} | {'yes' if c['within'] else '**no**'} "
+            f"| {'yes' if c['healthy_where_possible'] else '**no**'} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--problems", nargs="+", default=list(PROBLEMS), choices=list(PROBLEMS))
+    parser.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=list(KERNELS))
+    parser.add_argument("--warmup", type=int, default=2000)
+    parser.add_argument("--steps", type=int, default=20_000)
+    parser.add_argument("--chains", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("step_size_adaptation.jsonl"))
+    parser.add_argument("--table", type=Path, default=None,
+                        help="print the markdown table of a results file and exit")
+    args = parser.parse_args(argv)
+    if args.table is not None:
+        cells = [json.loads(line) for line in args.table.read_text().splitlines() if line]
+        print(table(cells))
+        return
+    done = set()
+    if args.out.exists():
+        for line in args.out.read_text().splitlines():
+            c = json.loads(line)
+            done.add((c["problem"], c["kernel"], c["warmup"], c["steps"], c["chains"], c["seed"]))
+    for p in args.problems:
+        for k in args.kernels:
+            key = (p, k, args.warmup, args.steps, args.chains, args.seed)
+            if key in done:
+                continue
+            cell = run_cell(p, k, args.warmup, args.steps, args.chains, args.seed)
+            with args.out.open("a") as f:
+                f.write(json.dumps(cell) + "\n")
+            print(table([cell]).splitlines()[-1], flush=True)
+
+
+if __name__ == "__main__":
+    main()
