@@ -738,8 +738,12 @@ class SGMCMC(MCMCKernel):
 
     def get_diagnostics_str(self, state):
         rejected = int(state.num_rejected)
-        return "h={:.2e} |grad|={:.2e} U_batch={:.4g}{}{}".format(
+        adapting = state.adaptation is not None and int(state.i) < int(
+            state.adaptation.num_warmup
+        )
+        return "h={:.2e}{} |grad|={:.2e} U_batch={:.4g}{}{}".format(
             float(state.step_size),
+            " (adapting)" if adapting else "",
             float(state.grad_norm),
             float(state.potential_energy),
             f" rejected={rejected}" if rejected else "",

@@ -43,16 +43,20 @@ runs along the warm-up, one iteration per step at the chain's current position a
 metric's current preconditioner. Each iteration costs one Hessian-vector product of the
 step's minibatch potential (:math:`A u`) and one more gradient estimate on a second minibatch
 at the same position: with :math:`e = D^{1/2}(g_1 - g_2)/\sqrt 2`,
-:math:`E[(e^\top u)\,e] = S u`. The Rayleigh quotient :math:`\rho = u^\top y` of
-:math:`y = c_\lambda A u + (c_s/T)(e^\top u)e` estimates :math:`\mu` and
-:math:`u \leftarrow (\bar\rho u + y)/\lVert\cdot\rVert` (a shifted iteration, which averages the
-noise in :math:`y` over steps). A Hessian direction of negative curvature counts with its
-absolute value. During warm-up the step is :math:`\delta/\bar\rho` with :math:`\bar\rho` a
-moving average over about 20 steps (a step that is rejected, see
-:mod:`numpyro_sgrld._acceptance`, multiplies it by 4: the step shrinks fourfold); ``init``
-starts it with 20 iterations at the initial position. At the end of warm-up the step freezes at
-:math:`\delta` over the mean of :math:`\rho` over the warm-up's second half (the chain is
-then in the posterior's bulk and the metric's statistics have settled).
+:math:`E[(e^\top u)\,e] = S u`. The Rayleigh quotient :math:`\rho = |u^\top y|` of
+:math:`y = c_\lambda A u + (c_s/T)(e^\top u)e` estimates :math:`\mu`, and
+:math:`u \leftarrow (3\bar\rho u + y)/\lVert\cdot\rVert` (:data:`SHIFT`).
+
+The warm-up (``num_warmup`` >= :data:`MIN_WARMUP`) has three parts. The first half approaches
+the posterior's bulk with the curvature alone, ``h c_curv lambda_max = 1/2``
+(:data:`FAST_TARGET`), from a maximum of the Rayleigh quotients that decays over
+:data:`SMOOTHING` steps; ``init`` starts it with :data:`INIT_ITERATIONS` iterations at the
+initial position. The second half uses the bias target with a :data:`SMOOTHING`-step moving
+average, capped by the stability limit of the recent curvature. The step freezes at
+``target_bias`` over the mean quotient of the last quarter, capped by the largest curvature
+term of the second half. During warm-up a step whose minibatch potential rises by more than
+:data:`MAX_RISE` is rejected, and a rejected step divides the step by :data:`SHRINK`. See
+``docs/step_size.md``.
 
 Why not the alternatives: a kernel Stein discrepancy on a grid of short runs (Coullon, South &
 Nemeth 2021) needs full-data gradients at every kept draw and several runs inside one

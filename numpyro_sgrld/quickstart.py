@@ -25,10 +25,11 @@ def run_quickstart(num_samples=20000, num_chains=4, seed=0, progress_bar=True):
     post = lr.exact_posterior(X, y)
     model = partial(lr.model, subsample_size=100)
     runs = [
-        ("SGLD", SGLD(model, step_size=1e-6), num_samples, num_chains, "vectorized"),
+        # step sizes chosen during warm-up (step_size=None, the default)
+        ("SGLD", SGLD(model), num_samples, num_chains, "vectorized"),
         (
             "SGHMC",
-            SGHMC(model, step_size=1e-7, friction=0.1),
+            SGHMC(model, friction=0.1),
             num_samples,
             num_chains,
             "vectorized",
@@ -39,7 +40,7 @@ def run_quickstart(num_samples=20000, num_chains=4, seed=0, progress_bar=True):
     for name, kernel, samples, chains, method in runs:
         mcmc = MCMC(
             kernel,
-            num_warmup=min(2000, samples),
+            num_warmup=max(200, min(2000, samples)),
             num_samples=samples,
             num_chains=chains,
             chain_method=method,
@@ -49,9 +50,11 @@ def run_quickstart(num_samples=20000, num_chains=4, seed=0, progress_bar=True):
         mcmc.run(random.PRNGKey(seed + 1), X, y)
         w = np.asarray(mcmc.get_samples()["w"], np.float64)  # waits for the run to finish
         seconds = time.perf_counter() - start
+        h = getattr(mcmc.last_state, "step_size", None) if name != "NUTS (full data)" else None
         rows.append(
             {
                 "sampler": name,
+                "step size": "adapted" if h is None else f"{np.exp(np.mean(np.log(h))):.2e}",
                 "draws": w.shape[0],
                 "max |mean error| / sd": float(np.max(np.abs(w.mean(0) - post.mean) / post.sd)),
                 "min sd ratio": float(np.min(w.std(0) / post.sd)),

@@ -318,6 +318,8 @@ def test_sgrld_compare_writes_a_report(tmp_path, monkeypatch):
         "--no-gamma-panel",
     )
     assert "## The Γ bias, visible and removed" not in report
+    # every kernel chose its step during the burn-in; the table and the text show it
+    assert "| step size |" in report and "SGLD " in report and "(adapted)" in report
     _assert_images(out, ("marginals", "trace_SGLD", "trace_PSGLD", "rank_reference"))
 
 
