@@ -525,8 +525,8 @@ def _write_report(out, problem, rows, curves, gamma, settings):
         f"{settings['target_ess']} and the largest split R-hat was at most {MAX_RHAT}, or "
         f"{settings['max_steps']} steps (steps per chain: "
         + ", ".join(f"{k} {v}" for k, v in settings["taken"].items())
-        + f"); step sizes {steps} (adapted: chosen during the burn-in by `step_size=None`, the "
-        "chains' geometric mean); "
+        + f"); step sizes {steps} (\"adapted\": chosen during the burn-in, `step_size=None`; "
+        "the chains' geometric mean); "
         f"seed {settings['seed']}. Reference: NUTS on the full data, "
         f"4 chains x {settings['reference_samples']} draws.",
         "",

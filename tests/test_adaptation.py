@@ -1,7 +1,6 @@
 """Step-size adaptation (``step_size=None``): the estimator against its exact value, the law it
 is built on, the state it leaves, and the inputs it refuses."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro

@@ -71,7 +71,10 @@ def _sghmc_expectations(h, friction, scale):
     return np.array([law[0, 0] for law in laws]), np.array([law[1, 1] for law in laws])
 
 
-@pytest.mark.parametrize("composition", ["identity", "diagonal", "rmsprop"])
+@pytest.mark.parametrize(
+    "composition",
+    ["identity", pytest.param("diagonal", marks=pytest.mark.slow), "rmsprop"],
+)
 def test_momentum_integrator_with_any_metric_has_the_discretised_law(composition):
     r"""SGHMC's momentum step with a constant metric D on N(0, diag sigma^2), exact gradients:
     per coordinate (theta, v) is the linear chain v' = (1 - a) v - h D theta / sigma^2 +

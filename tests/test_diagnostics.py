@@ -315,11 +315,13 @@ def test_sgrld_compare_writes_a_report(tmp_path, monkeypatch):
     set of further compiled runs); the full report is the slow test below."""
     out, report = _compare(
         tmp_path, monkeypatch, "--model", "linear_regression", "--bias-kernels",
-        "--no-gamma-panel",
+        "--no-gamma-panel", "--step-size", "PSGLD=1e-6",
     )
     assert "## The Γ bias, visible and removed" not in report
-    # every kernel chose its step during the burn-in; the table and the text show it
-    assert "| step size |" in report and "SGLD " in report and "(adapted)" in report
+    # SGLD chose its step during the burn-in, PSGLD's was given: the text says which
+    steps = report.split("step sizes ")[1]
+    assert "SGLD " in steps and "(adapted)" in steps.split("PSGLD")[0]
+    assert "PSGLD 1e-06 (" in steps and "| step size |" in report
     _assert_images(out, ("marginals", "trace_SGLD", "trace_PSGLD", "rank_reference"))
 
 

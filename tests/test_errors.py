@@ -33,11 +33,6 @@ def test_bad_step_size(bad):
         SGLD(gaussian, step_size=bad)
 
 
-def test_missing_step_size():
-    with pytest.raises(ValueError, match="`step_size` is required"):
-        SGLD(gaussian)
-
-
 def test_schedule_with_non_positive_values():
     with pytest.raises(ValueError, match="schedule must return finite values > 0.*t = \\[100"):
         SGLD(gaussian, step_size=lambda t: 1e-3 * (100 - t))

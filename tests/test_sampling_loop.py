@@ -59,7 +59,8 @@ def _draws(loop, kernel_cls=PSGLD, model_kwargs=None, step_size=1e-3, **mcmc_kwa
 @pytest.mark.parametrize(
     "kw",
     [
-        dict(num_warmup=7, num_samples=23, thinning=4, progress_bar=False),
+        pytest.param(dict(num_warmup=7, num_samples=23, thinning=4, progress_bar=False),
+                     marks=pytest.mark.slow),
         dict(num_warmup=7, num_samples=23, thinning=4, progress_bar=True),
         pytest.param(dict(num_warmup=0, num_samples=20, thinning=20, jit_model_args=True,
                           progress_bar=False), marks=pytest.mark.slow),

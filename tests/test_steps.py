@@ -202,7 +202,7 @@ _CORRECTED = ("psgld-exact", "psgld-hutchinson", "monge-hutchinson", "shampoo-ex
 
 @pytest.mark.parametrize(
     "name",
-    [pytest.param(n, marks=pytest.mark.slow) if n in _CORRECTED else n
+    [pytest.param(n, marks=pytest.mark.slow) if n in _CORRECTED + ("adam",) else n
      for n in sorted(ALL_KERNELS)],
 )
 def test_every_kernel_on_several_shapes_and_chain_methods(name):
