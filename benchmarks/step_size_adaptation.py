@@ -30,6 +30,13 @@ Results go to a JSON-lines file as they come (a rerun skips the cells already th
     python benchmarks/step_size_adaptation.py --out docs/results/step_size_adaptation.jsonl
     python benchmarks/step_size_adaptation.py --problems funnel --kernels SGLD PSGLD
     python benchmarks/step_size_adaptation.py --table docs/results/step_size_adaptation.jsonl
+    python benchmarks/step_size_adaptation.py --overhead german_credit   # the cost, per step
+
+``--overhead`` measures what adaptation costs per step, side by side in one process (compiled
+first, then best of 3 timed runs each, alternating, on the opt-in sampling loop so that a
+repeated run does not recompile): the warm-up with ``step_size=None`` against a warm-up with a
+fixed step, and sampling after the adapted warm-up (the step function behind its ``lax.cond``)
+against sampling with the same step given as a float.
 """
 
 import argparse
@@ -255,6 +262,59 @@ def table(cells):
     return "\n".join(lines)
 
 
+def _timed(fn, *args):
+    start = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - start
+
+
+def _warm(problem, m):
+    m.warmup(random.PRNGKey(1), *problem["args"])
+    jax.block_until_ready(m.post_warmup_state)
+
+
+def _sample(problem, m, state):
+    m.post_warmup_state = state
+    m.run(state.rng_key, *problem["args"])
+    jax.block_until_ready(m.get_samples())
+
+
+def _overhead_one(problem, name, warmup, steps, chains, repeats):
+    def mcmc(step):
+        kernel = KERNELS[name](problem["model"], step_size=step, **problem["kwargs"])
+        return MCMC(kernel, num_warmup=warmup, num_samples=steps, num_chains=chains,
+                    chain_method="vectorized", progress_bar=False)
+
+    adapted = mcmc(None)
+    adapted.warmup(random.PRNGKey(0), *problem["args"])
+    state = adapted.post_warmup_state
+    fixed = mcmc(float(np.exp(np.mean(np.log(np.asarray(state.step_size))))))
+    fixed.warmup(random.PRNGKey(0), *problem["args"])
+    fixed_state = fixed.post_warmup_state
+    _sample(problem, adapted, state)  # compile the sampling loops
+    _sample(problem, fixed, fixed_state)
+    best = dict(warm_adapted=np.inf, warm_fixed=np.inf, samp_adapted=np.inf, samp_fixed=np.inf)
+    for _ in range(repeats):
+        for key, t in (("warm_adapted", _timed(_warm, problem, adapted)),
+                       ("warm_fixed", _timed(_warm, problem, fixed)),
+                       ("samp_adapted", _timed(_sample, problem, adapted, state)),
+                       ("samp_fixed", _timed(_sample, problem, fixed, fixed_state))):
+            best[key] = min(best[key], t)
+    return {k: v / (warmup if k.startswith("warm") else steps) for k, v in best.items()}
+
+
+def overhead(problem_name, kernels, warmup=2000, steps=20000, chains=4, repeats=3):
+    """Seconds per step: adapted and fixed warm-up, sampling after adaptation and with the
+    same step given (see the module docstring); one dict per kernel."""
+    import numpyro_sgrld
+
+    problem = PROBLEMS[problem_name]()
+    with numpyro_sgrld.fast_sampling_loop():
+        return [dict(kernel=name, problem=problem_name,
+                     **_overhead_one(problem, name, warmup, steps, chains, repeats))
+                for name in kernels]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--problems", nargs="+", default=list(PROBLEMS), choices=list(PROBLEMS))
@@ -264,9 +324,20 @@ def main(argv=None):
     parser.add_argument("--chains", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("step_size_adaptation.jsonl"))
+    parser.add_argument("--overhead", default=None, choices=list(PROBLEMS),
+                        help="measure the per-step cost of adaptation on this problem and exit")
     parser.add_argument("--table", type=Path, default=None,
                         help="print the markdown table of a results file and exit")
     args = parser.parse_args(argv)
+    if args.overhead is not None:
+        print("| kernel | warm-up µs/step: adapted / fixed (ratio) | sampling µs/step: after "
+              "adaptation / fixed (ratio) |\n|---|---|---|")
+        for r in overhead(args.overhead, args.kernels, args.warmup, args.steps, args.chains):
+            print(f"| {r['kernel']} | {1e6 * r['warm_adapted']:.1f} / {1e6 * r['warm_fixed']:.1f} "
+                  f"({r['warm_adapted'] / r['warm_fixed']:.2f}) | {1e6 * r['samp_adapted']:.2f} / "
+                  f"{1e6 * r['samp_fixed']:.2f} ({r['samp_adapted'] / r['samp_fixed']:.2f}) |",
+                  flush=True)
+        return
     if args.table is not None:
         cells = [json.loads(line) for line in args.table.read_text().splitlines() if line]
         print(table(cells))
@@ -282,6 +353,7 @@ def main(argv=None):
             if key in done:
                 continue
             cell = run_cell(p, k, args.warmup, args.steps, args.chains, args.seed)
+            jax.clear_caches()  # seven compiled runs per cell: free their executables
             with args.out.open("a") as f:
                 f.write(json.dumps(cell) + "\n")
             print(table([cell]).splitlines()[-1], flush=True)

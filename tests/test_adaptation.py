@@ -1,6 +1,7 @@
 """Step-size adaptation (``step_size=None``): the estimator against its exact value, the law it
 is built on, the state it leaves, and the inputs it refuses."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
@@ -219,3 +220,56 @@ def test_sghmc_momentum_follows_the_step():
     state = integrators.SGHMCState({"x": jnp.array([2.0, -4.0])})
     out = integrators.sghmc().rescale(state, 0.25)
     np.testing.assert_allclose(out.momentum["x"], [1.0, -2.0])
+
+
+def _run_updates(rhos, stiffnesses, accepted=None, num_warmup=MIN_WARMUP, target_bias=0.1):
+    """update_step_size over a warm-up of scalar 'positions', from a state whose estimate is
+    rhos[0]; returns the states after every step."""
+    from numpyro_sgrld.adaptation import StepSizeState, update_step_size
+
+    state = StepSizeState(
+        step_size=jnp.asarray(0.5 / rhos[0]), direction={"x": jnp.ones(1)},
+        estimate=jnp.asarray(rhos[0]), total=jnp.zeros(()), count=jnp.zeros((), jnp.int32),
+        num_warmup=jnp.asarray(num_warmup, jnp.int32), stiffness=jnp.zeros(()),
+        recent_stiffness=jnp.zeros(()),
+    )
+    accepted = np.ones(len(rhos), bool) if accepted is None else accepted
+
+    def step(state, inputs):
+        i, rho, stiff, ok = inputs
+        state = update_step_size(state, i, rho, {"x": jnp.ones(1)}, stiff, ok, target_bias,
+                                 random.PRNGKey(0))
+        return state, state
+
+    inputs = (jnp.arange(len(rhos)), jnp.asarray(rhos, jnp.float32),
+              jnp.asarray(stiffnesses, jnp.float32), jnp.asarray(accepted))
+    _, states = jax.lax.scan(step, state, inputs)
+    return [jax.tree.map(lambda v, i=i: v[i], states) for i in range(len(rhos))]
+
+
+def test_the_frozen_step_is_the_window_mean_capped_by_the_stiffest_curvature():
+    from numpyro_sgrld.adaptation import FAST_TARGET
+
+    w = MIN_WARMUP
+    rhos = np.full(w, 10.0)
+    rhos[3 * w // 4:] = np.linspace(5.0, 15.0, w - 3 * w // 4)  # window mean 10
+    final = _run_updates(rhos, np.full(w, 1.0))[-1]
+    np.testing.assert_allclose(final.step_size, 0.1 / rhos[3 * w // 4:].mean(), rtol=1e-5)
+    # one stiff point in the second half: the step is at most FAST_TARGET / its curvature
+    stiff = np.full(w, 1.0)
+    stiff[w // 2 + 3] = 400.0
+    final = _run_updates(rhos, stiff)[-1]
+    np.testing.assert_allclose(final.step_size, FAST_TARGET / 400.0, rtol=1e-5)
+
+
+def test_a_rejected_warmup_step_shrinks_the_step_fourfold():
+    from numpyro_sgrld.adaptation import SHRINK, too_steep
+
+    rhos = np.full(10, 4.0)
+    ok = np.ones(10, bool)
+    ok[5] = False
+    states = _run_updates(rhos, np.zeros(10), ok)
+    np.testing.assert_allclose(states[5].step_size, states[4].step_size / SHRINK, rtol=1e-5)
+    # a rise of the minibatch potential beyond NumPyro's max_delta_energy, over T, is too steep
+    assert bool(too_steep(10.0, 1011.0, 1.0)) and not bool(too_steep(10.0, 1009.0, 1.0))
+    assert not bool(too_steep(10.0, 1011.0, 2.0))
