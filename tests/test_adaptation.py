@@ -181,7 +181,7 @@ PRESETS = {
     "WenzelSGLD": WenzelSGLD,
     "AdamSGLD": AdamSGLD,
 }
-_FAST = ("SGLD", "SGHMC", "PSGLD")
+_FAST = ("SGLD", "PSGLD")
 
 
 @pytest.mark.parametrize(

@@ -494,6 +494,7 @@ def test_a_far_control_variate_centre_is_reported():
     assert np.all(near < 2.0)
 
 
+@pytest.mark.slow
 def test_start_at_centre_starts_the_chain_at_the_control_variate_centre():
     import warnings
 

@@ -267,7 +267,7 @@ def test_bnn_regressor_on_a_uci_split(uci_concrete):
     assert out["rmse"] < 0.6 * split.y_std, out
 
 
-@pytest.mark.parametrize("form", ["layer", "unit"])
+@pytest.mark.parametrize("form", ["layer", pytest.param("unit", marks=pytest.mark.slow)])
 def test_init_to_unit_scales_starts_horseshoe_scales_at_one(form):
     model = partial(mlp_classifier, hidden=(5,), prior=priors.horseshoe(form))
     X, y = np.zeros((7, 3), np.float32), np.zeros(7, np.int32)

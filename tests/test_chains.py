@@ -41,7 +41,10 @@ def test_same_key_same_samples(name):
     assert not np.array_equal(a, c)
 
 
-@pytest.mark.parametrize("name, batching", [("sgld", "epoch"), ("sghmc", "replacement")])
+@pytest.mark.parametrize(
+    "name, batching",
+    [("sgld", "epoch"), pytest.param("sghmc", "replacement", marks=pytest.mark.slow)],
+)
 def test_vectorized_chains_equal_sequential_chains(name, batching):
     runs = {
         method: _run(KERNELS[name](batching=batching), num_chains=3, chain_method=method)
@@ -53,7 +56,7 @@ def test_vectorized_chains_equal_sequential_chains(name, batching):
     assert not np.allclose(seq[0], seq[1])
 
 
-@pytest.mark.parametrize("name", sorted(KERNELS))
+@pytest.mark.parametrize("name", ["sgld", pytest.param("sghmc", marks=pytest.mark.slow)])
 def test_continuing_from_last_state_equals_one_long_run(name):
     long = _run(KERNELS[name](), num_samples=100).get_samples()["w"]
     mcmc = _run(KERNELS[name](), num_samples=60)

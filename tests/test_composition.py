@@ -73,7 +73,8 @@ def _sghmc_expectations(h, friction, scale):
 
 @pytest.mark.parametrize(
     "composition",
-    ["identity", pytest.param("diagonal", marks=pytest.mark.slow), "rmsprop"],
+    [pytest.param("identity", marks=pytest.mark.slow),
+     pytest.param("diagonal", marks=pytest.mark.slow), "rmsprop"],
 )
 def test_momentum_integrator_with_any_metric_has_the_discretised_law(composition):
     r"""SGHMC's momentum step with a constant metric D on N(0, diag sigma^2), exact gradients:

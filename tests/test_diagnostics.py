@@ -310,6 +310,7 @@ def _assert_images(out, names):
         assert image.ndim == 3 and image.shape[0] > 150 and image.shape[1] > 200, name
 
 
+@pytest.mark.slow
 def test_sgrld_compare_writes_a_report(tmp_path, monkeypatch):
     """The report on the small regression without the bias curves and the Γ panel (each a
     set of further compiled runs); the full report is the slow test below."""

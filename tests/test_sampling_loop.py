@@ -61,17 +61,20 @@ def _draws(loop, kernel_cls=PSGLD, model_kwargs=None, step_size=1e-3, **mcmc_kwa
     [
         pytest.param(dict(num_warmup=7, num_samples=23, thinning=4, progress_bar=False),
                      marks=pytest.mark.slow),
-        dict(num_warmup=7, num_samples=23, thinning=4, progress_bar=True),
+        pytest.param(dict(num_warmup=7, num_samples=23, thinning=4, progress_bar=True),
+                     marks=pytest.mark.slow),
         pytest.param(dict(num_warmup=0, num_samples=20, thinning=20, jit_model_args=True,
                           progress_bar=False), marks=pytest.mark.slow),
-        dict(num_warmup=5, num_samples=20, thinning=3, num_chains=3, chain_method="vectorized",
-             progress_bar=True),
+        pytest.param(dict(num_warmup=5, num_samples=20, thinning=3, num_chains=3,
+                          chain_method="vectorized", progress_bar=True),
+                     marks=pytest.mark.slow),
         pytest.param(dict(num_warmup=5, num_samples=9, thinning=2, num_chains=2,
                           chain_method="sequential", progress_bar=False),
                      marks=pytest.mark.slow),
-        # the step adapted during warm-up (its lax.cond on the step counter) on both loops
+        # the step adapted during warm-up (its lax.cond on the step counter) on both loops,
+        # vectorised, thinned, with the progress bar (the default run's case)
         dict(num_warmup=200, num_samples=20, thinning=3, num_chains=2,
-             chain_method="vectorized", progress_bar=False, step_size=None),
+             chain_method="vectorized", progress_bar=True, step_size=None),
     ],
     ids=["warmup+thinning", "progress-bar", "one-draw", "vectorized", "sequential", "adapted"],
 )

@@ -264,7 +264,7 @@ def _adaptive_law(name, regression):
 @pytest.mark.parametrize(
     "name",
     [
-        pytest.param(n, marks=pytest.mark.slow) if n.endswith("hutchinson") else n
+        n if n in ("psgld", "monge") else pytest.param(n, marks=pytest.mark.slow)
         for n in sorted(ADAPTIVE)
     ],
 )
