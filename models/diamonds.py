@@ -30,7 +30,8 @@ def model(Xc, y=None, subsample_size=None):
     ``y ~ N(Intercept + Xc b, sigma)``; ``Xc`` centred."""
     b = numpyro.sample("b", dist.Normal(0.0, 1.0).expand([Xc.shape[1]]).to_event(1))
     intercept = numpyro.sample("Intercept", dist.StudentT(3.0, 8.0, 10.0))
-    sigma = numpyro.sample("sigma", dist.HalfStudentT(3.0, 10.0))
+    # Stan's student_t(3, 0, 10) truncated at 0: the folded t (its location is 0)
+    sigma = numpyro.sample("sigma", dist.FoldedDistribution(dist.StudentT(3.0, 0.0, 10.0)))
     with numpyro.plate("data", Xc.shape[0], subsample_size=subsample_size) as idx:
         numpyro.sample(
             "y", dist.Normal(intercept + Xc[idx] @ b, sigma), obs=None if y is None else y[idx]
