@@ -628,6 +628,8 @@ class SGMCMC(MCMCKernel):
         idx, batch_state = self._draw_indices(key_idx, state.batch_state)
         est = self._gradient.estimate(state.z, idx, state.gradient_state, target)
         step_size = self._step_size(state.i, state.adaptation)
+        if state.adaptation is not None and adapting is None:  # (vectorised: given, unbatched)
+            adapting = state.i < state.adaptation.num_warmup
         z, sampler_state, preconditioner = transition_with_preconditioner(
             self._sampler, key_step, state.z, state.sampler_state, est.grad, est.oracle,
             step_size, self._temperature, self._context(state.i, est.aux),
@@ -640,8 +642,6 @@ class SGMCMC(MCMCKernel):
             value = target.potential(z, idx)[0]
             landed = jnp.isfinite(value)
             if state.adaptation is not None:
-                if adapting is None:
-                    adapting = state.i < state.adaptation.num_warmup
                 landed = landed & ~(adapting & too_steep(est.value, value, self._temperature))
         ok, sampler_state = accept(
             usable(est.value, grad_norm, step_size), z, landed, sampler_state,
@@ -649,8 +649,6 @@ class SGMCMC(MCMCKernel):
         )
         adaptation = state.adaptation
         if adaptation is not None:
-            if adapting is None:
-                adapting = state.i < adaptation.num_warmup
             adaptation = jax.lax.cond(
                 adapting,
                 lambda: self._adapt(state, est, target, idx, batch_state,
