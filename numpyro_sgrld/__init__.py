@@ -38,6 +38,7 @@ from numpyro_sgrld.gradients import auxiliary, minibatch_potential
 from numpyro_sgrld.haiku import random_haiku_module
 from numpyro_sgrld.inference_data import SG_EXTRA_FIELDS, reference_posterior, to_inference_data
 from numpyro_sgrld.kernels import (
+    BNPSGLD,
     PSGLD,
     SGHMC,
     SGLD,
@@ -71,6 +72,7 @@ __all__ = [
     "ShampooSGLD",
     "WenzelSGLD",
     "AdamSGLD",
+    "BNPSGLD",
     "LangevinKernel",
     "SGMCMCKernel",
     "SGState",

@@ -362,12 +362,19 @@ def check_aux(model_trace, metric):
     from numpyro_sgrld.gradients import AUX_SITE
 
     recorded = {name for name, site in model_trace.items() if site["type"] == AUX_SITE}
-    missing = [name for name in metric.needs_aux if name not in recorded]
+
+    def present(name):
+        if name.endswith("*"):
+            return any(r.startswith(name[:-1]) for r in recorded)
+        return name in recorded
+
+    missing = [name for name in metric.needs_aux if not present(name)]
     if missing:
+        hint = f" ({metric.aux_hint})" if metric.aux_hint else ""
         raise ModelSetupError(
             f"The metric {metric.name!r} reads the auxiliary values {missing}, which the model "
-            f"does not record (it records {sorted(recorded) or 'none'}). Record them in the "
-            "model's forward pass with numpyro_sgrld.auxiliary(name, value), or use another "
+            f"does not record (it records {sorted(recorded) or 'none'}){hint}. Record them in "
+            "the model's forward pass with numpyro_sgrld.auxiliary(name, value), or use another "
             "metric."
         )
 

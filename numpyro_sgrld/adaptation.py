@@ -171,9 +171,11 @@ def rayleigh(direction, position, preconditioner, hvp, grad1, grad2, weights, te
     # half of warm-up inflates the variance by gradient noise no more than Langevin would
     c_curv = jnp.where(with_noise, c_curv, c_curv * max(1.0, 2.0 * c_noise))
     c_noise = jnp.where(with_noise, c_noise, 0.0)
+    # in the coordinates R^{-1} theta (R R^T = D): curvature R^T H R, gradient noise R^T e
     root = preconditioner.noise
-    curvature = root(hvp(position, root(direction)))
-    e = root(jax.tree.map(lambda a, b: (a - b) / np.sqrt(2.0), grad1, grad2))
+    root_t = preconditioner.noise_transpose or root
+    curvature = root_t(hvp(position, root(direction)))
+    e = root_t(jax.tree.map(lambda a, b: (a - b) / np.sqrt(2.0), grad1, grad2))
     y = _scale_add(c_curv, curvature, (c_noise / temperature) * _vdot(e, direction), e)
     return jnp.abs(_vdot(direction, y)), y, base * jnp.abs(_vdot(direction, curvature))
 

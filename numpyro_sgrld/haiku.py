@@ -16,6 +16,9 @@ import numpyro.distributions as dist
 from jax import random
 from numpyro.primitives import mutable
 
+from numpyro_sgrld.gradients import auxiliary
+from numpyro_sgrld.metrics.bnp import layer_inputs_name
+
 __all__ = ["random_haiku_module", "site_name"]
 
 
@@ -55,6 +58,33 @@ def _resolve(prior, path, haiku_path, shape):
     )
 
 
+def _recording_inputs(name, fn):
+    """``fn`` (a Haiku ``apply``) that also records the inputs of every ``hk.Linear`` it calls
+    as the auxiliary value ``"layer_inputs:{name}/{module}"`` (rows × input features; a module
+    called more than once has its inputs stacked), from the same forward pass. Outside the
+    stochastic-gradient kernels the values are not collected and cost nothing."""
+
+    def recorded(*args, **kwargs):
+        inputs = {}
+
+        def interceptor(next_fn, call_args, call_kwargs, context):
+            if isinstance(context.module, hk.Linear) and context.method_name == "__call__":
+                x = call_args[0] if call_args else call_kwargs["inputs"]
+                inputs.setdefault(context.module.module_name, []).append(
+                    jnp.reshape(x, (-1, jnp.shape(x)[-1]))
+                )
+            return next_fn(*call_args, **call_kwargs)
+
+        with hk.intercept_methods(interceptor):
+            out = fn(*args, **kwargs)
+        for module, xs in inputs.items():
+            path = "/".join([name, module.replace("~/", "")])
+            auxiliary(layer_inputs_name(path), jnp.concatenate(xs, axis=0))
+        return out
+
+    return recorded
+
+
 def random_haiku_module(name, transformed, input_shape, prior, *, apply_rng=None):
     """Register the parameters of a Haiku network as NumPyro sample sites; return ``apply(x)``.
 
@@ -70,6 +100,9 @@ def random_haiku_module(name, transformed, input_shape, prior, *, apply_rng=None
         scales). A value returned by a callable is recorded as a deterministic site.
     :return: ``apply(x, *args, **kwargs)``. For ``transform_with_state`` networks the state is a
         ``numpyro.mutable`` site ``"{name}$state"`` (not sampled), updated on every call.
+        Every call records the inputs of each ``hk.Linear`` as the auxiliary value
+        ``"layer_inputs:{name}/{module}"`` (:func:`numpyro_sgrld.auxiliary`), which the BNP
+        metric reads (:func:`numpyro_sgrld.metrics.bnp`).
 
     The same samplers run Flax, NNX and Equinox networks through
     ``numpyro.contrib.module.random_flax_module`` / ``random_nnx_module`` /
@@ -96,8 +129,13 @@ def random_haiku_module(name, transformed, input_shape, prior, *, apply_rng=None
             params[module][param] = value
     if not with_state:
         if not takes_rng:
-            return lambda x, *args, **kwargs: transformed.apply(params, x, *args, **kwargs)
-        return lambda x, *args, **kwargs: transformed.apply(params, apply_rng, x, *args, **kwargs)
+            return _recording_inputs(
+                name, lambda x, *args, **kwargs: transformed.apply(params, x, *args, **kwargs)
+            )
+        return _recording_inputs(
+            name,
+            lambda x, *args, **kwargs: transformed.apply(params, apply_rng, x, *args, **kwargs),
+        )
 
     state_site = mutable(f"{name}$state")
     if state_site is None:
@@ -111,7 +149,7 @@ def random_haiku_module(name, transformed, input_shape, prior, *, apply_rng=None
         state_site["state"] = new_state
         return out
 
-    return apply
+    return _recording_inputs(name, apply)
 
 
 def fan_in(shape):

@@ -15,12 +15,13 @@ ShampooSGLD   shampoo                 langevin
 WenzelSGLD    wenzel                  langevin
 SGHMC         identity (or any)       sghmc
 AdamSGLD      identity (or any)       adaptive_drift
+BNPSGLD       bnp                     langevin
 ============  ======================  ======================
 """
 
 from numpyro_sgrld._adapter import SGMCMC
 from numpyro_sgrld.integrators import adaptive_drift, langevin, sghmc
-from numpyro_sgrld.metrics import identity, monge, rmsprop, shampoo, wenzel
+from numpyro_sgrld.metrics import bnp, identity, monge, rmsprop, shampoo, wenzel
 
 __all__ = [
     "LangevinKernel",
@@ -31,6 +32,7 @@ __all__ = [
     "ShampooSGLD",
     "WenzelSGLD",
     "AdamSGLD",
+    "BNPSGLD",
 ]
 
 
@@ -446,3 +448,59 @@ class AdamSGLD(SGMCMC):
         integrator = adaptive_drift(drift_scale, beta1, beta2, eps)
         metric = identity() if metric is None else metric
         super().__init__(model, step_size, metric=metric, integrator=integrator, **kwargs)
+
+
+class BNPSGLD(SGMCMC):
+    __doc__ = (
+        r"""SGLD with Batch Normalization Preconditioning (Lange, Deng, Ye & Lin 2023, Alg. 1).
+
+    Each dense layer's weights and bias share one preconditioner :math:`P = UD` built from the
+    running mean :math:`\mu` and variance :math:`\sigma^2` of the layer's **inputs** on the
+    minibatch (:func:`numpyro_sgrld.metrics.bnp`):
+
+    .. math::
+        \theta \leftarrow \theta - \frac{h}{q^2} PP^\top\nabla\hat U
+                           + \sqrt{2hT}\,\frac{P}{q}\,\xi, \qquad
+        q^2 = \max(m/n, 1),
+
+    :math:`m` the layer's input dimension, :math:`n` the minibatch size. Every parameter that
+    is not a dense layer's weight or bias (priors' scale sites, a regressor's noise scale,
+    convolutions) gets the identity: plain SGLD. The model's networks must be built with
+    :func:`numpyro_sgrld.random_haiku_module` (it records each ``hk.Linear``'s inputs in the
+    gradient's own forward pass), with a centred prior on the weights.
+
+    Parameter mapping: ``decay`` :math:`\rho`, ``eps1`` :math:`\epsilon_1`, ``eps2``
+    :math:`\epsilon_2` (the paper's defaults 0.99, 1e-2, 1e-4); ``noise_scale="as_printed"``
+    uses Algorithm 1's printed noise :math:`P\xi/\sqrt q`, which samples a layer with
+    :math:`q > 1` at temperature :math:`q` (the default ``"consistent"`` uses :math:`P\xi/q`).
+
+    **Bias.** Lange et al. drop Γ; for this metric Γ ≡ 0 (a layer's block depends only on the
+    earlier layers' parameters; the metric is block diagonal by layer), so unlike pSGLD's the
+    small-step limit is the posterior, up to the lag of the running averages. The usual
+    :math:`O(h)` discretisation bias remains.
+
+    **State size:** two vectors of each dense layer's input dimension.
+
+"""
+        + _COMMON
+        + """
+    :param decay: :math:`\\rho \\in [0, 1)`, default 0.99.
+    :param eps1: :math:`\\epsilon_1 > 0`, default 1e-2.
+    :param eps2: :math:`\\epsilon_2 > 0`, default 1e-4.
+    :param noise_scale: ``"consistent"`` (default) or ``"as_printed"``.
+"""
+    )
+
+    def __init__(
+        self,
+        model=None,
+        step_size=None,
+        *,
+        decay=0.99,
+        eps1=1e-2,
+        eps2=1e-4,
+        noise_scale="consistent",
+        **kwargs,
+    ):
+        metric = bnp(decay, eps1, eps2, noise_scale=noise_scale)
+        super().__init__(model, step_size, metric=metric, integrator=langevin(), **kwargs)

@@ -23,6 +23,7 @@ of the previous statistic in the moving average (``None`` when the correction do
 """
 
 from numpyro_sgrld.metrics._base import Metric, Preconditioner, StepContext
+from numpyro_sgrld.metrics.bnp import BNPState, bnp
 from numpyro_sgrld.metrics.constant import DiagonalState, IdentityState, diagonal, identity
 from numpyro_sgrld.metrics.monge import MongeState, monge
 from numpyro_sgrld.metrics.rmsprop import RMSpropState, rmsprop
@@ -39,6 +40,7 @@ __all__ = [
     "monge",
     "shampoo",
     "wenzel",
+    "bnp",
     "shampoo_block_shapes",
     "IdentityState",
     "DiagonalState",
@@ -46,4 +48,5 @@ __all__ = [
     "MongeState",
     "ShampooState",
     "WenzelState",
+    "BNPState",
 ]

@@ -7,12 +7,16 @@ from numpyro_sgrld._checks import integer, real
 
 
 class Preconditioner(NamedTuple):
-    """The metric at the current step: ``drift(v) = D v``, ``noise(xi) = D^{1/2} xi``, and the
-    correction drift Γ when it was computed (``None`` otherwise)."""
+    """The metric at the current step: ``drift(v) = D v``, ``noise(xi) = R xi`` for a root
+    :math:`R R^\top = D` (the symmetric :math:`D^{1/2}` unless ``noise_transpose`` is given),
+    the correction drift Γ when it was computed (``None`` otherwise), and
+    ``noise_transpose(v) = R^T v`` for a root that is not symmetric (``None``: :math:`R` is
+    symmetric). Step-size adaptation measures the curvature :math:`R^\top H R` with it."""
 
     drift: Callable
     noise: Callable
     correction: Any | None = None
+    noise_transpose: Callable | None = None
 
 
 class StepContext(NamedTuple):
@@ -65,7 +69,8 @@ class Metric(NamedTuple):
     ``correction_hint`` says why the Γ correction is not available when ``decay`` is
     ``None`` (and what to change); ``name`` names the metric in error messages;
     ``needs_aux`` names the auxiliary values (see :class:`StepContext`) the metric reads: a
-    kernel refuses a model that does not record them.
+    kernel refuses a model that does not record them (a name ending in ``*`` asks for at least
+    one value whose name starts with the rest); ``aux_hint`` says where they come from.
     """
 
     init: Callable
@@ -77,6 +82,7 @@ class Metric(NamedTuple):
     correction_hint: str = ""
     needs_aux: tuple = ()
     name: str = "metric"
+    aux_hint: str = ""
 
 
 def _same(tree):

@@ -1,0 +1,276 @@
+"""BNP-SGLD (Lange et al. 2023, Algorithm 1): the metric against explicit matrices, its running
+statistics, its Γ, the inputs captured in the forward pass, and bad input."""
+
+import haiku as hk
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from jax import random
+from numpyro import handlers
+from numpyro.infer import MCMC
+
+from numpyro_sgrld import BNPSGLD, SGLD, metrics, priors, random_haiku_module
+from numpyro_sgrld._setup import ModelSetupError
+from numpyro_sgrld.adaptation import rayleigh
+from numpyro_sgrld.metrics import Preconditioner, StepContext
+from numpyro_sgrld.metrics.bnp import layer_inputs_name
+
+NET = hk.without_apply_rng(hk.transform(lambda x: hk.nets.MLP([4, 2])(x)))
+
+
+def _net_model(x, prior=None):
+    return random_haiku_module("net", NET, (2, 3), prior or dist.Normal(0, 1))(x)
+
+
+def _trace(x, seed=0):
+    return handlers.trace(handlers.seed(_net_model, seed)).get_trace(x)
+
+
+def _position_and_aux(x, seed=0):
+    tr = _trace(x, seed)
+    position = {k: s["value"] for k, s in tr.items() if s["type"] == "sample"}
+    aux = {k: s["value"] for k, s in tr.items() if s["type"] == "auxiliary"}
+    return position, aux
+
+
+def _explicit_P(mean, tilde, n_out):
+    """The layer's P = U D on the parameter vector ordered as (w flattened row-major, b),
+    w of shape (m, n_out): one (m+1) block per output unit, from (3.3) of the paper."""
+    m = mean.shape[0]
+    U = np.eye(m + 1)
+    U[0, 1:] = -mean  # coordinates (b_i, w_{1i}, ..., w_{mi})
+    Dm = np.diag(np.concatenate([[1.0], 1.0 / np.sqrt(tilde)]))
+    block = U @ Dm
+    d = m * n_out + n_out
+    P = np.zeros((d, d))
+    for i in range(n_out):
+        idx = [m * n_out + i] + [j * n_out + i for j in range(m)]  # b_i then w[:, i]
+        P[np.ix_(idx, idx)] = block
+    return P
+
+
+def _flat(tree, path):
+    return np.concatenate([np.ravel(tree[path + "/w"]), np.ravel(tree[path + "/b"])])
+
+
+@pytest.mark.parametrize("noise_scale", ["consistent", "as_printed"])
+def test_drift_and_noise_equal_the_explicit_PPt_and_P(noise_scale):
+    with jax.enable_x64(True):
+        x = random.normal(random.PRNGKey(0), (2, 3), jnp.float64) * jnp.array([1.0, 3.0, 0.2])
+        position, aux = _position_and_aux(x)
+        assert set(aux) == {layer_inputs_name("net/mlp/linear_0"),
+                            layer_inputs_name("net/mlp/linear_1")}
+        # layer 1's inputs are the ReLU of layer 0's outputs, from the same pass
+        h = jax.nn.relu(x @ position["net/mlp/linear_0/w"] + position["net/mlp/linear_0/b"])
+        np.testing.assert_allclose(aux[layer_inputs_name("net/mlp/linear_1")], h)
+        rho, e1, e2 = 0.7, 0.05, 1e-3
+        metric = metrics.bnp(rho, e1, e2, noise_scale=noise_scale)
+        state = metric.init(position)
+        keys = random.split(random.PRNGKey(1), 3)
+        g, xi, v = (jax.tree.map(lambda a, k=k: random.normal(k, a.shape, a.dtype), position)
+                    for k in keys)
+        pre, new = metric.update(g, state, position, StepContext(aux=aux))
+        drift, noise, noise_t = pre.drift(g), pre.noise(xi), pre.noise_transpose(v)
+        for path, inputs in [("net/mlp/linear_0", x), ("net/mlp/linear_1", h)]:
+            inputs = np.asarray(inputs)
+            n, m = inputs.shape
+            mean = (1 - rho) * inputs.mean(0)  # from mu = 0, sigma = 1
+            var = rho + (1 - rho) * inputs.var(0)
+            np.testing.assert_allclose(new.mean[path], mean, rtol=1e-12)
+            np.testing.assert_allclose(new.var[path], var, rtol=1e-12)
+            tilde = var + e1 * var.max() + e2
+            q2 = max(m / n, 1.0)
+            assert q2 > 1.0  # both layers have more inputs than rows: the scales matter
+            s = np.sqrt(q2) if noise_scale == "consistent" else q2 ** 0.25
+            P = _explicit_P(mean, tilde, position[path + "/w"].shape[1])
+            np.testing.assert_allclose(_flat(drift, path), P @ P.T @ _flat(g, path) / q2,
+                                       rtol=1e-10)
+            np.testing.assert_allclose(_flat(noise, path), P @ _flat(xi, path) / s, rtol=1e-10)
+            np.testing.assert_allclose(_flat(noise_t, path), P.T @ _flat(v, path) / s,
+                                       rtol=1e-10)
+
+
+def test_running_statistics_after_k_steps_and_constant_inputs():
+    with jax.enable_x64(True):
+        rho, e1, e2 = 0.9, 1e-2, 1e-4
+        metric = metrics.bnp(rho, e1, e2)
+        position, _ = _position_and_aux(jnp.ones((5, 3), jnp.float64))
+        state = metric.init(position)
+        mean, var = np.zeros(3), np.ones(3)
+        rng = np.random.default_rng(0)
+        for _ in range(7):
+            x = rng.normal(size=(5, 3)) * [1.0, 10.0, 0.0] + [0.0, 0.0, 4.0]  # last: constant
+            _, aux = _position_and_aux(jnp.asarray(x))
+            pre, state = metric.update(position, state, position, StepContext(aux=aux))
+            mean = rho * mean + (1 - rho) * x.mean(0)
+            var = rho * var + (1 - rho) * x.var(0)
+        np.testing.assert_allclose(state.mean["net/mlp/linear_0"], mean, rtol=1e-12)
+        np.testing.assert_allclose(state.var["net/mlp/linear_0"], var, rtol=1e-12)
+        # constant inputs from the start: sigma^2 decays to 0 and eps2 keeps D finite
+        state = metric.init(position)
+        x = jnp.full((5, 3), 2.0, jnp.float64)
+        _, aux = _position_and_aux(x)
+        for _ in range(3000):
+            pre, state = metric.update(position, state, position, StepContext(aux=aux))
+        var0 = np.asarray(state.var["net/mlp/linear_0"])
+        assert np.all(var0 < 1e-12)
+        out = pre.drift(position)["net/mlp/linear_0/w"]
+        assert np.all(np.isfinite(out))
+        # with sigma^2 = 0 the weight drift is divided by q^2 (eps1 * 0 + eps2) exactly
+        g = position["net/mlp/linear_0/w"] - 2.0 * position["net/mlp/linear_0/b"][None, :]
+        np.testing.assert_allclose(out, g / (max(3 / 5, 1.0) * (var0.max() * e1 + e2 + var0)
+                                             )[:, None], rtol=1e-6)
+
+
+def _instant_metric_matrix(metric, position_fn, theta):
+    """The instantaneous metric's D(theta) as a dense matrix (decay 0), theta a flat vector."""
+    position, aux = position_fn(theta)
+    state = metric.init(position)
+    pre, _ = metric.update(position, state, position, StepContext(aux=aux))
+    flat, unravel = jax.flatten_util.ravel_pytree(position)
+    basis = jnp.eye(flat.size, dtype=flat.dtype)
+    return jax.vmap(lambda e: jax.flatten_util.ravel_pytree(pre.drift(unravel(e)))[0])(basis).T
+
+
+def test_gamma_of_the_instantaneous_bnp_metric_is_zero_and_rmsprops_is_not():
+    """Γ_i = Σ_j ∂_j D_ij(θ) by automatic differentiation of the dense D(θ): zero for BNP (a
+    layer's block depends on earlier layers only), not for the RMSprop metric (which could
+    have failed the same check)."""
+    import jax.flatten_util  # noqa: F401
+
+    with jax.enable_x64(True):
+        x = random.normal(random.PRNGKey(3), (6, 3), jnp.float64) * jnp.array([1.0, 5.0, 0.5])
+        position0, _ = _position_and_aux(x)
+        flat0, unravel = jax.flatten_util.ravel_pytree(position0)
+
+        def position_fn(theta):
+            position = unravel(theta)
+            tr = handlers.trace(handlers.substitute(_net_model, data=position)).get_trace(x)
+            aux = {k: s["value"] for k, s in tr.items() if s["type"] == "auxiliary"}
+            return position, aux
+
+        def gamma(metric):
+            def D(theta):
+                return _instant_metric_matrix(metric, position_fn, theta)
+
+            J = jax.jacfwd(D)(flat0)  # J[i, j, k] = d D_ij / d theta_k
+            return jnp.einsum("ijj->i", J), D(flat0)
+
+        g_bnp, D_bnp = gamma(metrics.bnp(0.0, 1e-2, 1e-4))
+        assert np.abs(D_bnp - np.eye(D_bnp.shape[0])).max() > 1e-2  # not the identity
+        assert np.abs(g_bnp).max() < 1e-12
+
+
+        rms = metrics.rmsprop(0.0, 1e-8, bias_correction=False)
+
+        def D_rms(theta):
+            position = unravel(theta)
+            grad = jax.grad(lambda z: jnp.sum(_pot(z, x)))(position)
+            pre, _ = rms.update(grad, rms.init(position), position, StepContext())
+            basis = jnp.eye(theta.size, dtype=theta.dtype)
+            return jax.vmap(lambda e: jax.flatten_util.ravel_pytree(pre.drift(unravel(e)))[0])(
+                basis).T
+
+        g_rms = jnp.einsum("ijj->i", jax.jacfwd(D_rms)(flat0))
+        assert np.abs(g_rms).max() > 1e-3
+
+
+def _pot(position, x):
+    out = handlers.substitute(_net_model, data=position)(x)
+    return jnp.sum(out ** 2) + sum(jnp.sum(v ** 2) for v in jax.tree.leaves(position))
+
+
+def test_rayleigh_with_a_non_symmetric_root_measures_RtHR():
+    """Step-size adaptation with BNP's non-symmetric root R (R R^T = D): the Rayleigh quotient
+    converges to the largest eigenvalue of D H (= that of R^T H R), not of R H R."""
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(0)
+        A = rng.normal(size=(4, 4))
+        H = A @ A.T + np.eye(4)
+        R = np.tril(rng.normal(size=(4, 4))) + 3 * np.eye(4)
+        pre = Preconditioner(lambda t: {"x": R @ R.T @ t["x"]}, lambda t: {"x": R @ t["x"]},
+                             noise_transpose=lambda t: {"x": R.T @ t["x"]})
+        u = {"x": jnp.asarray(rng.normal(size=4))}
+        zero = {"x": jnp.zeros(4)}
+        for _ in range(200):
+            rho, y, _ = rayleigh(u, zero, pre, lambda z, v: {"x": H @ v["x"]}, zero, zero,
+                                 (1.0, 0.0), 1.0)
+            u = {"x": y["x"] / jnp.linalg.norm(y["x"])}
+        expected = np.max(np.linalg.eigvals(R @ R.T @ H).real)
+        wrong = np.max(np.linalg.eigvalsh(R @ H @ R.T + R.T @ H @ R) / 2)
+        assert abs(rho - expected) < 1e-8 * expected
+        assert abs(wrong - expected) > 1e-3 * expected
+
+
+def _regression_model(X, y, batch=20):
+    f = random_haiku_module("net", NET, (2, X.shape[1]), priors.gaussian())
+    sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
+    with numpyro.plate("data", X.shape[0], subsample_size=batch) as idx:
+        numpyro.sample("y", dist.Normal(f(X[idx])[:, 0], sigma), obs=y[idx])
+
+
+def test_bnpsgld_runs_adapts_and_leaves_other_sites_alone():
+    X = random.normal(random.PRNGKey(0), (200, 3))
+    y = X[:, 0] + 0.1 * random.normal(random.PRNGKey(1), (200,))
+    mcmc = MCMC(BNPSGLD(_regression_model), num_warmup=200, num_samples=100, progress_bar=False)
+    mcmc.run(random.PRNGKey(2), X, y)
+    samples = mcmc.get_samples()
+    assert set(samples) >= {"sigma", "net/mlp/linear_0/w", "net/mlp/linear_1/b"}
+    assert all(np.isfinite(v).all() for v in samples.values())
+    assert float(mcmc.last_state.step_size) > 0
+    assert set(mcmc.last_state.sampler_state.metric.mean) == {"net/mlp/linear_0",
+                                                               "net/mlp/linear_1"}
+
+
+def test_bad_input_is_refused_with_the_fix():
+    def plain(X, y):
+        w = numpyro.sample("w", dist.Normal(0, 1).expand([3]).to_event(1))
+        with numpyro.plate("data", X.shape[0], subsample_size=10) as idx:
+            numpyro.sample("y", dist.Normal(X[idx] @ w, 1.0), obs=y[idx])
+
+    X, y = jnp.ones((50, 3)), jnp.ones(50)
+    with pytest.raises(ModelSetupError, match="random_haiku_module"):
+        MCMC(BNPSGLD(plain, 1e-3), num_warmup=0, num_samples=2, progress_bar=False).run(
+            random.PRNGKey(0), X, y)
+
+    conv = hk.without_apply_rng(hk.transform(lambda x: hk.Conv1D(2, 3)(x)))
+
+    def no_dense(X, y):
+        f = random_haiku_module("net", conv, (2, 3, 1), dist.Normal(0, 1))
+        with numpyro.plate("data", X.shape[0], subsample_size=10) as idx:
+            numpyro.sample("y", dist.Normal(f(X[idx, :, None]).sum((1, 2)), 1.0), obs=y[idx])
+
+    with pytest.raises(ModelSetupError, match="hk.Linear"):
+        MCMC(BNPSGLD(no_dense, 1e-3), num_warmup=0, num_samples=2, progress_bar=False).run(
+            random.PRNGKey(0), X, y)
+
+    def non_centred(X, y):
+        f = random_haiku_module("net", NET, (2, 3), priors.horseshoe("unit"))
+        with numpyro.plate("data", X.shape[0], subsample_size=10) as idx:
+            numpyro.sample("y", dist.Normal(f(X[idx])[:, 0], 1.0), obs=y[idx])
+
+    with pytest.raises(ValueError, match="centred prior"):
+        MCMC(BNPSGLD(non_centred, 1e-3), num_warmup=0, num_samples=2, progress_bar=False).run(
+            random.PRNGKey(0), X, y)
+    for kwargs, name in [({"eps1": 0.0}, "eps1"), ({"eps2": -1.0}, "eps2"),
+                         ({"decay": 1.0}, "decay"), ({"decay": -0.1}, "decay"),
+                         ({"noise_scale": "sqrt"}, "noise_scale")]:
+        with pytest.raises(ValueError, match=name):
+            BNPSGLD(_regression_model, 1e-3, **kwargs)
+    with pytest.raises(ValueError, match="Γ is identically zero"):
+        from numpyro_sgrld import LangevinKernel
+
+        LangevinKernel(_regression_model, 1e-3, metric=metrics.bnp(), correction="exact")
+
+
+def test_other_kernels_ignore_the_recorded_inputs():
+    """Recording the inputs changes nothing for a kernel that does not read them."""
+    X = random.normal(random.PRNGKey(0), (100, 3))
+    y = X[:, 1]
+    mcmc = MCMC(SGLD(_regression_model, 1e-4), num_warmup=0, num_samples=20,
+                progress_bar=False)
+    mcmc.run(random.PRNGKey(1), X, y)
+    assert "layer_inputs:net/mlp/linear_0" not in mcmc.get_samples()
