@@ -49,8 +49,10 @@ from numpyro_sgrld.kernels import (
     WenzelSGLD,
 )
 from numpyro_sgrld.predictive import (
+    calibration_bins,
     classification_metrics,
     expected_calibration_error,
+    maximum_calibration_error,
     predict_sites,
     regression_metrics,
 )
@@ -100,6 +102,8 @@ __all__ = [
     "classification_metrics",
     "regression_metrics",
     "expected_calibration_error",
+    "maximum_calibration_error",
+    "calibration_bins",
     "inference_data",
     "plots",
     "to_inference_data",

@@ -13,6 +13,7 @@ __all__ = [
     "plot_rank",
     "plot_dist_against_reference",
     "plot_rank_against_reference",
+    "plot_reliability",
 ]
 
 
@@ -239,3 +240,40 @@ def plot_rank_against_reference(idata, reference=None, var_names=None, path=None
         y=1.04,
     )
     return _finish(fig, path)
+
+
+def plot_reliability(probs, labels, num_bins=10, ax=None, title=None, path=None):
+    """Reliability diagram (Guo et al. 2017; Lange et al. 2023 Fig. 4.4): per confidence bin the
+    accuracy (bars) against the identity (perfect calibration), the gap to it shaded, and the
+    ECE and MCE in the legend. ``probs``: (points, classes) predictive probabilities."""
+    from numpyro_sgrld.predictive import (
+        calibration_bins,
+        expected_calibration_error,
+        maximum_calibration_error,
+    )
+
+    plt = _pyplot()
+    b = calibration_bins(probs, labels, num_bins)
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(4, 4))
+    centres = (b.edges[:-1] + b.edges[1:]) / 2
+    width = 1.0 / num_bins
+    used = b.count > 0
+    acc = np.where(used, b.accuracy, 0.0)
+    ax.bar(centres, acc, width=width, edgecolor="k", color="tab:blue", label="accuracy")
+    # the gap from each bin's accuracy to its mean confidence (what the ECE sums)
+    ax.bar(centres[used], (b.confidence - acc)[used], bottom=acc[used], width=width,
+           color="tab:red", alpha=0.35, edgecolor="tab:red", label="gap to the confidence")
+    ax.plot([0, 1], [0, 1], "k--", lw=1)
+    ece = expected_calibration_error(probs, labels, num_bins)
+    mce = maximum_calibration_error(probs, labels, num_bins)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("confidence")
+    ax.set_ylabel("accuracy")
+    ax.legend(title=f"ECE {100 * ece:.2f} %, MCE {100 * mce:.2f} %", fontsize=8,
+              title_fontsize=8, loc="upper left")
+    if title:
+        ax.set_title(title, fontsize=10)
+    return _finish(fig if fig is not None else ax.figure, path)

@@ -8,6 +8,8 @@ RMSE is that of the ensemble mean. Test points are processed in chunks of ``batc
 memory stays at ``draws x batch_size x classes``.
 """
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -22,6 +24,9 @@ __all__ = [
     "classification_metrics",
     "regression_metrics",
     "expected_calibration_error",
+    "maximum_calibration_error",
+    "calibration_bins",
+    "CalibrationBins",
 ]
 
 
@@ -41,18 +46,50 @@ def predict_sites(model, samples, X, sites, *, batch_size=1000, rng_key=None, **
     return {site: np.concatenate([np.asarray(c[site]) for c in chunks], axis=1) for site in sites}
 
 
+class CalibrationBins(NamedTuple):
+    """Equal-width confidence bins (Naeini et al. 2015): per bin the number of points
+    ``count``, the accuracy ``accuracy`` and the mean confidence ``confidence`` (NaN for an
+    empty bin), and the bin ``edges`` (``num_bins + 1``)."""
+
+    count: np.ndarray
+    accuracy: np.ndarray
+    confidence: np.ndarray
+    edges: np.ndarray
+
+
+def calibration_bins(probs, labels, num_bins=10):
+    r"""Bin the points by confidence :math:`\hat p = \max_k p_k` into ``num_bins`` equal-width
+    bins of [0, 1] (a confidence of exactly 1 falls in the last bin)."""
+    if not (isinstance(num_bins, (int, np.integer)) and num_bins >= 1):
+        raise ValueError(f"`num_bins` must be an integer >= 1, got {num_bins!r}.")
+    probs, labels = np.asarray(probs), np.asarray(labels)
+    if probs.ndim != 2 or labels.shape != probs.shape[:1]:
+        raise ValueError(
+            f"`probs` must be (points, classes) and `labels` (points,); got {probs.shape} and "
+            f"{labels.shape}."
+        )
+    confidence = probs.max(axis=1)
+    correct = probs.argmax(axis=1) == labels
+    bins = np.minimum((confidence * num_bins).astype(int), num_bins - 1)
+    count = np.bincount(bins, minlength=num_bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        accuracy = np.bincount(bins, correct, minlength=num_bins) / count
+        mean_conf = np.bincount(bins, confidence, minlength=num_bins) / count
+    return CalibrationBins(count, accuracy, mean_conf, np.linspace(0.0, 1.0, num_bins + 1))
+
+
 def expected_calibration_error(probs, labels, num_bins=10):
     """ECE with ``num_bins`` equal-width confidence bins: sum_b (n_b / n) |acc_b - conf_b|."""
-    probs = np.asarray(probs)
-    confidence = probs.max(axis=1)
-    correct = probs.argmax(axis=1) == np.asarray(labels)
-    bins = np.minimum((confidence * num_bins).astype(int), num_bins - 1)
-    ece = 0.0
-    for b in range(num_bins):
-        mask = bins == b
-        if mask.any():
-            ece += mask.mean() * abs(correct[mask].mean() - confidence[mask].mean())
-    return float(ece)
+    b = calibration_bins(probs, labels, num_bins)
+    used = b.count > 0
+    return float(np.sum(b.count[used] / b.count.sum() * np.abs(b.accuracy - b.confidence)[used]))
+
+
+def maximum_calibration_error(probs, labels, num_bins=10):
+    """MCE (Naeini et al. 2015): max over non-empty bins of |acc_b - conf_b|."""
+    b = calibration_bins(probs, labels, num_bins)
+    used = b.count > 0
+    return float(np.max(np.abs(b.accuracy - b.confidence)[used]))
 
 
 def _chunked_mean_log_probs(model, samples, X, logits_site, batch_size, model_kwargs):
@@ -67,9 +104,10 @@ def _chunked_mean_log_probs(model, samples, X, logits_site, batch_size, model_kw
 def classification_metrics(
     model, samples, X, y, *, logits_site="logits", batch_size=1000, num_bins=10, **model_kwargs
 ):
-    """Ensemble test log-probability, accuracy and ECE of a classifier whose model records its
-    logits as a deterministic site. Returns a dict with ``log_prob``, ``accuracy``, ``ece`` and
-    the mean predictive ``probs``."""
+    """Ensemble test log-probability, accuracy, ECE and MCE of a classifier whose model records
+    its logits as a deterministic site. Returns a dict with ``log_prob``, ``accuracy``, ``ece``,
+    ``mce`` and the mean predictive ``probs`` (for :func:`calibration_bins` and
+    :func:`numpyro_sgrld.plots.plot_reliability`)."""
     log_mean = _chunked_mean_log_probs(model, samples, X, logits_site, batch_size, model_kwargs)
     y = np.asarray(y)
     probs = np.exp(log_mean)
@@ -77,6 +115,7 @@ def classification_metrics(
         "log_prob": float(np.mean(log_mean[np.arange(y.size), y])),
         "accuracy": float(np.mean(log_mean.argmax(axis=1) == y)),
         "ece": expected_calibration_error(probs, y, num_bins),
+        "mce": maximum_calibration_error(probs, y, num_bins),
         "probs": probs,
     }
 

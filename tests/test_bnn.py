@@ -18,9 +18,12 @@ from scipy import stats
 
 from numpyro_sgrld import PSGLD, SGLD, priors
 from numpyro_sgrld.haiku import random_haiku_module
+from numpyro_sgrld.plots import plot_reliability
 from numpyro_sgrld.predictive import (
+    calibration_bins,
     classification_metrics,
     expected_calibration_error,
+    maximum_calibration_error,
     predict_sites,
     regression_metrics,
 )
@@ -177,6 +180,16 @@ def test_expected_calibration_error_by_hand():
     # bins: 0.95 (2 points, acc 0.5), 0.6 (acc 1), 0.7 (acc 1)
     expected = 0.5 * abs(0.5 - 0.95) + 0.25 * abs(1 - 0.6) + 0.25 * abs(1 - 0.7)
     assert expected_calibration_error(probs, labels) == pytest.approx(expected)
+    # MCE: the largest gap of a non-empty bin
+    assert maximum_calibration_error(probs, labels) == pytest.approx(0.45)
+    bins = calibration_bins(probs, labels)
+    assert bins.count.tolist() == [0, 0, 0, 0, 0, 0, 1, 1, 0, 2]
+    np.testing.assert_allclose(bins.accuracy[[6, 7, 9]], [1.0, 1.0, 0.5])
+    np.testing.assert_allclose(bins.confidence[[6, 7, 9]], [0.6, 0.7, 0.95])
+    fig = plot_reliability(probs, labels, title="by hand")
+    assert len(fig.axes[0].patches) == 10 + 3  # accuracy bars + a gap bar per non-empty bin
+    with pytest.raises(ValueError, match="num_bins"):
+        calibration_bins(probs, labels, num_bins=0)
 
 
 def test_classification_metrics_by_hand():
