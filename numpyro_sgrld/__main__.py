@@ -107,7 +107,7 @@ def _add_compare_options(p):
         default=None,
         type=_kernel_name,
         choices=list(KERNELS),
-        help="kernels to run (default: all)",
+        help="kernels to run (default: all; BNPSGLD only on a network model, digits_mlp)",
     )
     p.add_argument(
         "--step-size",

@@ -26,6 +26,7 @@ from numpyro_sgrld import diagnostics, plots
 from numpyro_sgrld.adaptation import MIN_WARMUP
 from numpyro_sgrld.inference_data import SG_EXTRA_FIELDS, reference_posterior, to_inference_data
 from numpyro_sgrld.kernels import (
+    BNPSGLD,
     PSGLD,
     SGHMC,
     SGLD,
@@ -34,6 +35,7 @@ from numpyro_sgrld.kernels import (
     ShampooSGLD,
     WenzelSGLD,
 )
+from numpyro_sgrld.priors import init_to_unit_scales
 from numpyro_sgrld.subsample import full_batch
 
 __all__ = ["PROBLEMS", "KERNELS", "Problem", "run_compare", "format_table"]
@@ -45,6 +47,8 @@ class Problem(NamedTuple):
     description: str
     model: Any  # subsampled model
     args: tuple
+    network: bool = False  # a network built with random_haiku_module (BNPSGLD applies)
+    init_strategy: Any = None  # the SG kernels' init strategy (None: the kernels' default)
 
 
 def _german_credit(subsample_size=100):
@@ -71,7 +75,28 @@ def _linear_regression(subsample_size=100):
     )
 
 
-PROBLEMS = {"german_credit": _german_credit, "linear_regression": _linear_regression}
+def _digits_mlp(subsample_size=100):
+    from numpyro_sgrld.models import bnn
+
+    X, y, _, _ = bnn.load_digits()
+    return Problem(
+        "Bayesian 64-16-10 ReLU MLP on scikit-learn's digits (N = 1438, Gaussian prior with He "
+        f"scales, 1,210 parameters), minibatch {subsample_size}",
+        partial(bnn.mlp_classifier, hidden=(16,), subsample_size=subsample_size),
+        (X, y),
+        network=True,
+        init_strategy=init_to_unit_scales,
+    )
+
+
+PROBLEMS = {
+    "german_credit": _german_credit,
+    "linear_regression": _linear_regression,
+    "digits_mlp": _digits_mlp,
+}
+NETWORK_PROBLEMS = ("digits_mlp",)
+#: Kernels that only apply to networks (a dense layer's inputs are what they read).
+NETWORK_KERNELS = ("BNPSGLD",)
 
 KERNELS = {
     "SGLD": SGLD,
@@ -83,6 +108,7 @@ KERNELS = {
     "ShampooSGLD": ShampooSGLD,
     "WenzelSGLD": WenzelSGLD,
     "AdamSGLD": AdamSGLD,
+    "BNPSGLD": BNPSGLD,
 }
 
 
@@ -227,10 +253,20 @@ def check_options(
     """Validate the options of :func:`run_compare`; returns the list of kernels."""
     if model not in PROBLEMS:
         raise ValueError(f"Unknown model {model!r}; choose one of {sorted(PROBLEMS)}.")
-    kernels = list(KERNELS) if kernels is None else list(kernels)
+    network = model in NETWORK_PROBLEMS
+    if kernels is None:
+        kernels = [k for k in KERNELS if network or k not in NETWORK_KERNELS]
+    kernels = list(kernels)
     unknown = [k for k in kernels if k not in KERNELS]
     if unknown:
         raise ValueError(f"Unknown kernels {unknown}; choose from {list(KERNELS)}.")
+    misplaced = [k for k in kernels if k in NETWORK_KERNELS and not network]
+    if misplaced:
+        raise ValueError(
+            f"{', '.join(misplaced)} preconditions the dense layers of a network, and the model "
+            f"{model!r} has none: choose a network model ({', '.join(NETWORK_PROBLEMS)}) or "
+            "leave it out."
+        )
     for name, value in dict(
         num_steps=num_steps,
         num_chains=num_chains,
@@ -338,7 +374,7 @@ def run_compare(
     bar = tqdm(kernels, desc="SG kernels", disable=not progress_bar)
     for name in bar:
         bar.set_postfix_str(name)
-        kernel = KERNELS[name](problem.model, step_size=steps[name])
+        kernel = KERNELS[name](problem.model, step_size=steps[name], **_init(problem))
         idata, seconds, taken[name] = _run_kernel(
             kernel, problem, num_warmup, num_steps, thinning, num_chains, seed + 1, target_ess,
             max_steps,
@@ -362,7 +398,7 @@ def run_compare(
     for name in [k for k in bias_kernels if k in kernels]:
         grid = [used[name] * f for f in bias_factors]
         curves[name] = diagnostics.bias_vs_step_size(
-            partial(KERNELS[name], problem.model),
+            partial(KERNELS[name], problem.model, **_init(problem)),
             grid,
             ref,
             *problem.args,
@@ -403,6 +439,10 @@ def run_compare(
         ),
     )
     return rows
+
+
+def _init(problem):
+    return {} if problem.init_strategy is None else {"init_strategy": problem.init_strategy}
 
 
 def _file_name(name):
