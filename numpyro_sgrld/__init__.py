@@ -36,7 +36,13 @@ from numpyro_sgrld.diagnostics import (
 )
 from numpyro_sgrld.gradients import auxiliary, minibatch_potential
 from numpyro_sgrld.haiku import random_haiku_module
-from numpyro_sgrld.inference_data import SG_EXTRA_FIELDS, reference_posterior, to_inference_data
+from numpyro_sgrld.inference_data import (
+    SG_EXTRA_FIELDS,
+    load_netcdf,
+    reference_posterior,
+    save_netcdf,
+    to_inference_data,
+)
 from numpyro_sgrld.kernels import (
     BNPSGLD,
     PSGLD,
@@ -107,6 +113,8 @@ __all__ = [
     "inference_data",
     "plots",
     "to_inference_data",
+    "save_netcdf",
+    "load_netcdf",
     "reference_posterior",
     "SG_EXTRA_FIELDS",
     "compare_to_reference",

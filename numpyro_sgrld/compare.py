@@ -24,7 +24,12 @@ from numpyro.infer import MCMC
 
 from numpyro_sgrld import diagnostics, plots
 from numpyro_sgrld.adaptation import MIN_WARMUP
-from numpyro_sgrld.inference_data import SG_EXTRA_FIELDS, reference_posterior, to_inference_data
+from numpyro_sgrld.inference_data import (
+    SG_EXTRA_FIELDS,
+    reference_posterior,
+    save_netcdf,
+    to_inference_data,
+)
 from numpyro_sgrld.kernels import (
     BNPSGLD,
     PSGLD,
@@ -354,7 +359,7 @@ def run_compare(
         progress_bar=progress_bar,
     )
     ref_seconds = time.perf_counter() - start
-    ref.to_netcdf(out / "reference.nc")
+    save_netcdf(ref, out / "reference.nc")
     ref_draws = _latent_only(ref, problem.model, problem.args)
     ref_pooled = _pooled(ref_draws)
     ref_table = diagnostics.compare_to_reference(ref, ref)
@@ -379,7 +384,7 @@ def run_compare(
             kernel, problem, num_warmup, num_steps, thinning, num_chains, seed + 1, target_ess,
             max_steps,
         )
-        idata.to_netcdf(out / f"{_file_name(name)}.nc")
+        save_netcdf(idata, out / f"{_file_name(name)}.nc")
         table = diagnostics.compare_to_reference(idata, ref)
         draws = _latent_only(idata, problem.model, problem.args)
         energy = diagnostics.energy_distance(_pooled(draws), ref_pooled)

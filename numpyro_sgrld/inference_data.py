@@ -32,6 +32,8 @@ __all__ = [
     "add_reference",
     "REFERENCE_GROUP",
     "SG_EXTRA_FIELDS",
+    "save_netcdf",
+    "load_netcdf",
 ]
 
 #: The InferenceData group that holds a reference posterior next to a sampler's draws.
@@ -316,7 +318,6 @@ def reference_posterior(
     on later calls; ``refresh=True`` reruns it. Chains run one after another, or in parallel
     when there are enough devices.
     """
-    import arviz as az
 
     settings = dict(
         num_samples=num_samples,
@@ -328,7 +329,7 @@ def reference_posterior(
     folder = Path(folder) if folder is not None else cache_dir() / "reference"
     path = folder / f"reference-{reference_key(model, *model_args, **settings)}.nc"
     if path.exists() and not refresh:
-        return az.from_netcdf(path)
+        return load_netcdf(path)
     method = "parallel" if jax.local_device_count() >= num_chains else "sequential"
     mcmc = MCMC(
         NUTS(full_batch(model)),
@@ -353,6 +354,40 @@ def reference_posterior(
     )
     folder.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.nc")
-    idata.to_netcdf(tmp)
+    save_netcdf(idata, tmp)
     tmp.replace(path)
     return idata
+
+
+def _renamed(idata, fn):
+    import arviz as az
+
+    groups = {}
+    for group in idata.groups():
+        ds = getattr(idata, group)
+        names = [*ds.data_vars, *ds.dims]
+        mapping = {n: fn(n) for n in names if isinstance(n, str) and fn(n) != n}
+        groups[group] = ds.rename(mapping) if mapping else ds
+    return az.InferenceData(**groups)
+
+
+def _escape(name):
+    return name.replace("%", "%25").replace("/", "%2F")
+
+
+def _unescape(name):
+    return name.replace("%2F", "/").replace("%25", "%")
+
+
+def save_netcdf(idata, path):
+    """``idata.to_netcdf(path)``, with the ``/`` of site names (a network's
+    ``"net/mlp/linear_0/w"``, which netCDF reads as a group path) written as ``%2F``;
+    :func:`load_netcdf` restores them."""
+    return _renamed(idata, _escape).to_netcdf(str(path))
+
+
+def load_netcdf(path):
+    """``arviz.from_netcdf(path)`` with the site names :func:`save_netcdf` escaped restored."""
+    import arviz as az
+
+    return _renamed(az.from_netcdf(str(path)), _unescape)

@@ -274,3 +274,24 @@ def test_other_kernels_ignore_the_recorded_inputs():
                 progress_bar=False)
     mcmc.run(random.PRNGKey(1), X, y)
     assert "layer_inputs:net/mlp/linear_0" not in mcmc.get_samples()
+
+
+def test_compare_offers_bnp_on_networks_only_and_saves_network_sites(tmp_path):
+    import arviz as az
+
+    from numpyro_sgrld import load_netcdf, save_netcdf
+    from numpyro_sgrld.compare import KERNELS, check_options
+
+    common = dict(step_sizes=None, num_steps=100, num_warmup=200, thinning=1, num_chains=1,
+                  reference_samples=10)
+    assert "BNPSGLD" in check_options("digits_mlp", None, **common)
+    assert "BNPSGLD" not in check_options("german_credit", None, **common)
+    assert "BNPSGLD" in KERNELS
+    with pytest.raises(ValueError, match="dense layers of a network"):
+        check_options("german_credit", ["SGLD", "BNPSGLD"], **common)
+    # a network's site names hold "/", which netCDF would read as groups
+    idata = az.from_dict(posterior={"net/mlp/linear_0/w": np.ones((1, 3, 2)), "a%2Fb": np.ones(
+        (1, 3))})
+    save_netcdf(idata, tmp_path / "x.nc")
+    again = load_netcdf(tmp_path / "x.nc")
+    assert set(again.posterior.data_vars) == {"net/mlp/linear_0/w", "a%2Fb"}
