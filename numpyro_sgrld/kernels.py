@@ -488,6 +488,8 @@ class BNPSGLD(SGMCMC):
     :param eps1: :math:`\\epsilon_1 > 0`, default 1e-2.
     :param eps2: :math:`\\epsilon_2 > 0`, default 1e-4.
     :param noise_scale: ``"consistent"`` (default) or ``"as_printed"``.
+    :param bias_correction: running statistics without their start values (default False,
+        Algorithm 1 as printed; see :func:`numpyro_sgrld.metrics.bnp`).
 """
     )
 
@@ -500,7 +502,8 @@ class BNPSGLD(SGMCMC):
         eps1=1e-2,
         eps2=1e-4,
         noise_scale="consistent",
+        bias_correction=False,
         **kwargs,
     ):
-        metric = bnp(decay, eps1, eps2, noise_scale=noise_scale)
+        metric = bnp(decay, eps1, eps2, noise_scale=noise_scale, bias_correction=bias_correction)
         super().__init__(model, step_size, metric=metric, integrator=langevin(), **kwargs)

@@ -76,10 +76,12 @@ NOISE_SCALES = ("consistent", "as_printed")
 
 class BNPState(NamedTuple):
     """Per dense layer (keyed by the layer's path): the running mean and variance of its
-    inputs, :math:`\\mu` and :math:`\\sigma^2` (vectors of the input dimension)."""
+    inputs, :math:`\\mu` and :math:`\\sigma^2` (vectors of the input dimension), as Algorithm 1
+    keeps them (from :math:`\\mu_0 = 0`, :math:`\\sigma_0 = 1`); ``count``: updates so far."""
 
     mean: Any
     var: Any
+    count: Any = 0
 
 
 def layer_inputs_name(path):
@@ -154,7 +156,8 @@ def _block(mean, tilde, q2, scale):
     return drift, noise, noise_transpose
 
 
-def bnp(decay=0.99, eps1=1e-2, eps2=1e-4, noise_scale="consistent") -> Metric:
+def bnp(decay=0.99, eps1=1e-2, eps2=1e-4, noise_scale="consistent", bias_correction=False
+        ) -> Metric:
     r"""Batch Normalization Preconditioning, Lange et al. (2023) Algorithm 1 (see the module
     docstring for the formulas, the noise scale and the Γ term).
 
@@ -165,12 +168,21 @@ def bnp(decay=0.99, eps1=1e-2, eps2=1e-4, noise_scale="consistent") -> Metric:
         constant has :math:`\sigma^2 \to 0` and :math:`\tilde\sigma^2 \to \epsilon_2`.
     :param noise_scale: ``"consistent"`` (noise :math:`P\xi/q`, default) or ``"as_printed"``
         (:math:`P\xi/\sqrt q`, Algorithm 1's steps 6–7 as printed).
+    :param bias_correction: use the running averages without their start values,
+        :math:`\hat\mu = \mu_t/(1-\rho^t)` and
+        :math:`\hat\sigma^2 = (\sigma^2_t - \rho^t)/(1-\rho^t)` (Adam's correction, as
+        ``metrics.rmsprop`` has it): the weighted mean of the minibatch statistics seen so
+        far, so the first steps are preconditioned by the inputs' statistics rather than by
+        :math:`\mu = 0, \sigma = 1` (with inputs of scale :math:`10^3` those first steps
+        are as stiff as SGLD's). Default ``False``: Algorithm 1 as printed.
 
     The model must record each dense layer's inputs (``"layer_inputs:{path}"``;
     :func:`numpyro_sgrld.random_haiku_module` does it for ``hk.Linear``). State: two vectors of
     the input dimension per dense layer.
     """
     decay = _check_decay(decay)
+    if not isinstance(bias_correction, bool):
+        raise ValueError(f"`bias_correction` must be True or False, got {bias_correction!r}.")
     eps1 = _check_positive(eps1, "eps1")
     eps2 = _check_positive(eps2, "eps2")
     if noise_scale not in NOISE_SCALES:
@@ -185,19 +197,24 @@ def bnp(decay=0.99, eps1=1e-2, eps2=1e-4, noise_scale="consistent") -> Metric:
         dtype = jnp.result_type(float)
         mean = {p: jnp.zeros(position[p + "/w"].shape[0], dtype) for p in layers}
         var = {p: jnp.ones(position[p + "/w"].shape[0], dtype) for p in layers}
-        return BNPState(mean, var)
+        return BNPState(mean, var, jnp.zeros((), jnp.int32))
 
     def update(grad, state, position, context=None):
         inputs = _layers_with_inputs(position, _context(context).aux)
         mean, var, blocks = dict(state.mean), dict(state.var), {}
+        count = state.count + 1
+        weight = 1.0 - decay ** count.astype(jnp.result_type(float))  # 1 - rho^t
         for path, x in inputs.items():
             rows, m = x.shape
             mean[path] = decay * state.mean[path] + (1 - decay) * jnp.mean(x, axis=0)
             var[path] = decay * state.var[path] + (1 - decay) * jnp.var(x, axis=0)
-            tilde = var[path] + eps1 * jnp.max(var[path]) + eps2
+            mu, sigma2 = mean[path], var[path]
+            if bias_correction:
+                mu, sigma2 = mu / weight, (sigma2 - (1.0 - weight)) / weight
+            tilde = sigma2 + eps1 * jnp.max(sigma2) + eps2
             q2 = max(m / rows, 1.0)
             scale = q2 ** 0.5 if noise_scale == "consistent" else q2 ** 0.25
-            blocks[path] = _block(mean[path], tilde, q2, scale)
+            blocks[path] = _block(mu, tilde, q2, scale)
 
         def apply(which, tree):
             out = dict(tree)
@@ -216,7 +233,7 @@ def bnp(decay=0.99, eps1=1e-2, eps2=1e-4, noise_scale="consistent") -> Metric:
                 lambda t: apply(1, t),
                 noise_transpose=lambda t: apply(2, t),
             ),
-            BNPState(mean, var),
+            BNPState(mean, var, count),
         )
 
     return Metric(
