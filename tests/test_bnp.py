@@ -364,8 +364,8 @@ def test_stationary_covariance_is_the_discretised_chains_law(noise_scale):
     first step and the chain is linear Gaussian, whose stationary covariance solves
     Σ = MΣMᵀ + 2hD with M = I − hDA (h = 1/(2λ_max(DA))). The variances of 1000 independent
     chains after 20 relaxation times of the slowest mode match it (|z| < 4, the standard error
-    of a variance of independent Gaussian draws) with ``noise_scale="consistent"``; Algorithm 1's printed noise (temperature q = √2 on this layer)
-    is rejected by the same test."""
+    of a variance of independent Gaussian draws) with ``noise_scale="consistent"``; Algorithm
+    1's printed noise (temperature q = √2 on this layer) is rejected by the same test."""
     from scipy.linalg import solve_discrete_lyapunov
 
     with jax.enable_x64(True):
