@@ -19,7 +19,7 @@ from numpyro.primitives import mutable
 from numpyro_sgrld.gradients import auxiliary
 from numpyro_sgrld.metrics.bnp import layer_inputs_name
 
-__all__ = ["random_haiku_module", "site_name"]
+__all__ = ["conv_patches", "random_haiku_module", "site_name"]
 
 
 def site_name(name, module, param):
@@ -58,21 +58,58 @@ def _resolve(prior, path, haiku_path, shape):
     )
 
 
+def conv_patches(module, x):
+    """The patches of an ``hk.ConvND`` call on ``x``: rows (batch × output positions) × the
+    kernel's fan-in, in the order of ``w.reshape(-1, c_out)`` (spatial offsets, then input
+    channels), so that the convolution is ``patches @ w.reshape(-1, c_out)`` (+ bias)."""
+    if x.ndim == module.num_spatial_dims + 1:
+        x = x[None]
+    patches = jax.lax.conv_general_dilated_patches(
+        x,
+        filter_shape=module.kernel_shape,
+        window_strides=module.stride,
+        padding=module.padding,
+        lhs_dilation=module.lhs_dilation,
+        rhs_dilation=module.kernel_dilation,
+        dimension_numbers=module.dimension_numbers,
+    )  # features ordered (c_in, *kernel)
+    rows = math.prod(patches.shape[:-1])
+    patches = jnp.reshape(patches, (rows, x.shape[-1], *module.kernel_shape))
+    return jnp.reshape(jnp.moveaxis(patches, 1, -1), (rows, -1))
+
+
+def _layer_inputs(context, call_args, call_kwargs):
+    """The inputs a BNP preconditioner reads for this module call (rows × fan-in), or None."""
+    if context.method_name != "__call__":
+        return None
+    module = context.module
+    x = call_args[0] if call_args else call_kwargs.get("inputs")
+    if isinstance(module, hk.Linear):
+        return jnp.reshape(x, (-1, jnp.shape(x)[-1]))
+    if (
+        isinstance(module, hk.ConvND)
+        and module.channel_index == -1
+        and module.feature_group_count == 1
+        and module.mask is None
+    ):
+        return conv_patches(module, jnp.asarray(x))
+    return None
+
+
 def _recording_inputs(name, fn):
-    """``fn`` (a Haiku ``apply``) that also records the inputs of every ``hk.Linear`` it calls
-    as the auxiliary value ``"layer_inputs:{name}/{module}"`` (rows × input features; a module
-    called more than once has its inputs stacked), from the same forward pass. Outside the
-    stochastic-gradient kernels the values are not collected and cost nothing."""
+    """``fn`` (a Haiku ``apply``) that also records the inputs of every ``hk.Linear`` (and the
+    patches of every channels-last ``hk.ConvND`` without feature groups or mask) it calls as the
+    auxiliary value ``"layer_inputs:{name}/{module}"`` (rows × fan-in; a module called more
+    than once has its inputs stacked), from the same forward pass. Outside the
+    stochastic-gradient kernels the values are not collected; XLA drops what no metric reads."""
 
     def recorded(*args, **kwargs):
         inputs = {}
 
         def interceptor(next_fn, call_args, call_kwargs, context):
-            if isinstance(context.module, hk.Linear) and context.method_name == "__call__":
-                x = call_args[0] if call_args else call_kwargs["inputs"]
-                inputs.setdefault(context.module.module_name, []).append(
-                    jnp.reshape(x, (-1, jnp.shape(x)[-1]))
-                )
+            x = _layer_inputs(context, call_args, call_kwargs)
+            if x is not None:
+                inputs.setdefault(context.module.module_name, []).append(x)
             return next_fn(*call_args, **call_kwargs)
 
         with hk.intercept_methods(interceptor):

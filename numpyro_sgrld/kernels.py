@@ -463,11 +463,13 @@ class BNPSGLD(SGMCMC):
                            + \sqrt{2hT}\,\frac{P}{q}\,\xi, \qquad
         q^2 = \max(m/n, 1),
 
-    :math:`m` the layer's input dimension, :math:`n` the minibatch size. Every parameter that
-    is not a dense layer's weight or bias (priors' scale sites, a regressor's noise scale,
-    convolutions) gets the identity: plain SGLD. The model's networks must be built with
-    :func:`numpyro_sgrld.random_haiku_module` (it records each ``hk.Linear``'s inputs in the
-    gradient's own forward pass), with a centred prior on the weights.
+    :math:`m` the layer's input dimension, :math:`n` the minibatch size; a convolution is the
+    dense map on its patches (:math:`m = c_{in}\prod k`, :math:`n` = batch × output
+    positions). Every other parameter (priors' scale sites, a regressor's noise scale, other
+    layers) gets the identity: plain SGLD. The model's networks must be built with
+    :func:`numpyro_sgrld.random_haiku_module` (it records each ``hk.Linear``'s inputs and each
+    convolution's patches in the gradient's own forward pass), with a centred prior on the
+    weights.
 
     Parameter mapping: ``decay`` :math:`\rho`, ``eps1`` :math:`\epsilon_1`, ``eps2``
     :math:`\epsilon_2` (the paper's defaults 0.99, 1e-2, 1e-4); ``noise_scale="as_printed"``

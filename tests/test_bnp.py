@@ -109,6 +109,21 @@ def test_running_statistics_after_k_steps_and_constant_inputs():
             var = rho * var + (1 - rho) * x.var(0)
         np.testing.assert_allclose(state.mean["net/mlp/linear_0"], mean, rtol=1e-12)
         np.testing.assert_allclose(state.var["net/mlp/linear_0"], var, rtol=1e-12)
+        # bias_correction: the drift uses the weighted mean of the minibatch statistics,
+        # mu_hat = mu_t / (1 - rho^t) and (sigma2_t - rho^t) / (1 - rho^t)
+        corrected = metrics.bnp(rho, e1, e2, bias_correction=True)
+        cstate = corrected.init(position)
+        xs = [rng.normal(size=(5, 3)) * [1.0, 10.0, 0.5] + 2.0 for _ in range(3)]
+        for x in xs:
+            _, aux = _position_and_aux(jnp.asarray(x))
+            pre, cstate = corrected.update(position, cstate, position, StepContext(aux=aux))
+        weights = np.array([rho ** 2, rho, 1.0]) * (1 - rho) / (1 - rho ** 3)
+        mu_hat = sum(wt * x.mean(0) for wt, x in zip(weights, xs))
+        var_hat = sum(wt * x.var(0) for wt, x in zip(weights, xs))
+        tilde = var_hat + e1 * var_hat.max() + e2
+        P = _explicit_P(mu_hat, tilde, 4)
+        np.testing.assert_allclose(_flat(pre.drift(position), "net/mlp/linear_0"),
+                                   P @ P.T @ _flat(position, "net/mlp/linear_0"), rtol=1e-10)
         # constant inputs from the start: sigma^2 decays to 0 and eps2 keeps D finite
         state = metric.init(position)
         x = jnp.full((5, 3), 2.0, jnp.float64)
@@ -236,12 +251,13 @@ def test_bad_input_is_refused_with_the_fix():
         MCMC(BNPSGLD(plain, 1e-3), num_warmup=0, num_samples=2, progress_bar=False).run(
             random.PRNGKey(0), X, y)
 
-    conv = hk.without_apply_rng(hk.transform(lambda x: hk.Conv1D(2, 3)(x)))
+    scaled = hk.without_apply_rng(hk.transform(
+        lambda x: x * hk.get_parameter("scale", (3,), init=jnp.ones)))
 
-    def no_dense(X, y):
-        f = random_haiku_module("net", conv, (2, 3, 1), dist.Normal(0, 1))
+    def no_dense(X, y):  # a network with no hk.Linear or convolution
+        f = random_haiku_module("net", scaled, (2, 3), dist.Normal(0, 1))
         with numpyro.plate("data", X.shape[0], subsample_size=10) as idx:
-            numpyro.sample("y", dist.Normal(f(X[idx, :, None]).sum((1, 2)), 1.0), obs=y[idx])
+            numpyro.sample("y", dist.Normal(f(X[idx]).sum(1), 1.0), obs=y[idx])
 
     with pytest.raises(ModelSetupError, match="hk.Linear"):
         MCMC(BNPSGLD(no_dense, 1e-3), num_warmup=0, num_samples=2, progress_bar=False).run(
@@ -405,3 +421,41 @@ def test_stationary_covariance_is_the_discretised_chains_law(noise_scale):
             assert np.all(np.abs(z) < 4), z
         else:
             assert np.max(np.abs(z)) > 4, z
+
+
+@pytest.mark.parametrize("conv", [
+    dict(padding="SAME"),
+    pytest.param(dict(padding="VALID", stride=2), marks=pytest.mark.slow),
+    pytest.param(dict(padding="SAME", rate=2), marks=pytest.mark.slow),
+])
+def test_a_convolution_is_bnps_dense_map_on_its_patches(conv):
+    """The recorded patches reproduce the convolution (``patches @ w.reshape(m, c_out) + b``),
+    and BNP's drift on the 4-D kernel equals the explicit PPᵀ/q² built from the patches'
+    statistics (m = 3·3·2 = 18 features, 2 images)."""
+    with jax.enable_x64(True):
+        net = hk.without_apply_rng(hk.transform(lambda x: hk.Conv2D(4, 3, **conv)(x)))
+        x = random.normal(random.PRNGKey(0), (2, 5, 6, 2), jnp.float64) + jnp.array([0.0, 3.0])
+
+        def model(x):
+            return random_haiku_module("net", net, (1, 5, 6, 2), dist.Normal(0, 1))(x)
+
+        tr = handlers.trace(handlers.seed(model, 0)).get_trace(x)
+        position = {k: s["value"] for k, s in tr.items() if s["type"] == "sample"}
+        aux = {k: s["value"] for k, s in tr.items() if s["type"] == "auxiliary"}
+        patches = np.asarray(aux[layer_inputs_name("net/conv2_d")])
+        w, b = position["net/conv2_d/w"], position["net/conv2_d/b"]
+        assert patches.shape[1] == 18
+        out = net.apply({"conv2_d": {"w": w, "b": b}}, x)
+        np.testing.assert_allclose(patches @ np.reshape(w, (18, 4)) + b,
+                                   np.reshape(out, (-1, 4)), rtol=1e-10, atol=1e-10)
+        metric = metrics.bnp(0.0, 1e-2, 1e-4)
+        g = jax.tree.map(lambda a: random.normal(random.PRNGKey(2), a.shape, a.dtype), position)
+        pre, _ = metric.update(g, metric.init(position), position, StepContext(aux=aux))
+        n, m = patches.shape
+        var = patches.var(0)
+        tilde = var + 1e-2 * var.max() + 1e-4
+        P = _explicit_P(patches.mean(0), tilde, 4)
+        q2 = max(m / n, 1.0)
+        drift = pre.drift(g)
+        np.testing.assert_allclose(_flat(drift, "net/conv2_d"),
+                                   P @ P.T @ _flat(g, "net/conv2_d") / q2, rtol=1e-10)

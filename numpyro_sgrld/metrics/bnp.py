@@ -36,12 +36,17 @@ the noise covariance is the drift's preconditioner and the chain targets the pos
 ``noise_scale="as_printed"`` uses :math:`\sqrt q`, Algorithm 1 as printed. Both agree when
 :math:`m \le n`.
 
-**Which parameters.** A layer is a dense layer when the model records its inputs as the
-auxiliary value ``"layer_inputs:{path}"`` (:func:`numpyro_sgrld.random_haiku_module` does this
-for every ``hk.Linear``) and its weight ``"{path}/w"`` is a latent site of shape
-``(m, n_out)``; its bias ``"{path}/b"`` joins the block when it is a latent site (without a
-bias, :math:`P = D`). Every other parameter — priors' scale sites, a regressor's noise scale,
-convolutions and other layers — gets the identity.
+**Which parameters.** A layer is preconditioned when the model records its inputs as the
+auxiliary value ``"layer_inputs:{path}"`` (rows × m) and its weight ``"{path}/w"`` is a latent
+site of shape ``(m, n_out)``, or ``(*spatial, c_in, c_out)`` for a convolution, whose inputs
+are then its **patches** (rows: batch × output positions; features in the kernel's row-major
+order, so that the convolution is exactly the dense map ``patches @ w.reshape(m, c_out)``, and
+Algorithm 1 on it is Algorithm 1 on a dense layer, with :math:`m = c_{in}\prod k` and
+:math:`n` = batch × output positions). :func:`numpyro_sgrld.random_haiku_module` records both
+for every ``hk.Linear`` and every channels-last ``hk.ConvND`` without feature groups or mask.
+Its bias ``"{path}/b"`` joins the block when it is a latent site (without a bias,
+:math:`P = D`). Every other parameter — priors' scale sites, a regressor's noise scale, other
+layers — gets the identity.
 
 **The Γ term** (Rensmeyer & Niggemann 2023: a position-dependent metric needs the drift
 :math:`\Gamma_i = \sum_j\partial_j G^{-1}_{ij}`, without which pSGLD, Monge and Shampoo SGRLD
@@ -63,6 +68,7 @@ Parameter mapping to the paper: ``decay`` :math:`\rho`, ``eps1`` :math:`\epsilon
 from typing import Any, NamedTuple
 
 import jax.numpy as jnp
+import numpy as np
 
 from numpyro_sgrld._checks import real
 from numpyro_sgrld.metrics._base import Metric, Preconditioner, _check_decay, _context
@@ -90,14 +96,19 @@ def layer_inputs_name(path):
 
 
 def dense_layers(position):
-    """The paths of the candidate dense layers of ``position``: latent sites named
-    ``"{path}/w"`` of rank 2 (whether a layer is preconditioned is decided by whether the model
-    records its inputs)."""
+    """The paths of the candidate layers of ``position``: latent sites named ``"{path}/w"`` of
+    rank 2 or more (a dense weight, or a convolution's kernel ``(*spatial, c_in, c_out)``, a
+    dense map on its patches); whether a layer is preconditioned is decided by whether the
+    model records its inputs."""
     return tuple(
         name[: -len("/w")]
         for name, value in position.items()
-        if isinstance(name, str) and name.endswith("/w") and jnp.ndim(value) == 2
+        if isinstance(name, str) and name.endswith("/w") and jnp.ndim(value) >= 2
     )
+
+
+def _fan_in(weight):
+    return int(np.prod(jnp.shape(weight)[:-1]))
 
 
 def _check_positive(value, name):
@@ -113,20 +124,20 @@ def _layers_with_inputs(position, aux):
             continue
         path = key[len(LAYER_INPUTS):]
         weight = position.get(path + "/w")
-        if weight is None or jnp.ndim(weight) != 2:
+        if weight is None or jnp.ndim(weight) < 2:
             raise ValueError(
-                f"BNP: the model records the inputs of the dense layer {path!r}, but "
-                f"{path + '/w'!r} is not a latent site of rank 2 (the latent sites are "
+                f"BNP: the model records the inputs of the layer {path!r}, but "
+                f"{path + '/w'!r} is not a latent weight site (the latent sites are "
                 f"{sorted(position)}). BNP preconditions the weight where it is sampled: use a "
                 "centred prior on the weight (e.g. priors.horseshoe('layer') or "
                 "priors.gaussian), not a non-centred one whose latent site is another name."
             )
-        m = weight.shape[0]
+        m = _fan_in(weight)
         inputs = jnp.reshape(value, (-1, jnp.shape(value)[-1]))
         if inputs.shape[-1] != m:
             raise ValueError(
                 f"BNP: the recorded inputs of {path!r} have {inputs.shape[-1]} features, but "
-                f"its weight {path + '/w'!r} has shape {weight.shape} (inputs × outputs)."
+                f"its weight {path + '/w'!r} has shape {weight.shape} ({m} inputs × outputs)."
             )
         found[path] = inputs
     return found
@@ -176,9 +187,9 @@ def bnp(decay=0.99, eps1=1e-2, eps2=1e-4, noise_scale="consistent", bias_correct
         :math:`\mu = 0, \sigma = 1` (with inputs of scale :math:`10^3` those first steps
         are as stiff as SGLD's). Default ``False``: Algorithm 1 as printed.
 
-    The model must record each dense layer's inputs (``"layer_inputs:{path}"``;
-    :func:`numpyro_sgrld.random_haiku_module` does it for ``hk.Linear``). State: two vectors of
-    the input dimension per dense layer.
+    The model must record each layer's inputs (``"layer_inputs:{path}"``;
+    :func:`numpyro_sgrld.random_haiku_module` does it for ``hk.Linear`` and convolutions).
+    State: two vectors of each layer's fan-in.
     """
     decay = _check_decay(decay)
     if not isinstance(bias_correction, bool):
@@ -195,8 +206,8 @@ def bnp(decay=0.99, eps1=1e-2, eps2=1e-4, noise_scale="consistent", bias_correct
     def init(position):
         layers = dense_layers(position)
         dtype = jnp.result_type(float)
-        mean = {p: jnp.zeros(position[p + "/w"].shape[0], dtype) for p in layers}
-        var = {p: jnp.ones(position[p + "/w"].shape[0], dtype) for p in layers}
+        mean = {p: jnp.zeros(_fan_in(position[p + "/w"]), dtype) for p in layers}
+        var = {p: jnp.ones(_fan_in(position[p + "/w"]), dtype) for p in layers}
         return BNPState(mean, var, jnp.zeros((), jnp.int32))
 
     def update(grad, state, position, context=None):
@@ -221,8 +232,9 @@ def bnp(decay=0.99, eps1=1e-2, eps2=1e-4, noise_scale="consistent", bias_correct
             for path, fns in blocks.items():
                 bias = path + "/b"
                 b = tree.get(bias) if bias in position else None
-                w, b = fns[which](tree[path + "/w"], b)
-                out[path + "/w"] = w
+                weight = tree[path + "/w"]
+                w, b = fns[which](jnp.reshape(weight, (-1, weight.shape[-1])), b)
+                out[path + "/w"] = jnp.reshape(w, weight.shape)
                 if b is not None:
                     out[bias] = b
             return out
@@ -248,7 +260,7 @@ def bnp(decay=0.99, eps1=1e-2, eps2=1e-4, noise_scale="consistent", bias_correct
         needs_aux=(LAYER_INPUTS + "*",),
         aux_hint=(
             "BNP reads each dense layer's inputs; networks built with "
-            "numpyro_sgrld.random_haiku_module record them for every hk.Linear"
+            "numpyro_sgrld.random_haiku_module record them for every hk.Linear and hk.ConvND"
         ),
         name="bnp",
     )
