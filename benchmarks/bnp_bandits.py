@@ -46,6 +46,7 @@ from numpyro_sgrld.metrics.bnp import layer_inputs_name
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "bandits" / "shuttle.csv.gz"
 ROUNDS, BATCH, HIDDEN, TEMPERATURE, L2 = 2000, 32, 50, 0.03, 1.0
 METHODS = ("EpsGreedy", "SGD", "Dropout", "pSGLD", "BNP")
+PER_DATUM = False  # --per-datum: the step is lr / (rounds so far), lr = --step
 
 
 # ------------------------------------------------------------------------------ problems
@@ -169,6 +170,8 @@ def run(problem, method, seed, rounds, updates):
         a = act(theta, X[t], k_act)
         A, R = A.at[t].set(a), R.at[t].set(rew[t, a])
         h = step0 * (0.999 ** t if method == "EpsGreedy" else 1.0)
+        if PER_DATUM:  # the step on the mean loss: h = lr / (rounds so far)
+            h = h / (t + 1)
 
         def update(c, kk):
             theta, mstate = c
@@ -200,12 +203,18 @@ def main():
     ap.add_argument("--step", type=float, default=None,
                     help="one constant step h for every method and problem (default: SETTINGS)")
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    ap.add_argument("--per-datum", action="store_true",
+                    help="divide the step by the rounds so far (a learning rate on the mean "
+                    "loss: the potential grows with the rounds, a constant step does not fit "
+                    "every round)")
     ap.add_argument("--out", default="docs/results/bnp_bandits.json")
     ap.add_argument("--figure", default="docs/images/bnp_bandits.png")
     args = ap.parse_args()
     if args.step is not None:
         for v in SETTINGS.values():
             v["step"] = args.step
+    global PER_DATUM
+    PER_DATUM = args.per_datum
     results = {}
     for problem in args.problems:
         for method in args.methods:
