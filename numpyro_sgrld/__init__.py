@@ -44,6 +44,7 @@ from numpyro_sgrld.inference_data import (
     to_inference_data,
 )
 from numpyro_sgrld.kernels import (
+    BAOAB,
     BNPSGLD,
     PSGLD,
     SGHMC,
@@ -81,6 +82,7 @@ __all__ = [
     "WenzelSGLD",
     "AdamSGLD",
     "BNPSGLD",
+    "BAOAB",
     "LangevinKernel",
     "SGMCMCKernel",
     "SGState",

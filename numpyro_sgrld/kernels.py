@@ -16,11 +16,12 @@ WenzelSGLD    wenzel                  langevin
 SGHMC         identity (or any)       sghmc
 AdamSGLD      identity (or any)       adaptive_drift
 BNPSGLD       bnp                     langevin
+BAOAB         identity (or any)       baoab
 ============  ======================  ======================
 """
 
 from numpyro_sgrld._adapter import SGMCMC
-from numpyro_sgrld.integrators import adaptive_drift, langevin, sghmc
+from numpyro_sgrld.integrators import adaptive_drift, baoab, langevin, sghmc
 from numpyro_sgrld.metrics import bnp, identity, monge, rmsprop, shampoo, wenzel
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "WenzelSGLD",
     "AdamSGLD",
     "BNPSGLD",
+    "BAOAB",
 ]
 
 
@@ -509,3 +511,38 @@ class BNPSGLD(SGMCMC):
     ):
         metric = bnp(decay, eps1, eps2, noise_scale=noise_scale, bias_correction=bias_correction)
         super().__init__(model, step_size, metric=metric, integrator=langevin(), **kwargs)
+
+
+class BAOAB(SGMCMC):
+    __doc__ = (
+        r"""Underdamped Langevin dynamics by the BAOAB splitting (Leimkuhler & Matthews 2013),
+    with stochastic gradients (:func:`numpyro_sgrld.integrators.baoab`).
+
+    .. math::
+        v \leftarrow v - \tfrac h2 D\nabla\hat U,\;
+        \theta \leftarrow \theta + \tfrac h2 v,\;
+        v \leftarrow e^{-\gamma h}v + \sqrt{T(1 - e^{-2\gamma h})}\,D^{1/2}\xi,\;
+        \theta \leftarrow \theta + \tfrac h2 v,\;
+        v \leftarrow v - \tfrac h2 D\nabla\hat U(\theta).
+
+    ``step_size`` :math:`h` is a time step (not SGHMC's learning rate), ``friction``
+    :math:`\gamma` a rate per unit of time. With exact gradients the positions sample a
+    Gaussian target exactly at every stable step (:math:`h < 2/\sqrt{\lambda_{\max}}`); SGLD at
+    the same :math:`h` has variance :math:`\sigma^2/(1 - h/(2\sigma^2))`. One gradient per
+    step. The step must be given (no ``step_size=None``: the bias rule of
+    :mod:`numpyro_sgrld.adaptation` is first order in :math:`h`, and BAOAB's curvature bias is
+    zero on a Gaussian).
+
+"""
+        + _COMMON
+        + r"""
+    :param friction: :math:`\gamma > 0`, default 1.
+    :param metric: a :class:`~numpyro_sgrld.metrics.Metric` (mass :math:`D^{-1}`); default the
+        identity.
+"""
+        + _example("BAOAB", "step_size=0.1")
+    )
+
+    def __init__(self, model=None, step_size=None, *, friction=1.0, metric=None, **kwargs):
+        metric = identity() if metric is None else metric
+        super().__init__(model, step_size, metric=metric, integrator=baoab(friction), **kwargs)
