@@ -78,6 +78,11 @@ def build_sampler(metric, integrator, correction=None, correction_form="lagged")
             "`integrator` must be a numpyro_sgrld.integrators.Integrator such as "
             f"integrators.langevin() or integrators.sghmc(friction=0.1), got {integrator!r}."
         )
+    if integrator.metrics is not None and metric.name not in integrator.metrics:
+        raise ValueError(
+            f"The integrator {integrator.name!r} takes only the metrics {list(integrator.metrics)}"
+            f", not {metric.name!r}: {integrator.metrics_hint}. Use metrics.identity()."
+        )
     check_correction(correction, metric, integrator, correction_form)
     return Sampler(metric, integrator, correction, correction_form)
 

@@ -17,11 +17,12 @@ SGHMC         identity (or any)       sghmc
 AdamSGLD      identity (or any)       adaptive_drift
 BNPSGLD       bnp                     langevin
 BAOAB         identity (or any)       baoab
+SGNHT         identity                sgnht
 ============  ======================  ======================
 """
 
 from numpyro_sgrld._adapter import SGMCMC
-from numpyro_sgrld.integrators import adaptive_drift, baoab, langevin, sghmc
+from numpyro_sgrld.integrators import adaptive_drift, baoab, langevin, sghmc, sgnht
 from numpyro_sgrld.metrics import bnp, identity, monge, rmsprop, shampoo, wenzel
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "AdamSGLD",
     "BNPSGLD",
     "BAOAB",
+    "SGNHT",
 ]
 
 
@@ -546,3 +548,30 @@ class BAOAB(SGMCMC):
     def __init__(self, model=None, step_size=None, *, friction=1.0, metric=None, **kwargs):
         metric = identity() if metric is None else metric
         super().__init__(model, step_size, metric=metric, integrator=baoab(friction), **kwargs)
+
+
+class SGNHT(SGMCMC):
+    __doc__ = (
+        r"""The stochastic gradient Nosé–Hoover thermostat (Ding et al. 2014; the integrator
+    :func:`numpyro_sgrld.integrators.sgnht`): SGHMC whose friction :math:`\xi` is a dynamic
+    variable that keeps the kinetic temperature at :math:`T`, absorbing the unknown gradient
+    noise.
+
+    .. math::
+        p \leftarrow p - \xi p\,h - \nabla\hat U\,h + \sqrt{2AhT}\,\eta, \quad
+        \theta \leftarrow \theta + p\,h, \quad
+        \xi \leftarrow \xi + (p^\top p/d - T)\,h.
+
+    ``step_size`` :math:`h` is a time step; ``diffusion`` :math:`A`. The step must be given.
+
+"""
+        + _COMMON
+        + """
+    :param diffusion: :math:`A > 0`, default 1.
+"""
+        + _example("SGNHT", "step_size=0.05")
+    )
+
+    def __init__(self, model=None, step_size=None, *, diffusion=1.0, **kwargs):
+        super().__init__(model, step_size, metric=identity(), integrator=sgnht(diffusion),
+                         **kwargs)
