@@ -45,6 +45,7 @@ def test_baoab_samples_a_gaussian_exactly_where_sglds_variance_is_inflated():
     assert abs(_z_variance(s, 1.0)) > 4
 
 
+@pytest.mark.slow
 def test_baoab_samples_a_correlated_gaussian_exactly():
     """2-D Gaussian, sds (1, 2), correlation 0.8, h = 0.4 (stable: h√λ_max ≈ 1.2 < 2): the
     sample covariance matches Σ entry by entry, |z| < 4 with the standard errors of a

@@ -282,6 +282,7 @@ def test_bad_input_is_refused_with_the_fix():
         LangevinKernel(_regression_model, 1e-3, metric=metrics.bnp(), correction="exact")
 
 
+@pytest.mark.slow
 def test_other_kernels_ignore_the_recorded_inputs():
     """Recording the inputs changes nothing for a kernel that does not read them."""
     X = random.normal(random.PRNGKey(0), (100, 3))
