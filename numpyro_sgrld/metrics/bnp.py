@@ -55,8 +55,10 @@ converge to :math:`\propto p(\theta)/\det`-type laws even as :math:`h \to 0`). L
 :math:`\theta` only through the inputs :math:`h^{(\ell-1)}`, which are functions of the
 *earlier* layers' parameters and the data, and the preconditioner is block diagonal by layer,
 so :math:`\partial_j G^{-1}_{ij} = 0` whenever :math:`i` and :math:`j` are in the same block —
-and it is zero otherwise. Γ ≡ 0 for the instantaneous BNP metric (checked by automatic
-differentiation in ``tests/test_bnp.py``); what remains is the lag of the running averages,
+and it is zero otherwise. (Not so for a module applied to its own outputs — a recurrence, or
+shared weights along a path: its inputs then depend on its own parameters.) Γ ≡ 0 for the
+instantaneous BNP metric (checked by automatic differentiation in ``tests/test_bnp.py``);
+what remains is the lag of the running averages,
 the same first-order effect as for any moving-average metric. ``correction=`` is therefore
 refused for this metric (there is nothing to correct).
 
@@ -220,8 +222,9 @@ def bnp(decay=0.99, eps1=1e-2, eps2=1e-4, noise_scale="consistent", bias_correct
             mean[path] = decay * state.mean[path] + (1 - decay) * jnp.mean(x, axis=0)
             var[path] = decay * state.var[path] + (1 - decay) * jnp.var(x, axis=0)
             mu, sigma2 = mean[path], var[path]
-            if bias_correction:
-                mu, sigma2 = mu / weight, (sigma2 - (1.0 - weight)) / weight
+            if bias_correction:  # (>= 0 in exact arithmetic; rounding may dip below)
+                mu = mu / weight
+                sigma2 = jnp.maximum((sigma2 - (1.0 - weight)) / weight, 0.0)
             tilde = sigma2 + eps1 * jnp.max(sigma2) + eps2
             q2 = max(m / rows, 1.0)
             scale = q2 ** 0.5 if noise_scale == "consistent" else q2 ** 0.25
@@ -232,9 +235,9 @@ def bnp(decay=0.99, eps1=1e-2, eps2=1e-4, noise_scale="consistent", bias_correct
             for path, fns in blocks.items():
                 bias = path + "/b"
                 b = tree.get(bias) if bias in position else None
-                weight = tree[path + "/w"]
-                w, b = fns[which](jnp.reshape(weight, (-1, weight.shape[-1])), b)
-                out[path + "/w"] = jnp.reshape(w, weight.shape)
+                kernel = tree[path + "/w"]
+                w, b = fns[which](jnp.reshape(kernel, (-1, kernel.shape[-1])), b)
+                out[path + "/w"] = jnp.reshape(w, kernel.shape)
                 if b is not None:
                     out[bias] = b
             return out
