@@ -39,6 +39,7 @@ import numpy as np
 from jax import random
 
 from numpyro_sgrld import metrics
+from numpyro_sgrld.haiku import _layer_inputs
 from numpyro_sgrld.integrators import langevin_step
 from numpyro_sgrld.metrics import StepContext
 from numpyro_sgrld.metrics.bnp import layer_inputs_name
@@ -118,9 +119,9 @@ def _apply_recording(net, flat, x, key=None):
     inputs = {}
 
     def interceptor(next_fn, args, kwargs, context):
-        if isinstance(context.module, hk.Linear) and context.method_name == "__call__":
-            path = "net/" + context.module.module_name.replace("~/", "")
-            inputs[layer_inputs_name(path)] = args[0]
+        x = _layer_inputs(context, args, kwargs)  # what random_haiku_module records
+        if x is not None:
+            inputs[layer_inputs_name("net/" + context.module.module_name.replace("~/", ""))] = x
         return next_fn(*args, **kwargs)
 
     with hk.intercept_methods(interceptor):

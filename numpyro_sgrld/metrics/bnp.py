@@ -216,7 +216,8 @@ def bnp(decay=0.99, eps1=1e-2, eps2=1e-4, noise_scale="consistent", bias_correct
         inputs = _layers_with_inputs(position, _context(context).aux)
         mean, var, blocks = dict(state.mean), dict(state.var), {}
         count = state.count + 1
-        weight = 1.0 - decay ** count.astype(jnp.result_type(float))  # 1 - rho^t
+        if bias_correction:
+            weight = 1.0 - decay ** count.astype(jnp.result_type(float))  # 1 - rho^t
         for path, x in inputs.items():
             rows, m = x.shape
             mean[path] = decay * state.mean[path] + (1 - decay) * jnp.mean(x, axis=0)
