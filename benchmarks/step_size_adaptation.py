@@ -31,6 +31,14 @@ Results go to a JSON-lines file as they come (a rerun skips the cells already th
     python benchmarks/step_size_adaptation.py --problems funnel --kernels SGLD PSGLD
     python benchmarks/step_size_adaptation.py --table docs/results/step_size_adaptation.jsonl
     python benchmarks/step_size_adaptation.py --overhead german_credit   # the cost, per step
+    python benchmarks/step_size_adaptation.py \
+        --budget-aware docs/results/step_size_adaptation.jsonl \
+        --out docs/results/step_size_adaptation_budget.jsonl
+
+``--budget-aware GRID_FILE`` redoes the adapted run of every cell in ``GRID_FILE`` with
+``sampling_steps`` set to the run's length (the budget rule, ``docs/step_size.md``) and
+compares it with the same grid (around the bias target's step); the table then shows both
+adapted steps.
 
 ``--overhead`` measures what adaptation costs per step, side by side in one process (compiled
 first, then best of 3 timed runs each, alternating, on the opt-in sampling loop so that a
@@ -176,8 +184,10 @@ def _summary(mcmc, problem=None):
     )
 
 
-def run_one(problem, kernel_name, step_size, warmup, steps, chains, seed):
-    kernel = KERNELS[kernel_name](problem["model"], step_size=step_size, **problem["kwargs"])
+def run_one(problem, kernel_name, step_size, warmup, steps, chains, seed, sampling_steps=None):
+    extra = {} if sampling_steps is None else {"sampling_steps": sampling_steps}
+    kernel = KERNELS[kernel_name](problem["model"], step_size=step_size, **problem["kwargs"],
+                                  **extra)
     thinning = max(1, steps // 2000)
     mcmc = MCMC(kernel, num_warmup=warmup, num_samples=steps, thinning=thinning,
                 num_chains=chains, chain_method="vectorized", progress_bar=False)
@@ -222,6 +232,16 @@ def run_cell(problem_name, kernel_name, warmup, steps, chains, seed):
     return verdict(cell)
 
 
+def run_budget_aware(cell):
+    """The cell with its adapted run redone with ``sampling_steps`` (the budget rule) against
+    the same grid: the grid stays the one around the bias target's step (``bias_only``)."""
+    problem = PROBLEMS[cell["problem"]]()
+    new = dict(cell, bias_only=cell["adapted"], sampling_steps=cell["steps"])
+    new["adapted"] = run_one(problem, cell["kernel"], None, cell["warmup"], cell["steps"],
+                             cell["chains"], cell["seed"], sampling_steps=cell["steps"])
+    return verdict(new)
+
+
 def verdict(cell):
     good = [g for g in cell["grid"] if not (g["divergent"] or g["unconverged"])]
     pool = good or cell["grid"]
@@ -241,21 +261,30 @@ def _fmt_run(r):
     return f"{r['total']:.3f} ± {r['total_se']:.3f}{' (' + flags.strip() + ')' if flags else ''}"
 
 
+def _h(run):
+    return float(np.exp(np.mean(np.log(run["step_size"]))))
+
+
 def table(cells):
+    budget = any("bias_only" in c for c in cells)
+    head = "| bias-target h | bias-target error " if budget else ""
     lines = [
-        "| problem | kernel | adapted h | adapted error | warm-up s (adapted / fixed) "
+        f"| problem | kernel {head}| adapted h | adapted error | warm-up s (adapted / fixed) "
         "| best grid h | best grid error | ratio | ≤ 1.5 | healthy where possible |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|" + ("---|---|" if budget else "") + "---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
         a = c["adapted"]
         best = next(g for g in c["grid"] if g["factor"] == c["best_factor"])
-        h = np.exp(np.mean(np.log(a["step_size"])))
+        h = _h(a)
+        centre = _h(c.get("bias_only", a))  # the grid is around the bias target's step
         fixed = np.median([g["warmup_seconds"] for g in c["grid"]])
+        bias = (f"| {centre:.2e} | {_fmt_run(c['bias_only'])} " if "bias_only" in c
+                else "| – | – " if budget else "")
         lines.append(
-            f"| {c['problem']} | {c['kernel']} | {h:.2e} | {_fmt_run(a)} "
+            f"| {c['problem']} | {c['kernel']} {bias}| {h:.2e} | {_fmt_run(a)} "
             f"| {a['warmup_seconds']:.1f} / {fixed:.1f} "
-            f"| {h * 10 ** best['factor']:.2e} (×10^{best['factor']:+.1f}) | {_fmt_run(best)} "
+            f"| {centre * 10 ** best['factor']:.2e} (×10^{best['factor']:+.1f}) | {_fmt_run(best)} "
             f"| {c['ratio']:.2f} | {'yes' if c['within'] else '**no**'} "
             f"| {'yes' if c['healthy_where_possible'] else '**no**'} |"
         )
@@ -328,6 +357,10 @@ def main(argv=None):
                         help="measure the per-step cost of adaptation on this problem and exit")
     parser.add_argument("--table", type=Path, default=None,
                         help="print the markdown table of a results file and exit")
+    parser.add_argument("--budget-aware", type=Path, default=None, metavar="GRID_FILE",
+                        help="redo the adapted run of every cell of GRID_FILE (matching "
+                        "--problems and --kernels) with sampling_steps=steps, against the same "
+                        "grid; results to --out")
     args = parser.parse_args(argv)
     if args.overhead is not None:
         print("| kernel | warm-up µs/step: adapted / fixed (ratio) | sampling µs/step: after "
@@ -347,6 +380,20 @@ def main(argv=None):
         for line in args.out.read_text().splitlines():
             c = json.loads(line)
             done.add((c["problem"], c["kernel"], c["warmup"], c["steps"], c["chains"], c["seed"]))
+    if args.budget_aware is not None:
+        for line in args.budget_aware.read_text().splitlines():
+            cell = json.loads(line)
+            key = tuple(cell[k] for k in ("problem", "kernel", "warmup", "steps", "chains",
+                                          "seed"))
+            if key in done or cell["problem"] not in args.problems or (
+                    cell["kernel"] not in args.kernels):
+                continue
+            cell = run_budget_aware(cell)
+            jax.clear_caches()
+            with args.out.open("a") as f:
+                f.write(json.dumps(cell) + "\n")
+            print(table([cell]).splitlines()[-1], flush=True)
+        return
     for p in args.problems:
         for k in args.kernels:
             key = (p, k, args.warmup, args.steps, args.chains, args.seed)

@@ -34,6 +34,8 @@ from numpyro_sgrld.adaptation import (
     init_step_size,
     phases,
     rayleigh,
+    slow_rayleigh,
+    slow_shift,
     too_steep,
     update_step_size,
 )
@@ -222,6 +224,15 @@ class SGMCMC(MCMCKernel):
     :param target_bias: with ``step_size=None``, :math:`\delta`, the relative inflation of the
         stationary variance allowed in the worst direction (default 0.1: sds within about
         5 %). Smaller is more exact and mixes more slowly.
+    :param sampling_steps: with ``step_size=None``, the number of steps the run will take after
+        warm-up (``MCMC``'s ``num_samples`` times ``thinning``), when known: ``MCMC`` does not
+        tell a kernel. The warm-up then also estimates the smallest curvature
+        :math:`\lambda_{\min}` (one more Hessian-vector product per warm-up step), and where the
+        bias target's step would not mix within the run (an effective sample size of 300 per
+        chain in the slowest direction), the frozen step is raised to one that does, at most
+        to the stability limit: more biased, but converged
+        (:func:`~numpyro_sgrld.adaptation.mixing_step`). ``None`` (default): the bias target
+        alone.
     :param potential_fn: instead of ``model``, a potential ``z -> U(z)`` on an unconstrained
         pytree; ``init_params`` is then required and minibatching is the caller's business.
     :param temperature: :math:`T` (1 samples the posterior; 0 gives stochastic gradient descent).
@@ -289,6 +300,7 @@ class SGMCMC(MCMCKernel):
         start_at_centre=False,
         check_proposal=True,
         target_bias=0.1,
+        sampling_steps=None,
     ):
         if (model is None) == (potential_fn is None):
             raise ValueError("Give exactly one of `model` or `potential_fn`.")
@@ -301,6 +313,13 @@ class SGMCMC(MCMCKernel):
             hint="It is the relative inflation of the stationary variance that "
             "`step_size=None` allows (default 0.1).",
         )
+        self._sampling_steps = None
+        if sampling_steps is not None:
+            self._sampling_steps = integer(
+                sampling_steps, "sampling_steps",
+                hint="It is the number of steps after warm-up (MCMC's num_samples * thinning), "
+                "or None.",
+            )
         self._num_data_arg = _check_num_data(num_data)
         self._batching = check_batching(batching)
         if not callable(init_strategy):
@@ -320,6 +339,18 @@ class SGMCMC(MCMCKernel):
         self._sampler = build_sampler(metric, integrator, correction, correction_form)
         if step_size is None:
             check_adaptation(None, integrator, self._temperature)
+        if self._sampling_steps is not None:
+            if step_size is not None:
+                raise ValueError(
+                    f"`sampling_steps={sampling_steps!r}` tells step-size adaptation the run's "
+                    f"length, but step_size={step_size!r} is given: drop one of them."
+                )
+            if integrator.relaxation_weight is None:
+                raise ValueError(
+                    f"The integrator {integrator.name!r} has no `relaxation_weight`, so "
+                    "`sampling_steps=` cannot find a step that mixes within the run: leave it "
+                    "out (the bias target alone)."
+                )
         if metric.needs_aux and model is None:
             raise ValueError(
                 f"The metric {metric.name!r} reads auxiliary values of the model's forward pass "
@@ -525,6 +556,7 @@ class SGMCMC(MCMCKernel):
             minibatch_potential_with_aux(self._prepared_model, args, kwargs),
             lambda z: full(z, {}),
             lambda key: draw_indices(key, self._plates, None)[0],
+            steps_per_epoch=_setup.steps_per_epoch(self._plates),
         )
 
     def _draw_indices(self, key, batch_state):
@@ -554,8 +586,15 @@ class SGMCMC(MCMCKernel):
             est.grad, grad2, self.integrator.bias_weights, self._temperature,
             with_noise=phases(state.i, state.adaptation.num_warmup)[0],
         )
+        slow = mixing = None
+        if self._sampling_steps is not None:
+            shift = slow_shift(state.adaptation, stiffness, self.integrator.bias_weights[0])
+            slow = slow_rayleigh(state.adaptation.slow_direction, state.z, preconditioner,
+                                 self._hvp(target, idx), shift)
+            mixing = (self._sampling_steps, self.integrator.relaxation_weight)
         return update_step_size(
-            state.adaptation, state.i, rho, y, stiffness, ok, self._target_bias, key_direction
+            state.adaptation, state.i, rho, y, stiffness, ok, self._target_bias, key_direction,
+            slow=slow, mixing=mixing,
         )
 
     def _hvp(self, target, idx):
@@ -576,6 +615,7 @@ class SGMCMC(MCMCKernel):
         return init_step_size(
             key, z, preconditioner, self._hvp(target, idx), gradient,
             self.integrator.bias_weights, self._temperature, self._target_bias, num_warmup,
+            slow=self._sampling_steps is not None,
         )
 
     def _init_one(self, z, rng_key, model_args, model_kwargs, num_warmup=0):
@@ -622,8 +662,10 @@ class SGMCMC(MCMCKernel):
             adaptation=adaptation,
         )
 
-    def _sample_one(self, state, model_args, model_kwargs, adapting=None):
+    def _sample_one(self, state, model_args, model_kwargs, adapting=None, step=None):
         target = self._target(model_args, model_kwargs)
+        # the transition's index, unbatched for vectorised chains (a branch on it stays one)
+        target = target._replace(step=state.i if step is None else step)
         key_next, key_idx, key_step = random.split(state.rng_key, 3)
         idx, batch_state = self._draw_indices(key_idx, state.batch_state)
         est = self._gradient.estimate(state.z, idx, state.gradient_state, target)
@@ -756,7 +798,8 @@ def _sample_vectorized(sample_one, state, model_args, model_kwargs):
     adapting = None
     if state.adaptation is not None:
         adapting = state.i[0] < state.adaptation.num_warmup[0]
-    return jax.vmap(partial(sample_one, adapting=adapting), in_axes=(0, None, None))(
+    return jax.vmap(partial(sample_one, adapting=adapting, step=state.i[0]),
+                    in_axes=(0, None, None))(
         state, model_args, model_kwargs
     )
 

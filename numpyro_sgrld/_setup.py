@@ -17,7 +17,7 @@ from numpyro.distributions.transforms import biject_to
 from numpyro.infer.util import find_valid_initial_params
 from numpyro.util import not_jax_tracer
 
-from numpyro_sgrld.subsample import full_batch
+from numpyro_sgrld.subsample import full_batch, seeded
 
 __all__ = [
     "ModelSetupError",
@@ -226,7 +226,7 @@ def indices_in_bounds_fn(model, plates):
     minibatch indices of every subsample plate (``N - n .. N - 1``) with JAX's index checks
     on: an index past the end of the data it selects from (a plate larger than the data; JAX
     would otherwise clamp it to the last row) is an error."""
-    substituted = handlers.substitute(handlers.seed(model, rng_seed=0), data=_last_indices(plates))
+    substituted = handlers.substitute(seeded(model), data=_last_indices(plates))
 
     def run(args, kwargs):
         with handlers.block():
@@ -263,9 +263,8 @@ def observed_ok_fn(model):
     def fn(z, args, kwargs):
         # one pass: each latent site takes its constrained value as the model runs
         constrained = handlers.substitute(whole, substitute_fn=partial(_constrained, z))
-        seeded = handlers.seed(constrained, rng_seed=0)
         with handlers.block():
-            model_trace = handlers.trace(seeded).get_trace(*args, **kwargs)
+            model_trace = handlers.trace(seeded(constrained)).get_trace(*args, **kwargs)
         out = {}
         for name, site in model_trace.items():
             if site["type"] != "sample" or not site["is_observed"]:

@@ -49,6 +49,7 @@ __all__ = [
     "GradientEstimator",
     "minibatch",
     "control_variates",
+    "svrg",
     "minibatch_potential",
     "minibatch_potential_with_aux",
     "hessian_diagonal_estimate",
@@ -238,11 +239,16 @@ def find_mode(potential, z, key, draw, num_steps=1000, learning_rate=0.1, final_
 class Target(NamedTuple):
     """What a gradient estimator may evaluate: ``potential(z, batch) -> (value, aux)`` on a
     minibatch, ``full_potential(z) -> value`` on all the data (``None`` when the kernel was built
-    from a ``potential_fn``), and ``draw_batch(key) -> batch``, fresh minibatch indices."""
+    from a ``potential_fn``), and ``draw_batch(key) -> batch``, fresh minibatch indices;
+    ``steps_per_epoch`` (:math:`N/n` of the largest subsample plate) and ``step``, the
+    transition's index (the same for all chains of a vectorised run, so that a decision on it
+    stays a branch under ``vmap``)."""
 
     potential: Callable
     full_potential: Callable | None
     draw_batch: Callable
+    steps_per_epoch: int = 1
+    step: Any = None
 
 
 class Estimate(NamedTuple):
@@ -300,6 +306,22 @@ def _check_centre(centre):
     )
 
 
+def _centred(position, batch, cv, target):
+    """``(value, grad, aux, oracle)`` of the control-variate estimate centred at ``cv``
+    (:func:`control_variate_estimate`), with the model's auxiliary values at ``position``."""
+    grad_at = jax.value_and_grad(target.potential, has_aux=True)
+    (value, aux), grad = grad_at(position, batch)
+    (centre_value, _), centre_grad = grad_at(cv.centre, batch)
+    shift = jax.tree.map(jnp.subtract, cv.grad, centre_grad)
+    offset = cv.value - centre_value
+
+    def oracle(z):
+        v, g = jax.value_and_grad(lambda x: target.potential(x, batch)[0])(z)
+        return v + offset, jax.tree.map(jnp.add, g, shift)
+
+    return value + offset, jax.tree.map(jnp.add, grad, shift), aux, oracle
+
+
 def control_variates(centre="mode", mode_steps=1000, start_at_centre=False) -> GradientEstimator:
     r"""The control-variate estimator (Baker et al. 2019, SGLD-CV;
     :func:`control_variate_estimate`) centred at ``centre``: ``"mode"`` (found at
@@ -335,19 +357,8 @@ def control_variates(centre="mode", mode_steps=1000, start_at_centre=False) -> G
         return control_variate(target.full_potential, point)
 
     def estimate(position, batch, cv, target):
-        grad_at = jax.value_and_grad(target.potential, has_aux=True)
-        (value, aux), grad = grad_at(position, batch)
-        (centre_value, _), centre_grad = grad_at(cv.centre, batch)
-        shift = jax.tree.map(jnp.subtract, cv.grad, centre_grad)
-        offset = cv.value - centre_value
-
-        def oracle(z):
-            v, g = jax.value_and_grad(lambda x: target.potential(x, batch)[0])(z)
-            return v + offset, jax.tree.map(jnp.add, g, shift)
-
-        return Estimate(
-            value - centre_value + cv.value, jax.tree.map(jnp.add, grad, shift), aux, cv, oracle
-        )
+        value, grad, aux, oracle = _centred(position, batch, cv, target)
+        return Estimate(value, grad, aux, cv, oracle)
 
     def start(cv, z):
         return tree_where(tree_all_finite(cv.centre), cv.centre, z)
@@ -360,6 +371,52 @@ def control_variates(centre="mode", mode_steps=1000, start_at_centre=False) -> G
         check=warn_if_far_centre,
         name="control_variates",
     )
+
+
+def svrg(update_every=None) -> GradientEstimator:
+    r"""The SVRG gradient estimator (Johnson & Zhang 2013; SVRG-Langevin, Dubey et al. 2016,
+    "Variance reduction in stochastic gradient Langevin dynamics"): the control variate
+    (:func:`control_variate_estimate`) with a moving **anchor** :math:`\tilde\theta`,
+
+    .. math::
+        \nabla\tilde U(\theta) = \nabla U(\tilde\theta) + \nabla\hat U_B(\theta)
+                                 - \nabla\hat U_B(\tilde\theta),
+
+    unbiased for :math:`\nabla U(\theta)` whatever the anchor, and exact at it. The anchor is
+    the chain's current position, with the full-data potential and gradient there, refreshed
+    every ``update_every`` steps (default: one epoch, :math:`N/n` steps of the largest
+    subsample plate) and at initialisation. Between refreshes each step costs two minibatch
+    gradients, and a refresh one full-data gradient (one extra epoch's worth of gradients per
+    epoch with the default). The refresh is a ``lax.cond`` on the transition's index, shared by
+    vectorised chains, so it stays a branch. State: a :class:`ControlVariate` (``distance``
+    ``None``). Needs the model's full data (a kernel built from ``potential_fn`` refuses it).
+
+    Unlike :func:`control_variates`, whose centre is fixed near the mode, the anchor follows the
+    chain: the variance is that of :math:`\nabla\hat U_B(\theta) - \nabla\hat U_B(\tilde
+    \theta)`, small while the chain stays within a short distance of where it was an epoch ago
+    (Dubey et al.'s bound is in :math:`h^2` times the epoch length), without a mode search.
+    """
+    if update_every is not None:
+        update_every = integer(update_every, "update_every",
+                               hint="It is the number of steps between anchor refreshes, or "
+                               "None (one epoch).")
+
+    def anchor(target, position):
+        value, grad = jax.value_and_grad(target.full_potential)(position)
+        return ControlVariate(position, value, grad)
+
+    def init(position, key, target):
+        return anchor(target, position)
+
+    def estimate(position, batch, cv, target):
+        every = target.steps_per_epoch if update_every is None else update_every
+        if target.step is not None:
+            refresh = (target.step > 0) & (target.step % every == 0)
+            cv = lax.cond(refresh, lambda: anchor(target, position), lambda: cv)
+        value, grad, aux, oracle = _centred(position, batch, cv, target)
+        return Estimate(value, grad, aux, cv, oracle)
+
+    return GradientEstimator(init, estimate, needs_full_data=True, name="svrg")
 
 
 def warn_if_far_centre(cv):

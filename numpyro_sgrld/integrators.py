@@ -26,11 +26,13 @@ The one-step functions (:func:`langevin_step`, :func:`sghmc_step`, :func:`adapti
 are exported too.
 """
 
+import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import random
 
 from numpyro_sgrld._checks import integer, real
@@ -64,6 +66,10 @@ class Integrator(NamedTuple):
     curvature :math:`\lambda` and gradient-noise variance :math:`s^2` (both in the metric's
     coordinates), which ``step_size=None`` uses to choose the step
     (:mod:`numpyro_sgrld.adaptation`); ``None`` if not known (the step must then be given).
+    ``relaxation_weight``: :math:`g`, the rate per step at which a direction of small
+    curvature :math:`\lambda` relaxes, :math:`g h\lambda` (1 for Langevin; :math:`1/\alpha`
+    for SGHMC, overdamped in such a direction), which ``sampling_steps`` uses to find a step
+    that mixes within the run; ``None`` if not known.
     ``rescale(state, ratio)``: the state after the step size is multiplied by ``ratio``
     during warm-up (``None``: nothing in the state depends on it); SGHMC's momentum, in units
     of position per step, scales with :math:`\sqrt h`.
@@ -80,6 +86,7 @@ class Integrator(NamedTuple):
     state_averages_gradient: bool = True
     name: str = "integrator"
     bias_weights: tuple | None = None
+    relaxation_weight: float | None = None
     rescale: Callable | None = None
     metrics: tuple | None = None
     metrics_hint: str = ""
@@ -128,7 +135,8 @@ def langevin() -> Integrator:
         return langevin_step(key, position, grad, preconditioner, step_size, temperature), state
 
     return Integrator(
-        init, step, carries_correction=True, name="langevin", bias_weights=(0.5, 0.5)
+        init, step, carries_correction=True, name="langevin", bias_weights=(0.5, 0.5),
+        relaxation_weight=1.0,
     )
 
 
@@ -202,7 +210,8 @@ def _unit(xi):
 
 
 def sghmc(
-    friction=0.1, noise_estimate=0.0, initial_momentum="zero", resample_momentum_every=None
+    friction=0.1, noise_estimate=0.0, initial_momentum="zero", resample_momentum_every=None,
+    partial_refresh=0.0, naive=False,
 ) -> Integrator:
     r"""SGHMC's momentum step (:func:`sghmc_step`; Chen, Fox & Guestrin 2014).
 
@@ -213,12 +222,28 @@ def sghmc(
         step).
     :param resample_momentum_every: redraw :math:`v \sim \mathcal N(0, h_t T D)` every this
         many steps (``None``: never).
+    :param partial_refresh: :math:`a \in [0, 1)`, Horowitz's (1991) partial momentum
+        refreshment at each resampling (the survey's eq. 41): :math:`v \leftarrow a v +
+        \sqrt{1 - a^2}\,v'` with :math:`v' \sim \mathcal N(0, h_t T D)`, which keeps the
+        momentum's stationary law; 0 (default) redraws it. Needs ``resample_momentum_every``.
+    :param naive: **naive SGHMC** (Chen et al. 2014, Sec. 3.2): Hamiltonian dynamics with
+        stochastic gradients, no friction and no injected noise (``friction`` and
+        ``noise_estimate`` are ignored), momentum resampled every ``resample_momentum_every``
+        steps (required). Its stationary law is **not** the posterior: the gradient noise heats
+        the momentum between resamplings and nothing takes the heat out (their Fig. 1;
+        ``benchmarks/chen_double_well.py``). Warns; for comparisons only.
 
     Not Γ-corrected: with a position-dependent metric the drift that keeps the second-order
     dynamics exact differs from the first-order Γ (Ma, Chen & Fox 2015); a kernel refuses
     ``correction`` with this integrator.
     """
     friction, noise_estimate = _check_friction(friction, noise_estimate)
+    partial_refresh = real(
+        partial_refresh, "partial_refresh", low=0, high=1, high_open=True,
+        hint="It is the fraction of the momentum kept at each resampling (0 redraws it).",
+    )
+    if not isinstance(naive, (bool, np.bool_)):
+        raise ValueError(f"`naive` must be True or False, got {naive!r}.")
     if initial_momentum not in ("zero", "random"):
         raise ValueError(
             f"Unknown initial_momentum={initial_momentum!r}; use 'zero' or 'random'."
@@ -227,6 +252,28 @@ def sghmc(
         resample_momentum_every = integer(
             resample_momentum_every, "resample_momentum_every", hint="Or None (never)."
         )
+    elif partial_refresh > 0:
+        raise ValueError(
+            f"`partial_refresh={partial_refresh!r}` mixes fresh momentum in at each resampling, "
+            "but `resample_momentum_every` is None (never): give resample_momentum_every=k "
+            "(k=1 refreshes every step)."
+        )
+    if naive:
+        if resample_momentum_every is None:
+            raise ValueError(
+                "`naive=True` (no friction, no injected noise) needs `resample_momentum_every`: "
+                "without friction the gradient noise heats the momentum without bound between "
+                "resamplings. Give resample_momentum_every=k (e.g. 50)."
+            )
+        warnings.warn(
+            "naive=True: SGHMC without friction (Chen, Fox & Guestrin 2014, Sec. 3.2) does not "
+            "sample the posterior with stochastic gradients (the gradient noise heats the "
+            "momentum and nothing removes the heat); use it to show that, not for inference. "
+            "Leave naive=False for SGHMC.",
+            UserWarning,
+            stacklevel=3,
+        )
+        friction, noise_estimate = 0.0, 0.0
 
     def init(position, key, step_size, temperature):
         if initial_momentum == "zero":
@@ -244,6 +291,9 @@ def sghmc(
             fresh = _fresh_momentum(
                 key_momentum, position, preconditioner.noise, step_size, temperature
             )
+            if partial_refresh > 0:
+                keep, mix = partial_refresh, np.sqrt(1.0 - partial_refresh**2)
+                fresh = jax.tree.map(lambda v, f: keep * v + mix * f, momentum, fresh)
             momentum = tree_where(resample, fresh, momentum)
         position, momentum = sghmc_step(
             key, position, momentum, grad, preconditioner, step_size, friction, noise_estimate,
@@ -251,9 +301,13 @@ def sghmc(
         )
         return position, SGHMCState(momentum)
 
+    if naive:  # no friction: no stationary law to aim a step at
+        return Integrator(init, step, state_averages_gradient=False, name="naive sghmc",
+                          rescale=_rescale_momentum)
     return Integrator(
         init, step, state_averages_gradient=False, name="sghmc",
         bias_weights=(1.0 / (2.0 * (2.0 - friction)), 1.0 / (2.0 * friction)),
+        relaxation_weight=1.0 / friction,
         rescale=_rescale_momentum,
     )
 
@@ -314,7 +368,8 @@ def adaptive_drift(drift_scale=1.0, beta1=0.9, beta2=0.999, eps=1e-8) -> Integra
         )
         return position, AdamState(m, v)
 
-    return Integrator(init, step, name="adaptive_drift", bias_weights=(0.5, 0.5))
+    return Integrator(init, step, name="adaptive_drift", bias_weights=(0.5, 0.5),
+                      relaxation_weight=1.0)
 
 
 # --------------------------------------------------------------------------- BAOAB

@@ -127,6 +127,12 @@ class SGHMC(SGMCMC):
     :param initial_momentum: ``"zero"`` (default) or ``"random"`` (:math:`\mathcal N(0, h_0 T)`).
     :param resample_momentum_every: redraw :math:`v \sim \mathcal N(0, h_t T)` every this many
         steps (``None``: never).
+    :param partial_refresh: :math:`a \in [0, 1)`: at each resampling keep a fraction of the
+        momentum, :math:`v \leftarrow av + \sqrt{1 - a^2}\,v'` (Horowitz 1991); 0 (default)
+        redraws it.
+    :param naive: naive SGHMC, no friction and no injected noise (Chen et al. 2014, Sec. 3.2):
+        does **not** sample the posterior with stochastic gradients; warns. Needs
+        ``resample_momentum_every``; for demonstrations (``benchmarks/chen_double_well.py``).
     :param metric: a :class:`~numpyro_sgrld.metrics.Metric` (default identity): with
         ``metrics.rmsprop()`` this is preconditioned SGHMC, mass matrix :math:`M = D^{-1}`
         (:func:`~numpyro_sgrld.integrators.sghmc_step`).
@@ -156,10 +162,13 @@ class SGHMC(SGMCMC):
         noise_estimate=0.0,
         initial_momentum="zero",
         resample_momentum_every=None,
+        partial_refresh=0.0,
+        naive=False,
         metric=None,
         **kwargs,
     ):
-        integrator = sghmc(friction, noise_estimate, initial_momentum, resample_momentum_every)
+        integrator = sghmc(friction, noise_estimate, initial_momentum, resample_momentum_every,
+                           partial_refresh, naive)
         metric = identity() if metric is None else metric
         super().__init__(model, step_size, metric=metric, integrator=integrator, **kwargs)
 

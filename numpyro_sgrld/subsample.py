@@ -13,8 +13,10 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro.distributions as dist
 from jax import lax, random
 from numpyro import handlers
+from numpyro.infer.initialization import init_to_uniform
 from numpyro.primitives import Messenger
 
 __all__ = ["full_batch", "SubsamplePlate", "find_subsample_plates"]
@@ -133,11 +135,35 @@ def trace_with_plates(model, model_args=(), model_kwargs=None):
     return model_trace, plates
 
 
+def _is_improper(fn):
+    while isinstance(fn, (dist.Independent, dist.ExpandedDistribution, dist.MaskedDistribution)):
+        fn = fn.base_dist
+    return isinstance(fn, dist.ImproperUniform)
+
+
+def _improper_value(site):
+    """A value for a latent site that cannot be sampled (``ImproperUniform``, a flat prior),
+    as NumPyro's own initialisation gives it (``init_to_uniform``); ``None`` for the others,
+    which the seeded trace samples."""
+    if (site["type"] == "sample" and not site["is_observed"] and site.get("value") is None
+            and _is_improper(site["fn"])):
+        return init_to_uniform(site)
+    return None
+
+
+def seeded(model, rng_seed=0):
+    """``model`` seeded for a structural trace: latent sites drawn from their distributions,
+    except flat ``ImproperUniform`` sites, which cannot be drawn and get NumPyro's
+    ``init_to_uniform`` value."""
+    return handlers.substitute(handlers.seed(model, rng_seed=rng_seed),
+                               substitute_fn=_improper_value)
+
+
 def trace_model(model, model_args=(), model_kwargs=None):
     """:func:`trace_with_plates`, plus ``declared``: ``{name: size}`` of every plate given a
     ``subsample_size`` (including ``subsample_size == size``)."""
     model_kwargs = {} if model_kwargs is None else model_kwargs
-    recorder = _PlateRecorder(handlers.seed(model, rng_seed=0))
+    recorder = _PlateRecorder(seeded(model))
     with handlers.block():
         model_trace = handlers.trace(recorder).get_trace(*model_args, **model_kwargs)
     plates = tuple(

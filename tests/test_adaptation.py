@@ -169,6 +169,54 @@ def test_bad_input_for_adaptation():
     plain = integrators.langevin()._replace(bias_weights=None, name="mine")
     with pytest.raises(ValueError, match="'mine' has no `bias_weights`.*step_size="):
         SGMCMC(regression, integrator=plain)
+    with pytest.raises(ValueError, match="sampling_steps=1000.*step_size=0.001.*drop one"):
+        SGLD(regression, step_size=1e-3, sampling_steps=1000)
+    for bad in (0, 10.0, "many"):
+        with pytest.raises(ValueError, match="`sampling_steps` must be an integer >= 1.*thinning"):
+            SGLD(regression, sampling_steps=bad)
+    slowless = integrators.langevin()._replace(relaxation_weight=None, name="mine")
+    with pytest.raises(ValueError, match="'mine' has no `relaxation_weight`.*leave it out"):
+        SGMCMC(regression, integrator=slowless, sampling_steps=1000)
+
+
+def stiff_gaussian():
+    """Hessian diag(1, 100), exact gradients: no gradient noise."""
+    numpyro.sample("x", dist.Normal(0.0, jnp.array([1.0, 0.1])).to_event(1))
+
+
+# (kernel, c_curv, relaxation weight g, sampling_steps): the budget rule's three regimes
+BUDGET = {
+    "bias target binds": (SGLD, 0.5, 1.0, 1_000_000),
+    "mixing binds": (SGLD, 0.5, 1.0, 100_000),
+    "stability caps": (SGLD, 0.5, 1.0, 10_000),
+    "sghmc mixing binds": (lambda m, **kw: SGHMC(m, friction=0.1, **kw), 1 / 3.8, 10.0, 10_000),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BUDGET))
+def test_the_budget_rule_raises_the_step_until_the_slowest_direction_mixes(case):
+    """With ``sampling_steps`` the frozen step is max(h_bias, min(h_mix, h_cap)): h_bias =
+    target_bias / (c_curv lam_max), h_mix = 2 ESS / (g lam_min N), h_cap = 1/2 / (c_curv
+    lam_max). Exact gradients of a fixed Hessian make every power-iteration product exact, so
+    the estimates of lam_min = 1 and lam_max = 100 and hence the step are exact."""
+    from numpyro_sgrld.adaptation import MIXING_ESS
+
+    make, c_curv, g, steps = BUDGET[case]
+    mcmc = MCMC(make(stiff_gaussian, sampling_steps=steps), num_warmup=400, num_samples=1,
+                progress_bar=False)
+    mcmc.warmup(random.PRNGKey(0))
+    state = mcmc.post_warmup_state.adaptation
+    np.testing.assert_allclose(state.slow_total / state.count, 1.0, rtol=1e-3)  # lam_min
+    h_bias, h_cap = 0.1 / (c_curv * 100.0), 0.5 / (c_curv * 100.0)
+    h_mix = 2 * MIXING_ESS / (g * 1.0 * steps)
+    expected = max(h_bias, min(h_mix, h_cap))
+    assert expected == {"bias target binds": h_bias, "stability caps": h_cap}.get(case, h_mix)
+    np.testing.assert_allclose(mcmc.post_warmup_state.step_size, expected, rtol=1e-3)
+    # without the hint: the bias target alone, and no slow direction in the state
+    plain = MCMC(make(stiff_gaussian), num_warmup=400, num_samples=1, progress_bar=False)
+    plain.warmup(random.PRNGKey(0))
+    assert plain.post_warmup_state.adaptation.slow_direction is None
+    np.testing.assert_allclose(plain.post_warmup_state.step_size, h_bias, rtol=1e-3)
 
 
 PRESETS = {
