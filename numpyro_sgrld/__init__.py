@@ -44,6 +44,7 @@ from numpyro_sgrld.inference_data import (
     to_inference_data,
 )
 from numpyro_sgrld.kernels import (
+    BADODAB,
     BAOAB,
     BNPSGLD,
     PSGLD,
@@ -51,6 +52,8 @@ from numpyro_sgrld.kernels import (
     SGLD,
     SGNHT,
     AdamSGLD,
+    CyclicalSGHMC,
+    CyclicalSGLD,
     LangevinKernel,
     MongeSGLD,
     ShampooSGLD,
@@ -85,6 +88,9 @@ __all__ = [
     "BNPSGLD",
     "BAOAB",
     "SGNHT",
+    "BADODAB",
+    "CyclicalSGLD",
+    "CyclicalSGHMC",
     "LangevinKernel",
     "SGMCMCKernel",
     "SGState",

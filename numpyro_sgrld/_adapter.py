@@ -320,6 +320,7 @@ class SGMCMC(MCMCKernel):
                 hint="It is the number of steps after warm-up (MCMC's num_samples * thinning), "
                 "or None.",
             )
+        self._exploration = None  # cyclical SG-MCMC: (cycle length, exploration steps)
         self._num_data_arg = _check_num_data(num_data)
         self._batching = check_batching(batching)
         if not callable(init_strategy):
@@ -663,6 +664,32 @@ class SGMCMC(MCMCKernel):
         )
 
     def _sample_one(self, state, model_args, model_kwargs, adapting=None, step=None):
+        if self._exploration is not None:
+            state = self._explore(state, model_args, model_kwargs, step)
+            step = None if step is None else step + self._exploration[1] * (
+                step % self._exploration[0] == 0)
+        return self._transition(state, model_args, model_kwargs, adapting, step,
+                                self._temperature)
+
+    def _explore(self, state, model_args, model_kwargs, step=None):
+        """Cyclical SG-MCMC's exploration stage (Zhang et al. 2020): at the first step of
+        every cycle of ``L`` steps, its first ``E`` steps at temperature 0 (stochastic
+        gradient descent, or with momentum for SGHMC), inside this one transition, so that the
+        state the transition returns, the draw, is a sampling-stage state. ``step`` is the
+        transition's index, unbatched for vectorised chains: the branch stays a branch."""
+        length, explore = self._exploration
+        i = state.i if step is None else step
+
+        def run(state):
+            def body(j, s):
+                return self._transition(s, model_args, model_kwargs, None,
+                                        None if step is None else step + j, 0.0)
+
+            return jax.lax.fori_loop(0, explore, body, state)
+
+        return jax.lax.cond(i % length == 0, run, lambda s: s, state)
+
+    def _transition(self, state, model_args, model_kwargs, adapting, step, temperature):
         target = self._target(model_args, model_kwargs)
         # the transition's index, unbatched for vectorised chains (a branch on it stays one)
         target = target._replace(step=state.i if step is None else step)
@@ -674,7 +701,7 @@ class SGMCMC(MCMCKernel):
             adapting = state.i < state.adaptation.num_warmup
         z, sampler_state, preconditioner = transition_with_preconditioner(
             self._sampler, key_step, state.z, state.sampler_state, est.grad, est.oracle,
-            step_size, self._temperature, self._context(state.i, est.aux),
+            step_size, temperature, self._context(state.i, est.aux),
         )
         grad_norm = tree_norm(est.grad)
         # A step may not land where the density is zero (a factor wall, log of a negative

@@ -44,6 +44,7 @@ __all__ = [
     "sghmc",
     "adaptive_drift",
     "baoab",
+    "badodab",
     "sgnht",
     "langevin_step",
     "sghmc_step",
@@ -52,6 +53,7 @@ __all__ = [
     "SGHMCState",
     "AdamState",
     "BAOABState",
+    "BADODABState",
     "SGNHTState",
 ]
 
@@ -472,6 +474,78 @@ def sgnht(diffusion=1.0) -> Integrator:
 
     return Integrator(
         init, step, state_averages_gradient=False, name="sgnht", metrics=("identity",),
+        metrics_hint="its thermostat measures the kinetic temperature p^T p / d, which with a "
+        "metric D would need D^{-1}",
+    )
+
+
+# --------------------------------------------------------------------------- BADODAB
+class BADODABState(NamedTuple):
+    """BADODAB's momentum ``p`` (the last half kick pending, as for :class:`BAOABState`), its
+    thermostat ``xi`` (a scalar) and ``started``."""
+
+    momentum: Any
+    thermostat: Any
+    started: Any
+
+
+def _kinetic_temperature(p):
+    leaves = jax.tree.leaves(p)
+    return sum(jnp.sum(u * u) for u in leaves) / sum(u.size for u in leaves)
+
+
+def badodab(diffusion=1.0, thermal_mass=1.0) -> Integrator:
+    r"""BADODAB (Leimkuhler & Shang 2016, "Adaptive thermostats for noisy gradient
+    systems"): the adaptive Langevin (Ad-Langevin) dynamics
+
+    .. math::
+        d\theta = p\,dt, \quad dp = -\nabla U\,dt - \xi p\,dt + \sqrt{2AT}\,dW, \quad
+        d\xi = \mu^{-1}\big(p^\top p/d - T\big)\,dt,
+
+    split as B A D O D A B with time step :math:`h`: B :math:`p \leftarrow p - \tfrac h2
+    \nabla\hat U`, A :math:`\theta \leftarrow \theta + \tfrac h2 p`, D :math:`\xi
+    \leftarrow \xi + \tfrac h{2\mu}(p^\top p/d - T)`, O the exact Ornstein–Uhlenbeck step at
+    friction :math:`\xi`, :math:`p \leftarrow e^{-\xi h}p + \sqrt{AT(1 - e^{-2\xi h})/\xi}
+    \,\eta` (:math:`\sqrt{2ATh}\,\eta` at :math:`\xi = 0`), then D, A, B. As in :func:`baoab`,
+    the closing B is merged with the next step's opening one (one gradient per step).
+    ``diffusion`` :math:`A > 0` (the injected noise, as in :func:`sgnht`), ``thermal_mass``
+    :math:`\mu > 0`; :math:`\xi` starts at :math:`A`, :math:`p` at 0. With exact gradients the
+    invariant law is :math:`\propto e^{-U/T - p^\top p/(2T) - d\mu(\xi - A)^2/(2T)}`, so
+    :math:`E[\xi] = A`; gradient noise of variance :math:`\sigma^2` per coordinate adds
+    :math:`h\sigma^2/2` to the diffusion (both half kicks at a step boundary share a minibatch:
+    a kick of :math:`h` per step), and the thermostat settles at :math:`A + h\sigma^2/(2T)`
+    (``tests/test_badodab.py``). Identity metric only (the thermostat measures
+    :math:`p^\top p/d`); no ``bias_weights``: give the step.
+    """
+    diffusion = real(diffusion, "diffusion", low=0, low_open=True,
+                     hint="It is the injected noise A (the thermostat's target); 1 is typical.")
+    thermal_mass = real(thermal_mass, "thermal_mass", low=0, low_open=True,
+                        hint="It is the thermostat's inertia mu; 1 is typical.")
+
+    def init(position, key, step_size, temperature):
+        return BADODABState(jax.tree.map(jnp.zeros_like, position),
+                            jnp.asarray(diffusion, jnp.result_type(float)),
+                            jnp.zeros((), bool))
+
+    def step(key, position, state, grad, preconditioner, step_size, temperature, context, oracle):
+        h = step_size
+        kick = jnp.where(state.started, h, 0.5 * h)  # pending B + this B
+        p = jax.tree.map(lambda u, g: u - kick * g, state.momentum, grad)
+        position = jax.tree.map(lambda x, u: x + 0.5 * h * u, position, p)
+        xi = state.thermostat + 0.5 * h * (_kinetic_temperature(p) - temperature) / thermal_mass
+        decay = jnp.exp(-xi * h)
+        small = jnp.abs(xi * h) < 1e-6
+        # (1 - e^{-2 xi h}) / (2 xi), -> h as xi -> 0
+        spread = jnp.where(small, h, -jnp.expm1(-2.0 * xi * h) / jnp.where(small, 1.0, 2.0 * xi))
+        scale = jnp.sqrt(2.0 * diffusion * temperature * spread)
+        noise = tree_normal(key, position)
+        p = jax.tree.map(lambda u, n: decay * u + scale * n, p, noise)
+        xi = xi + 0.5 * h * (_kinetic_temperature(p) - temperature) / thermal_mass
+        position = jax.tree.map(lambda x, u: x + 0.5 * h * u, position, p)
+        return position, BADODABState(p, xi, jnp.ones((), bool))
+
+    return Integrator(
+        init, step, state_averages_gradient=False, name="badodab", metrics=("identity",),
         metrics_hint="its thermostat measures the kinetic temperature p^T p / d, which with a "
         "metric D would need D^{-1}",
     )

@@ -81,7 +81,6 @@ def test_chen_double_well_naive_sghmc_is_measurably_wrong():
 
     sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
     import chen_double_well as cdw
-
     from numpyro_sgrld.models import double_well
 
     noise = double_well.make_gradient_noise()
