@@ -33,9 +33,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import random
 from numpyro.infer import HMC, MCMC
+from numpyro_sgrld.models import double_well
 
 from numpyro_sgrld import SGHMC
-from numpyro_sgrld.models import double_well
 
 EPS = 0.1
 RESAMPLE_EVERY = 50

@@ -98,7 +98,7 @@ def _compare(args, parser):
 
 
 def _add_compare_options(p):
-    from numpyro_sgrld.compare import KERNELS, PROBLEMS
+    from numpyro_sgrld.compare import BASELINES, KERNELS, PROBLEMS
 
     p.add_argument("--model", default="german_credit", choices=sorted(PROBLEMS))
     p.add_argument(
@@ -106,8 +106,10 @@ def _add_compare_options(p):
         nargs="+",
         default=None,
         type=_kernel_name,
-        choices=list(KERNELS),
-        help="kernels to run (default: all; BNPSGLD only on a network model, digits_mlp)",
+        choices=list(KERNELS) + list(BASELINES),
+        help="kernels and baselines to run (default: all; BNPSGLD only on a network model, "
+        "digits_mlp; baselines: LMC = MALA on the full data, BayesByBackprop = mean-field VI, "
+        "ConstantSGD = Mandt et al.'s constant-rate SGD)",
     )
     p.add_argument(
         "--step-size",
@@ -208,3 +210,7 @@ def _fast_loop():
         yield
     finally:
         loop.__exit__(None, None, None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

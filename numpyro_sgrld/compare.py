@@ -43,7 +43,7 @@ from numpyro_sgrld.kernels import (
 from numpyro_sgrld.priors import init_to_unit_scales
 from numpyro_sgrld.subsample import full_batch
 
-__all__ = ["PROBLEMS", "KERNELS", "Problem", "run_compare", "format_table"]
+__all__ = ["PROBLEMS", "KERNELS", "BASELINES", "Problem", "run_compare", "format_table"]
 
 
 class Problem(NamedTuple):
@@ -115,6 +115,12 @@ KERNELS = {
     "AdamSGLD": AdamSGLD,
     "BNPSGLD": BNPSGLD,
 }
+
+
+#: Baselines that are not SG-MCMC kernels (:mod:`numpyro_sgrld.baselines`), run on the same
+#: model and reported like the kernels: Langevin Monte Carlo with Metropolis–Hastings on the
+#: full data, Bayes by Backprop (mean-field VI), constant SGD (Mandt et al. 2017).
+BASELINES = ("LMC", "BayesByBackprop", "ConstantSGD")
 
 
 def _pooled(draws, max_draws=2000):
@@ -218,7 +224,7 @@ def _progress_of(target_ess, joined, parts):
 
 
 def _run_kernel(kernel, problem, num_warmup, num_steps, thinning, num_chains, seed,
-                target_ess, max_steps):
+                target_ess, max_steps, extra_fields=SG_EXTRA_FIELDS):
     """One kernel's run as InferenceData, continued (same chains) until its smallest bulk ESS
     reaches ``target_ess`` and its largest split R-hat is at most :data:`MAX_RHAT`, or it took
     ``max_steps`` steps per chain
@@ -247,9 +253,37 @@ def _run_kernel(kernel, problem, num_warmup, num_steps, thinning, num_chains, se
         max_steps,
         lambda m: to_inference_data(m, *problem.args, log_likelihood=False),
         partial(_progress_of, target_ess, joined),
-        extra_fields=SG_EXTRA_FIELDS,
+        extra_fields=extra_fields,
     )
     return joined(parts), seconds, steps
+
+
+def _run_baseline(name, problem, num_warmup, num_steps, thinning, num_chains, seed,
+                  target_ess, max_steps):
+    """A baseline's run as ``(idata, seconds, steps)`` (:mod:`numpyro_sgrld.baselines`): LMC
+    and constant SGD run through ``MCMC`` like the kernels (continued to the ESS target);
+    Bayes by Backprop fits its guide by ``num_steps`` SVI steps and gives ``num_chains`` x
+    ``num_steps // thinning`` independent draws of it."""
+    import arviz as az
+
+    from numpyro_sgrld import baselines
+
+    init = problem.init_strategy
+    if name == "LMC":
+        kernel = baselines.lmc_kernel(problem.model, init)
+        return _run_kernel(kernel, problem, num_warmup, num_steps, thinning, num_chains, seed,
+                           target_ess, max_steps, extra_fields=baselines.LMC_EXTRA_FIELDS)
+    if name == "ConstantSGD":
+        kernel, _, _ = baselines.constant_sgd(problem.model, problem.args, seed=seed,
+                                              init_strategy=init)
+        return _run_kernel(kernel, problem, num_warmup, num_steps, thinning, num_chains, seed,
+                           target_ess, max_steps)
+    draws, info = baselines.bayes_by_backprop(problem.model, problem.args, num_steps=num_steps,
+                                              num_chains=num_chains,
+                                              num_draws=num_steps // thinning, seed=seed)
+    shape = (num_chains, num_steps // thinning)
+    stats = {"diverging": np.full(shape, not info["finite"])}
+    return az.from_dict(posterior=draws, sample_stats=stats), info["seconds"], num_steps
 
 
 def check_options(
@@ -260,11 +294,14 @@ def check_options(
         raise ValueError(f"Unknown model {model!r}; choose one of {sorted(PROBLEMS)}.")
     network = model in NETWORK_PROBLEMS
     if kernels is None:
-        kernels = [k for k in KERNELS if network or k not in NETWORK_KERNELS]
+        kernels = [k for k in KERNELS if network or k not in NETWORK_KERNELS] + list(BASELINES)
     kernels = list(kernels)
-    unknown = [k for k in kernels if k not in KERNELS]
+    unknown = [k for k in kernels if k not in KERNELS and k not in BASELINES]
     if unknown:
-        raise ValueError(f"Unknown kernels {unknown}; choose from {list(KERNELS)}.")
+        raise ValueError(
+            f"Unknown kernels {unknown}; choose from {list(KERNELS)} or the baselines "
+            f"{list(BASELINES)}."
+        )
     misplaced = [k for k in kernels if k in NETWORK_KERNELS and not network]
     if misplaced:
         raise ValueError(
@@ -282,7 +319,8 @@ def check_options(
             raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
     if not (isinstance(num_warmup, int) and num_warmup >= 0):
         raise ValueError(f"`num_warmup` must be a non-negative integer, got {num_warmup!r}.")
-    adapting = [k for k in kernels if k not in (step_sizes or {})]
+    adapting = [k for k in kernels if k not in (step_sizes or {})
+                and k not in ("BayesByBackprop", "ConstantSGD")]
     if adapting and num_warmup < MIN_WARMUP_ADAPT:
         raise ValueError(
             f"`num_warmup`={num_warmup} is too short for {', '.join(adapting)} to choose their "
@@ -292,6 +330,12 @@ def check_options(
     if num_steps // thinning < 2:
         raise ValueError("`num_steps // thinning` must be at least 2 draws per chain.")
     for name, h in (step_sizes or {}).items():
+        if name in BASELINES:
+            raise ValueError(
+                f"{name} is a baseline that chooses its own step (LMC by dual averaging, "
+                "ConstantSGD by Mandt et al.'s rule) or has none (BayesByBackprop): drop its "
+                "step size."
+            )
         if name not in KERNELS:
             raise ValueError(f"Step size given for unknown kernel {name!r}.")
         if not (isinstance(h, (int, float)) and h > 0):
@@ -379,11 +423,17 @@ def run_compare(
     bar = tqdm(kernels, desc="SG kernels", disable=not progress_bar)
     for name in bar:
         bar.set_postfix_str(name)
-        kernel = KERNELS[name](problem.model, step_size=steps[name], **_init(problem))
-        idata, seconds, taken[name] = _run_kernel(
-            kernel, problem, num_warmup, num_steps, thinning, num_chains, seed + 1, target_ess,
-            max_steps,
-        )
+        if name in BASELINES:
+            idata, seconds, taken[name] = _run_baseline(
+                name, problem, num_warmup, num_steps, thinning, num_chains, seed + 1,
+                target_ess, max_steps,
+            )
+        else:
+            kernel = KERNELS[name](problem.model, step_size=steps[name], **_init(problem))
+            idata, seconds, taken[name] = _run_kernel(
+                kernel, problem, num_warmup, num_steps, thinning, num_chains, seed + 1,
+                target_ess, max_steps,
+            )
         save_netcdf(idata, out / f"{_file_name(name)}.nc")
         table = diagnostics.compare_to_reference(idata, ref)
         draws = _latent_only(idata, problem.model, problem.args)
@@ -400,7 +450,7 @@ def run_compare(
         plots.plot_trace(idatas[name], path=out / f"trace_{_file_name(name)}.png")
     plots.plot_rank(ref, path=out / "rank_reference.png")
     curves = {}
-    for name in [k for k in bias_kernels if k in kernels]:
+    for name in [k for k in bias_kernels if k in kernels and k in KERNELS]:
         grid = [used[name] * f for f in bias_factors]
         curves[name] = diagnostics.bias_vs_step_size(
             partial(KERNELS[name], problem.model, **_init(problem)),
@@ -430,7 +480,7 @@ def run_compare(
         dict(
             kernels=kernels,
             steps=used,
-            adapted=[k for k in kernels if steps[k] is None],
+            adapted=[k for k in kernels if steps[k] is None and k in KERNELS],
             num_steps=num_steps,
             num_warmup=num_warmup,
             thinning=thinning,
@@ -557,8 +607,9 @@ def _gamma_text(gamma):
 def _write_report(out, problem, rows, curves, gamma, settings):
     steps = ", ".join(
         f"{k} {settings['steps'][k]:.3g}{' (adapted)' if k in settings['adapted'] else ''}"
-        for k in settings["kernels"]
+        for k in settings["kernels"] if np.isfinite(settings["steps"][k])
     )
+    baselines = [k for k in settings["kernels"] if k in BASELINES]
     text = [
         "# SG-MCMC against NUTS",
         "",
@@ -590,6 +641,7 @@ def _write_report(out, problem, rows, curves, gamma, settings):
         "",
         format_table(rows, markdown=True),
         "",
+        *_baseline_text(baselines),
         _resolution_text(rows),
         *_wenzel_note(settings),
         "",
@@ -618,6 +670,26 @@ def _write_report(out, problem, rows, curves, gamma, settings):
     text += [f"![{p.stem}]({p.name})" for p in sorted(out.glob("trace_*.png"))]
     text += ["", "![rank plot of the reference](rank_reference.png)", ""]
     (out / "report.md").write_text("\n".join(text))
+
+
+_BASELINE_NOTES = {
+    "LMC": "LMC: Langevin Monte Carlo with Metropolis–Hastings (MALA) on the full data: "
+    "NumPyro's `HMC` with one leapfrog step, its step ε adapted by dual averaging to an "
+    "acceptance rate of 0.574 (the Langevin step is h = ε²/2). Exact up to Monte Carlo error; "
+    "each step costs a full-data gradient.",
+    "BayesByBackprop": "BayesByBackprop: mean-field normal VI (`AutoNormal`, Adam 1e-2 "
+    "decaying to 1e-4, minibatch ELBO) for as many SVI steps as the kernels' first run; its "
+    "rows are independent "
+    "draws of the fitted normal (so its ESS is the number of draws and R-hat 1): its error is "
+    "the mean-field approximation's, typically sds too small where parameters correlate.",
+    "ConstantSGD": "ConstantSGD: SGD iterates at Mandt, Hoffman & Blei's (2017) KL-optimal "
+    "constant learning rate, started at the MAP; their stationary Gaussian approximates the "
+    "posterior (sds roughly right where the gradient noise is isotropic, not in general).",
+}
+
+
+def _baseline_text(baselines):
+    return [f"- {_BASELINE_NOTES[k]}" for k in baselines] + ([""] if baselines else [])
 
 
 def _wenzel_note(settings):
