@@ -58,6 +58,12 @@ term of the second half. During warm-up a step whose minibatch potential rises b
 :data:`MAX_RISE` is rejected, and a rejected step divides the step by :data:`SHRINK`. See
 ``docs/step_size.md``.
 
+**The budget** (``sampling_steps``, optional): the bias target ignores the run's length. With
+it, a second power iteration on :math:`\sigma I - A` estimates the smallest curvature
+:math:`\lambda_{\min}` and the frozen step is raised, up to the stability cap, to the
+:func:`mixing_step` at which the slowest direction has an effective sample size of
+:data:`MIXING_ESS` per chain (:func:`slow_rayleigh`, :func:`update_step_size`).
+
 Why not the alternatives: a kernel Stein discrepancy on a grid of short runs (Coullon, South &
 Nemeth 2021) needs full-data gradients at every kept draw and several runs inside one
 warm-up, and loses power in high dimensions (our KSD tests need hundreds of draws for a

@@ -429,7 +429,10 @@ def run_compare(
                 target_ess, max_steps,
             )
         else:
-            kernel = KERNELS[name](problem.model, step_size=steps[name], **_init(problem))
+            # an adapted step knows the run's length (the budget rule, docs/step_size.md)
+            budget = {} if steps[name] is not None else {"sampling_steps": num_steps}
+            kernel = KERNELS[name](problem.model, step_size=steps[name], **_init(problem),
+                                   **budget)
             idata, seconds, taken[name] = _run_kernel(
                 kernel, problem, num_warmup, num_steps, thinning, num_chains, seed + 1,
                 target_ess, max_steps,
@@ -621,8 +624,9 @@ def _write_report(out, problem, rows, curves, gamma, settings):
         f"{settings['target_ess']} and the largest split R-hat was at most {MAX_RHAT}, or "
         f"{settings['max_steps']} steps (steps per chain: "
         + ", ".join(f"{k} {v}" for k, v in settings["taken"].items())
-        + f"); step sizes {steps} (\"adapted\": chosen during the burn-in, `step_size=None`; "
-        "the chains' geometric mean); "
+        + f"); step sizes {steps} (\"adapted\": chosen during the burn-in, `step_size=None`, "
+        f"told the run's {settings['num_steps']} steps, `sampling_steps`; the chains' geometric "
+        "mean); "
         f"seed {settings['seed']}. Reference: NUTS on the full data, "
         f"4 chains x {settings['reference_samples']} draws.",
         "",
