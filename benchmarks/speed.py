@@ -73,18 +73,28 @@ from numpyro_sgrld.models import bnn
 from numpyro_sgrld.models import logistic_regression as lr
 
 from numpyro_sgrld import (
+    BADODAB,
+    BAOAB,
     PSGLD,
     SGHMC,
     SGLD,
+    SGNHT,
     AdamSGLD,
+    CyclicalSGLD,
     MongeSGLD,
     ShampooSGLD,
     fast_sampling_loop,
+    gradients,
     priors,
 )
 from numpyro_sgrld.metrics import shampoo_block_shapes
 
 FRICTION, DECAY, EPS, ALPHA2, MONGE_DECAY = 0.1, 0.99, 1e-8, 1.0, 0.9
+CYCLE = 1000  # the cyclical kernels' cycle length
+# the underdamped integrators' time step in units of sqrt(2 h), the Langevin-equivalent: at 1
+# SGNHT's thermostat heats up and its steps go non-finite on logreg (rejected), at 0.1 no
+# kernel rejects a step
+TIME_STEP_FACTOR = 0.1
 
 
 # --------------------------------------------------------------------------- problems
@@ -345,9 +355,78 @@ def hand_written(kind, p):
         )
         return x, buffer, t + 1
 
+    th = TIME_STEP_FACTOR * np.sqrt(2 * h)  # the underdamped integrators' time step
+    full_grad = jax.grad(lambda params: -p["logprior"](params) - p["loglik"](params, X, y))
+
+    def baoab(state, key):
+        # BAOAB, friction 1, the closing half kick merged into the next step's opening one
+        (x, v, started), (k1, k2) = state, random.split(key)
+        g, xi = grad(x, k1), _normal_like(k2, x)
+        kick = jnp.where(started, th, 0.5 * th)
+        v = jax.tree.map(lambda v, g: v - kick * g, v, g)
+        x = jax.tree.map(lambda x, v: x + 0.5 * th * v, x, v)
+        decay = jnp.exp(-th)
+        v = jax.tree.map(lambda v, e: decay * v + jnp.sqrt(1 - decay**2) * e, v, xi)
+        x = jax.tree.map(lambda x, v: x + 0.5 * th * v, x, v)
+        return x, v, jnp.ones((), bool)
+
+    def kinetic(v):
+        leaves = jax.tree.leaves(v)
+        return sum(jnp.sum(u * u) for u in leaves) / sum(u.size for u in leaves)
+
+    def sgnht(state, key):
+        # SGNHT, A = 1
+        (x, v, z), (k1, k2) = state, random.split(key)
+        g, xi = grad(x, k1), _normal_like(k2, x)
+        v = jax.tree.map(lambda v, g, e: v - z * v * th - th * g + jnp.sqrt(2 * th) * e, v, g, xi)
+        x = jax.tree.map(lambda x, v: x + th * v, x, v)
+        return x, v, z + (kinetic(v) - 1.0) * th
+
+    def badodab(state, key):
+        # BADODAB, A = 1, mu = 1
+        (x, v, z, started), (k1, k2) = state, random.split(key)
+        g, xi = grad(x, k1), _normal_like(k2, x)
+        kick = jnp.where(started, th, 0.5 * th)
+        v = jax.tree.map(lambda v, g: v - kick * g, v, g)
+        x = jax.tree.map(lambda x, v: x + 0.5 * th * v, x, v)
+        z = z + 0.5 * th * (kinetic(v) - 1.0)
+        spread = -jnp.expm1(-2 * z * th) / (2 * z)
+        v = jax.tree.map(lambda v, e: jnp.exp(-z * th) * v + jnp.sqrt(2 * spread) * e, v, xi)
+        z = z + 0.5 * th * (kinetic(v) - 1.0)
+        x = jax.tree.map(lambda x, v: x + 0.5 * th * v, x, v)
+        return x, v, z, jnp.ones((), bool)
+
+    def csgld(state, key):
+        # SGLD with the cyclical cosine step (cycle CYCLE, no exploration stage)
+        (x, t), (k1, k2) = state, random.split(key)
+        g, xi = grad(x, k1), _normal_like(k2, x)
+        hk = 0.5 * h * (jnp.cos(jnp.pi * jnp.mod(t, CYCLE) / CYCLE) + 1)
+        x = jax.tree.map(lambda x, g, e: x - hk * g + jnp.sqrt(2 * hk) * e, x, g, xi)
+        return x, t + 1
+
+    def svrg(state, key):
+        # SGLD with the SVRG estimator, the anchor refreshed every epoch (N / n steps)
+        (x, anchor, anchor_grad, t), (k1, k2) = state, random.split(key)
+        anchor, anchor_grad = lax.cond(
+            (t > 0) & (t % (N // n) == 0), lambda: (x, full_grad(x)),
+            lambda: (anchor, anchor_grad),
+        )
+        idx = random.randint(k1, (n,), 0, N)
+        g = jax.grad(potential)(x, idx)
+        g0 = jax.grad(potential)(anchor, idx)
+        g = jax.tree.map(lambda a, b, c: a - b + c, g, g0, anchor_grad)
+        xi = _normal_like(k2, x)
+        x = jax.tree.map(lambda x, g, e: x - h * g + jnp.sqrt(2 * h) * e, x, g, xi)
+        return x, anchor, anchor_grad, t + 1
+
     zeros = partial(jax.tree.map, jnp.zeros_like)
     x0 = p["init"]
     step, state = {
+        "baoab": (baoab, (x0, zeros(x0), jnp.zeros((), bool))),
+        "sgnht": (sgnht, (x0, zeros(x0), jnp.ones(()))),
+        "badodab": (badodab, (x0, zeros(x0), jnp.ones(()), jnp.zeros((), bool))),
+        "csgld": (csgld, (x0, jnp.zeros((), jnp.int32))),
+        "svrg": (svrg, (x0, x0, full_grad(x0), jnp.zeros((), jnp.int32))),
         "sgld": (sgld, x0),
         "sghmc": (sghmc, (x0, zeros(x0))),
         "psgld": (psgld, (x0, zeros(x0), jnp.zeros(()))),
@@ -418,10 +497,72 @@ KERNELS = {
 }
 
 
+def _time_step(h):
+    return TIME_STEP_FACTOR * np.sqrt(2 * h)
+
+
+#: The samplers other libraries have, each against the same update by hand (``--tables
+#: peers``); the underdamped integrators take the time step ``_time_step(h)``.
+PEERS = {
+    "BAOAB": ("baoab", lambda m, step_size, **kw: BAOAB(m, _time_step(step_size), **kw)),
+    "SGNHT": ("sgnht", lambda m, step_size, **kw: SGNHT(m, _time_step(step_size), **kw)),
+    "BADODAB": ("badodab",
+                lambda m, step_size, **kw: BADODAB(m, _time_step(step_size), **kw)),
+    "CyclicalSGLD (no exploration)": (
+        "csgld", lambda m, step_size, **kw: CyclicalSGLD(m, step_size, cycle_length=CYCLE,
+                                                         exploration=0.0, **kw)),
+    "SGLD + SVRG": ("svrg", lambda m, step_size, **kw: SGLD(m, step_size,
+                                                            gradient=gradients.svrg(), **kw)),
+}
+
+
 def _kernel(kernel, p):
     """The kernel on the problem's model, with its step size and init strategy."""
     kw = {} if p["init_strategy"] is None else {"init_strategy": p["init_strategy"]}
     return kernel(p["model"], step_size=p["step"], **kw)
+
+
+def peers_tables(p, repeats):
+    """The samplers other libraries have: each kernel through ``MCMC`` against the same update
+    written by hand (marginal cost per step, interleaved repeats), and XLA's count of one step
+    of each against the hand update (deterministic)."""
+    contenders = {"hand sgld": hand_written("sgld", p)}
+    for name, (hand, kernel) in PEERS.items():
+        contenders[f"hand {hand}"] = hand_written(hand, p)
+        contenders[name] = ours(kernel, p)
+    print(f"{p['title']}: {len(contenders)} contenders", flush=True)
+    samples = measure(contenders, p["t1"], p["t2"], repeats)
+    lines = [
+        _header(p, repeats),
+        "| contender | marginal µs / step | vs hand SGLD | vs same update by hand "
+        "| fixed cost of a repeated run (s) |",
+        "|---|---|---|---|---|",
+    ]
+    for name in contenders:
+        hand = f"hand {PEERS[name][0]}" if name in PEERS else None
+        cells = [
+            _marginal(samples, name),
+            _fmt(_ratio(samples, name, "hand sgld")),
+            _fmt(_ratio(samples, name, hand)) if hand else "",
+            _fixed(samples, name) if name in PEERS else "",
+        ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    cost = [
+        f"**XLA cost analysis of one step** ({p['title']}; deterministic):\n",
+        "| kernel | GFLOP, by hand | GFLOP, kernel | ratio | MB accessed, by hand "
+        "| MB accessed, kernel | ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    args = (p["X"], p["y"])
+    for name, (hand, make) in PEERS.items():
+        run = hand_written(hand, p)
+        kernel = _kernel(make, p)
+        state = kernel.init(random.PRNGKey(0), 0, None, args, {})
+        hf, hb = _xla_cost(partial(run, 1), random.PRNGKey(0))
+        kf, kb = _xla_cost(partial(kernel.sample, model_args=args, model_kwargs={}), state)
+        cost.append(f"| {name} | {hf / 1e9:.4f} | {kf / 1e9:.4f} | {kf / hf:.3f}× "
+                    f"| {hb / 1e6:.2f} | {kb / 1e6:.2f} | {kb / hb:.3f}× |")
+    return ["\n".join(lines), "\n".join(cost)]
 
 
 def ours(kernel, p, num_chains=1, loop="sgrld"):
@@ -522,7 +663,7 @@ NUMPYRO_LOOP = "SGLD (NumPyro's loop)"
 AGAIN = "hand sgld (again)"
 # what `--tables` selects: the speed tables (both problems), then mlp only: the finiteness
 # check, the noise draw, XLA's cost count; logreg only: vectorized chains
-TABLES = ("speed", "check", "noise", "cost", "chains", "gamma")
+TABLES = ("speed", "check", "noise", "cost", "chains", "gamma", "peers")
 HAND.update({f"{k} {IN_SCAN}": v for k, v in HAND.items()})
 HAND[NUMPYRO_LOOP] = "hand sgld"
 HAND[AGAIN] = "hand sgld"
@@ -830,6 +971,8 @@ def _tables(problem, p, names, args):
         yield chains_table(p, args.repeats)
     if "gamma" in args.tables:
         yield gamma_cost_table(p)
+    if "peers" in args.tables:
+        yield from peers_tables(p, args.repeats)
 
 
 def main(argv=None):

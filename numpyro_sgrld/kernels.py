@@ -580,6 +580,13 @@ class SGNHT(SGMCMC):
 
     ``step_size`` :math:`h` is a time step; ``diffusion`` :math:`A`. The step must be given.
 
+    **Known limit.** The thermostat is one scalar: it absorbs the gradient noise's *average*
+    variance. Where anisotropic gradient noise dominates the injected diffusion, coordinates
+    with more noise than average come out wider and the others narrower (±3 % on a small
+    regression, docs/benchmarks.md, "SGNHT when the gradient noise dominates"); a larger
+    ``diffusion`` reduces it. The thermostat also takes tens of time units to reach its
+    equilibrium from :math:`A`.
+
 """
         + _COMMON
         + """

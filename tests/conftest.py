@@ -163,3 +163,47 @@ def regression_sg_law(X, y, subsample_size, step_size, kind="sgld", prior_scale=
             break
         cov = new
     return mu, new, expected_B(new)
+
+
+def noisy_location(N=1000, n=10, d=5, seed=1):
+    """The thermostat tests' location model: θ ∈ R^d with a N(0, 10²) prior, N points
+    y_i ~ N(0, I), minibatches of ``n`` indices drawn with replacement. Returns ``(model, y,
+    sigma2, start)``: the gradient noise's variance per coordinate, N² S² (N − 1) / (N n) (S² the
+    data's sample variance), and an init strategy at the posterior mode (ȳ, up to the prior)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import numpyro
+    import numpyro.distributions as dist
+    from numpyro.infer import init_to_value
+
+    y = jax.random.normal(jax.random.PRNGKey(seed), (N, d))
+
+    def model(y):
+        theta = numpyro.sample("theta", dist.Normal(0.0, 10.0).expand([d]).to_event(1))
+        with numpyro.plate("data", N, subsample_size=n) as idx:
+            numpyro.sample("y", dist.Normal(theta, 1.0).to_event(1), obs=y[idx])
+
+    S2 = np.asarray(jnp.var(y, axis=0, ddof=1))
+    sigma2 = N**2 * S2 * (N - 1) / (N * n)
+    return model, y, sigma2, init_to_value(values={"theta": jnp.mean(y, axis=0)})
+
+
+def thermostats(kernel, chains, steps, *args):
+    """``(MCMC, the thermostats of the chains' last states)`` of a vectorised run that keeps
+    one draw per chain."""
+    import jax
+    import numpy as np
+    from numpyro.infer import MCMC
+
+    mcmc = MCMC(kernel, num_warmup=0, num_samples=steps, thinning=steps, num_chains=chains,
+                chain_method="vectorized", progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(0), *args)
+    return mcmc, np.asarray(mcmc.last_state.sampler_state.integrator.thermostat)
+
+
+def z_of_mean(x, expected):
+    """The z-score of the sample mean of independent ``x`` against ``expected``."""
+    import numpy as np
+
+    return (x.mean() - expected) / (x.std(ddof=1) / np.sqrt(len(x)))

@@ -8,9 +8,9 @@ import numpyro
 import numpyro.distributions as dist
 import pytest
 from conftest import assert_moments
+from numpyro_sgrld.models import linear_regression as lr
 
 from numpyro_sgrld import baselines
-from numpyro_sgrld.models import linear_regression as lr
 
 
 def test_mandt_step_is_the_closed_form_on_the_conjugate_regression():

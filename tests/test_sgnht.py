@@ -7,22 +7,10 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 import pytest
+from conftest import bonferroni_z, noisy_location, thermostats, z_of_mean
 from numpyro.infer import MCMC, init_to_value
 
 from numpyro_sgrld import SGMCMC, SGNHT, integrators, metrics
-
-
-def _run(kernel, chains, steps, *args):
-    """(MCMC, the thermostats of the chains' last states)."""
-    mcmc = MCMC(kernel, num_warmup=0, num_samples=steps, thinning=steps, num_chains=chains,
-                chain_method="vectorized", progress_bar=False)
-    mcmc.run(jax.random.PRNGKey(0), *args)
-    xi = np.asarray(mcmc.last_state.sampler_state.integrator.thermostat)
-    return mcmc, xi
-
-
-def _z_mean(x, expected):
-    return (x.mean() - expected) / (x.std(ddof=1) / np.sqrt(len(x)))
 
 
 def test_thermostat_and_positions_with_exact_gradients():
@@ -34,8 +22,8 @@ def test_thermostat_and_positions_with_exact_gradients():
     def model():
         numpyro.sample("x", dist.Normal(0.0, 1.0).expand([10]).to_event(1))
 
-    mcmc, xi = _run(SGNHT(model, 0.01, diffusion=1.0), 500, 3000)
-    assert abs(_z_mean(xi, 1.0)) < 4
+    mcmc, xi = thermostats(SGNHT(model, 0.01, diffusion=1.0), 500, 3000)
+    assert abs(z_of_mean(xi, 1.0)) < 4
     sd_se = np.sqrt(0.1) / np.sqrt(2 * (len(xi) - 1))  # se of an sd of Gaussian draws
     assert abs(xi.std(ddof=1) - np.sqrt(0.1)) < 4 * sd_se
     x = np.asarray(mcmc.get_samples()["x"]).ravel()
@@ -45,29 +33,20 @@ def test_thermostat_and_positions_with_exact_gradients():
 
 @pytest.mark.slow
 def test_thermostat_absorbs_the_gradient_noise():
-    """A location model θ ∈ R⁵ with N = 1000 points y_i ~ N(0, I) and a minibatch of 10
-    (drawn without replacement): the minibatch gradient N(θ − ȳ_B) has noise variance
-    σ² = N² S² (1 − n/N)/n per coordinate (S² the data's sample variance), and SGNHT's
-    thermostat settles at A + hσ²/(2T) (Ding et al.: the diffusion the noise adds), here
-    about 2 — not at A, which the same test rejects. 100 chains of 500,000 steps (10 units of
-    time; the thermostat relaxes over a few)."""
-    N, n, d, A, h = 1000, 10, 5, 1.0, 2e-5
-    y = jax.random.normal(jax.random.PRNGKey(1), (N, d))
-
-    def model(y):
-        theta = numpyro.sample("theta", dist.Normal(0.0, 10.0).expand([d]).to_event(1))
-        with numpyro.plate("data", N, subsample_size=n) as idx:
-            numpyro.sample("y", dist.Normal(theta, 1.0).to_event(1), obs=y[idx])
-
-    S2 = np.asarray(jnp.var(y, axis=0, ddof=1))
-    sigma2 = N ** 2 * S2 * (1 - n / N) / n
+    """``conftest.noisy_location`` (N = 1000, d = 5, minibatches of 10 indices drawn with
+    replacement, gradient-noise variance σ² per coordinate known exactly): the thermostat
+    settles at A + hσ²/(2T) (Ding et al.: the diffusion the noise adds), here about 2, not at A
+    (both z-tested). 100 chains of 500,000 steps (10 units of time; the thermostat relaxes over
+    a few), started at the posterior mode: from far away the first gradients (N times the
+    distance) heat the thermostat far above its equilibrium, from which it cools by only T·h a
+    step."""
+    A, h = 1.0, 2e-5
+    model, y, sigma2, start = noisy_location()
     expected = A + h * sigma2.mean() / 2
-    # start at the posterior mode: from far away the first gradients (N times the distance)
-    # heat the thermostat far above its equilibrium, from which it cools by only T·h a step
-    start = init_to_value(values={"theta": jnp.mean(y, axis=0)})
-    _, xi = _run(SGNHT(model, h, diffusion=A, init_strategy=start), 100, 500_000, y)
-    assert abs(_z_mean(xi, expected)) < 4, (xi.mean(), expected)
-    assert abs(_z_mean(xi, A)) > 4
+    _, xi = thermostats(SGNHT(model, h, diffusion=A, init_strategy=start), 100, 500_000, y)
+    limit = bonferroni_z(2)
+    assert abs(z_of_mean(xi, expected)) < limit, (xi.mean(), expected)
+    assert abs(z_of_mean(xi, A)) > limit
 
 
 def test_bad_input():
@@ -80,3 +59,30 @@ def test_bad_input():
         SGNHT(model)
     with pytest.raises(ValueError, match="takes only the metrics"):
         SGMCMC(model, 0.1, metric=metrics.rmsprop(), integrator=integrators.sgnht())
+
+
+@pytest.mark.slow
+def test_positions_on_the_conjugate_regression_with_subsampling():
+    """The conjugate regression (N = 500, d = 3, minibatch 50, with replacement), SGNHT from the
+    posterior mean with diffusion A = 30 and h = 3e-5, where the gradient noise adds hσ²/2 ≈
+    0.3 (1 %) to the injected diffusion: every coordinate's mean and sd match the closed form
+    (Bonferroni z over the 6 comparisons, ESS-based standard errors; 200 chains of 50,000
+    steps). Where the gradient noise dominates, the scalar thermostat cannot make anisotropic
+    noise isotropic: the positions' sds then follow the thermostat's own law (0.97, 1.00, 1.03
+    at A = 1, h = 1e-3, measured and predicted; benchmarks/sgnht_noise_bias.py), which this
+    test does not cover."""
+    from functools import partial
+
+    from conftest import assert_moments
+    from numpyro_sgrld.models import linear_regression as lr
+
+    X, y, _ = lr.make_data(seed=0, num_data=500, num_features=3)
+    exact = lr.exact_posterior(X, y)
+    start = init_to_value(values={"w": jnp.asarray(exact.mean, jnp.float32)})
+    kernel = SGNHT(partial(lr.model, subsample_size=50), 3e-5, diffusion=30.0,
+                   init_strategy=start)
+    mcmc = MCMC(kernel, num_warmup=5000, num_samples=50_000, thinning=50, num_chains=200,
+                chain_method="vectorized", progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(2), X, y)
+    draws = np.asarray(mcmc.get_samples(group_by_chain=True)["w"], np.float64)
+    assert_moments(draws, exact.mean, exact.sd)
