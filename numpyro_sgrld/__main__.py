@@ -107,9 +107,10 @@ def _add_compare_options(p):
         default=None,
         type=_kernel_name,
         choices=list(KERNELS) + list(BASELINES),
-        help="kernels and baselines to run (default: all; BNPSGLD only on a network model, "
-        "digits_mlp; baselines: LMC = MALA on the full data, BayesByBackprop = mean-field VI, "
-        "ConstantSGD = Mandt et al.'s constant-rate SGD)",
+        help="kernels and baselines to run (default: all that choose their own step; BNPSGLD "
+        "only on a network model, digits_mlp; BAOAB, SGNHT, BADODAB, CyclicalSGLD and "
+        "CyclicalSGHMC only with --step-size; baselines: LMC = MALA on the full data, "
+        "BayesByBackprop = mean-field VI, ConstantSGD = Mandt et al.'s constant-rate SGD)",
     )
     p.add_argument(
         "--step-size",

@@ -31,11 +31,16 @@ from numpyro_sgrld.inference_data import (
     to_inference_data,
 )
 from numpyro_sgrld.kernels import (
+    BADODAB,
+    BAOAB,
     BNPSGLD,
     PSGLD,
     SGHMC,
     SGLD,
+    SGNHT,
     AdamSGLD,
+    CyclicalSGHMC,
+    CyclicalSGLD,
     MongeSGLD,
     ShampooSGLD,
     WenzelSGLD,
@@ -114,7 +119,18 @@ KERNELS = {
     "WenzelSGLD": WenzelSGLD,
     "AdamSGLD": AdamSGLD,
     "BNPSGLD": BNPSGLD,
+    "BAOAB": BAOAB,
+    "SGNHT": SGNHT,
+    "BADODAB": BADODAB,
+    "CyclicalSGLD": CyclicalSGLD,
+    "CyclicalSGHMC": CyclicalSGHMC,
 }
+#: Kernels whose step is not adapted (no first-order bias law, or a cyclical schedule): they
+#: run only with a given step (``--step-size KERNEL=STEP``) and are not in the default list.
+FIXED_STEP_KERNELS = ("BAOAB", "SGNHT", "BADODAB", "CyclicalSGLD", "CyclicalSGHMC")
+#: The cyclical kernels' cycles per first run (``cycle_length = num_steps // CYCLES``; their
+#: continuations keep cycling) and exploration fraction.
+CYCLES, EXPLORATION = 4, 0.5
 
 
 #: Baselines that are not SG-MCMC kernels (:mod:`numpyro_sgrld.baselines`), run on the same
@@ -294,7 +310,8 @@ def check_options(
         raise ValueError(f"Unknown model {model!r}; choose one of {sorted(PROBLEMS)}.")
     network = model in NETWORK_PROBLEMS
     if kernels is None:
-        kernels = [k for k in KERNELS if network or k not in NETWORK_KERNELS] + list(BASELINES)
+        kernels = [k for k in KERNELS if (network or k not in NETWORK_KERNELS)
+                   and k not in FIXED_STEP_KERNELS] + list(BASELINES)
     kernels = list(kernels)
     unknown = [k for k in kernels if k not in KERNELS and k not in BASELINES]
     if unknown:
@@ -319,6 +336,14 @@ def check_options(
             raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
     if not (isinstance(num_warmup, int) and num_warmup >= 0):
         raise ValueError(f"`num_warmup` must be a non-negative integer, got {num_warmup!r}.")
+    unstepped = [k for k in kernels if k in FIXED_STEP_KERNELS and k not in (step_sizes or {})]
+    if unstepped:
+        raise ValueError(
+            f"{', '.join(unstepped)} do not choose their step during warm-up (no first-order "
+            "bias law for an underdamped or thermostat integrator; the cyclical kernels' step is "
+            "the cycle's peak): give it, e.g. --step-size "
+            f"{unstepped[0]}=1e-3 (step_sizes={{{unstepped[0]!r}: 1e-3}})."
+        )
     adapting = [k for k in kernels if k not in (step_sizes or {})
                 and k not in ("BayesByBackprop", "ConstantSGD")]
     if adapting and num_warmup < MIN_WARMUP_ADAPT:
@@ -430,9 +455,12 @@ def run_compare(
             )
         else:
             # an adapted step knows the run's length (the budget rule, docs/step_size.md)
-            budget = {} if steps[name] is not None else {"sampling_steps": num_steps}
+            extra = {} if steps[name] is not None else {"sampling_steps": num_steps}
+            if name.startswith("Cyclical"):
+                extra = {"cycle_length": max(2, num_steps // CYCLES),
+                         "exploration": EXPLORATION}
             kernel = KERNELS[name](problem.model, step_size=steps[name], **_init(problem),
-                                   **budget)
+                                   **extra)
             idata, seconds, taken[name] = _run_kernel(
                 kernel, problem, num_warmup, num_steps, thinning, num_chains, seed + 1,
                 target_ess, max_steps,
@@ -453,7 +481,9 @@ def run_compare(
         plots.plot_trace(idatas[name], path=out / f"trace_{_file_name(name)}.png")
     plots.plot_rank(ref, path=out / "rank_reference.png")
     curves = {}
-    for name in [k for k in bias_kernels if k in kernels and k in KERNELS]:
+    # (the cyclical kernels' step is a schedule: no bias curve over a constant step)
+    for name in [k for k in bias_kernels if k in kernels and k in KERNELS
+                 and not k.startswith("Cyclical")]:
         grid = [used[name] * f for f in bias_factors]
         curves[name] = diagnostics.bias_vs_step_size(
             partial(KERNELS[name], problem.model, **_init(problem)),

@@ -193,7 +193,10 @@ BUDGET = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(BUDGET))
+@pytest.mark.parametrize("case", [
+    pytest.param(c, marks=pytest.mark.slow) if c in ("stability caps", "sghmc mixing binds")
+    else c for c in sorted(BUDGET)
+])
 def test_the_budget_rule_raises_the_step_until_the_slowest_direction_mixes(case):
     """With ``sampling_steps`` the frozen step is max(h_bias, min(h_mix, h_cap)): h_bias =
     target_bias / (c_curv lam_max), h_mix = 2 ESS / (g lam_min N), h_cap = 1/2 / (c_curv

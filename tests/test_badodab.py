@@ -10,7 +10,7 @@ from conftest import bonferroni_z, noisy_location, thermostats, z_of_mean
 from numpyro_sgrld import BADODAB, SGMCMC, integrators, metrics
 
 
-@pytest.mark.parametrize("mass", [1.0, 4.0])
+@pytest.mark.parametrize("mass", [1.0, pytest.param(4.0, marks=pytest.mark.slow)])
 def test_thermostat_and_positions_with_exact_gradients(mass):
     """N(0, I_10), exact gradients, A = 1, h = 0.05, 500 chains of 4000 steps (200 units of
     time: from its start at p = 0 the thermostat relaxes over tens of units, and 2000 chains

@@ -40,6 +40,7 @@ def test_mandt_step_needs_a_subsampled_model():
         baselines.mandt_step_size(model, (), {"x": np.zeros(())})
 
 
+@pytest.mark.slow
 def test_lmc_is_mala_and_samples_its_target():
     """One leapfrog step per proposal (MALA), step adapted; on N(1, 2^2) the draws' mean and sd
     agree with the target (z-scores with ESS-based standard errors)."""
@@ -70,12 +71,28 @@ def test_compare_reports_the_baselines(tmp_path):
     here within the run's error), Bayes by Backprop's draws iid (ESS = draws)."""
     from numpyro_sgrld.compare import run_compare
 
-    rows = run_compare("linear_regression", kernels=["LMC", "BayesByBackprop", "ConstantSGD"],
+    rows = run_compare("linear_regression",
+                       kernels=["LMC", "BayesByBackprop", "ConstantSGD", "SGNHT", "CyclicalSGLD"],
+                       step_sizes={"SGNHT": 1e-3, "CyclicalSGLD": 2e-6},
                        num_steps=4000, num_warmup=500, thinning=2, num_chains=2,
-                       reference_samples=500, bias_kernels=(), out=tmp_path,
+                       reference_samples=500, bias_kernels=("CyclicalSGLD",), out=tmp_path,
                        progress_bar=False, log=lambda *a: None, gamma_panel=False)
     report = (tmp_path / "report.md").read_text()
     for name in ("LMC", "BayesByBackprop", "ConstantSGD"):
         assert f"| {name} |" in report and f"- {name}: " in report
+    # the fixed-step kernels run with their given steps (no bias curve for a cyclical step)
+    assert "| SGNHT | 0.001 |" in report and "| CyclicalSGLD |" in report
+    assert "## Bias against the step size" not in report
     assert rows["LMC"]["converged"] == "yes" and rows["LMC"]["resolved"] == "0/5"
     assert rows["BayesByBackprop"]["min ESS"] > 0.5 * 2 * 2000
+
+
+def test_compare_runs_fixed_step_kernels_only_with_a_step():
+    from numpyro_sgrld.compare import check_options
+
+    with pytest.raises(ValueError, match="BAOAB do not choose their step.*--step-size BAOAB="):
+        check_options("linear_regression", ["BAOAB"], None, 100, 200, 1, 2, 10)
+    assert check_options("linear_regression", ["BAOAB", "CyclicalSGLD"],
+                         {"BAOAB": 1e-3, "CyclicalSGLD": 1e-6}, 100, 200, 1, 2, 10)
+    defaults = check_options("linear_regression", None, None, 100, 200, 1, 2, 10)
+    assert not {"BAOAB", "SGNHT", "BADODAB", "CyclicalSGLD", "CyclicalSGHMC"} & set(defaults)

@@ -17,7 +17,9 @@ def standard_normal():
     numpyro.sample("x", dist.Normal(0.0, 1.0))
 
 
-@pytest.mark.parametrize("kernel", [CyclicalSGLD, CyclicalSGHMC])
+@pytest.mark.parametrize(
+    "kernel", [CyclicalSGLD, pytest.param(CyclicalSGHMC, marks=pytest.mark.slow)]
+)
 def test_draws_are_sampling_stage_states_with_their_cycle_and_stage(kernel):
     """L = 10, beta = 0.3 (E = 3): 23 draws are the sampling steps 3..9 of cycles 0, 1, 2 and
     3..4 of cycle 3, in order; the step counter counts every step."""
