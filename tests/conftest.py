@@ -31,7 +31,6 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
-
 @pytest.fixture(scope="session")
 def german_credit():
     from numpyro_sgrld.models.logistic_regression import load_german_credit
