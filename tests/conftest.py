@@ -221,3 +221,20 @@ def z_of_mean(x, expected):
     import numpy as np
 
     return (x.mean() - expected) / (x.std(ddof=1) / np.sqrt(len(x)))
+
+
+def check_thermostat_absorbs_noise(kernel, A=1.0, h=2e-5, chains=100, steps=500_000):
+    """:func:`noisy_location` (N = 1000, d = 5, minibatches of 10 indices drawn with
+    replacement, the gradient-noise variance σ² per coordinate known exactly) sampled by the
+    thermostat ``kernel(model, h, diffusion=A, init_strategy=...)``: the thermostat settles at
+    A + hσ²/(2T) (Ding et al.: the diffusion the noise adds), here about 2, not at A (both
+    z-tested, Bonferroni over the two). ``chains`` chains of ``steps`` steps (10 units of time;
+    the thermostat relaxes over a few), started at the posterior mode: from far away the first
+    gradients (N times the distance) heat the thermostat far above its equilibrium, from which
+    it cools by only T·h a step."""
+    model, y, sigma2, start = noisy_location()
+    expected = A + h * sigma2.mean() / 2
+    _, xi = thermostats(kernel(model, h, diffusion=A, init_strategy=start), chains, steps, y)
+    limit = bonferroni_z(2)
+    assert abs(z_of_mean(xi, expected)) < limit, (xi.mean(), expected)
+    assert abs(z_of_mean(xi, A)) > limit

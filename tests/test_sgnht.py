@@ -7,7 +7,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 import pytest
-from conftest import bonferroni_z, noisy_location, thermostats, z_of_mean
+from conftest import check_thermostat_absorbs_noise, thermostats, z_of_mean
 from numpyro.infer import MCMC, init_to_value
 
 from numpyro_sgrld import SGMCMC, SGNHT, integrators, metrics
@@ -33,20 +33,9 @@ def test_thermostat_and_positions_with_exact_gradients():
 
 @pytest.mark.slow
 def test_thermostat_absorbs_the_gradient_noise():
-    """``conftest.noisy_location`` (N = 1000, d = 5, minibatches of 10 indices drawn with
-    replacement, gradient-noise variance σ² per coordinate known exactly): the thermostat
-    settles at A + hσ²/(2T) (Ding et al.: the diffusion the noise adds), here about 2, not at A
-    (both z-tested). 100 chains of 500,000 steps (10 units of time; the thermostat relaxes over
-    a few), started at the posterior mode: from far away the first gradients (N times the
-    distance) heat the thermostat far above its equilibrium, from which it cools by only T·h a
-    step."""
-    A, h = 1.0, 2e-5
-    model, y, sigma2, start = noisy_location()
-    expected = A + h * sigma2.mean() / 2
-    _, xi = thermostats(SGNHT(model, h, diffusion=A, init_strategy=start), 100, 500_000, y)
-    limit = bonferroni_z(2)
-    assert abs(z_of_mean(xi, expected)) < limit, (xi.mean(), expected)
-    assert abs(z_of_mean(xi, A)) > limit
+    """The thermostat at A + hσ²/2 under a known minibatch noise
+    (``conftest.check_thermostat_absorbs_noise``)."""
+    check_thermostat_absorbs_noise(SGNHT)
 
 
 def test_bad_input():
