@@ -27,6 +27,7 @@ from numpyro_sgrld._compat import (
     fast_sampling_loop,
 )
 from numpyro_sgrld._composition import SamplerState
+from numpyro_sgrld.checkpoint import Checkpoint, load_checkpoint, resume, save_checkpoint
 from numpyro_sgrld.diagnostics import (
     bias_vs_step_size,
     compare_to_reference,
@@ -92,6 +93,10 @@ __all__ = [
     "CyclicalSGLD",
     "CyclicalSGHMC",
     "LangevinKernel",
+    "Checkpoint",
+    "save_checkpoint",
+    "load_checkpoint",
+    "resume",
     "SGMCMCKernel",
     "SGState",
     "enable_fast_sampling_loop",
