@@ -357,6 +357,12 @@ class ShampooSGLD(SGMCMC):
         ``update_interval=1``.
     :param correction_form: ``"lagged"`` (default) or ``"instant"``
         (:mod:`numpyro_sgrld.correction`).
+    :param block_split: ``"even"`` (default) or ``"fixed"`` blocks (Yu et al.'s code).
+    :param precondition_vectors: default True; False leaves vectors unpreconditioned (Yu et
+        al.'s network code).
+    :param ridge: ``"root"`` (default) or ``"statistic"`` (Yu et al.'s code adds the ridge into
+        the statistic). The three switches together reproduce Yu et al.'s update
+        (:func:`numpyro_sgrld.metrics.shampoo`).
 """
         + _example("ShampooSGLD", "step_size=1e-2, update_interval=10")
     )
@@ -371,9 +377,20 @@ class ShampooSGLD(SGMCMC):
         update_interval=100,
         block_size=128,
         correction=None,
+        block_split="even",
+        precondition_vectors=True,
+        ridge="root",
         **kwargs,
     ):
-        metric = shampoo(decay, eps, update_interval, block_size)
+        metric = shampoo(
+            decay,
+            eps,
+            update_interval,
+            block_size,
+            block_split=block_split,
+            precondition_vectors=precondition_vectors,
+            ridge=ridge,
+        )
         super().__init__(
             model, step_size, metric=metric, integrator=langevin(), correction=correction, **kwargs
         )
@@ -404,14 +421,24 @@ class WenzelSGLD(SGMCMC):
     :param eps: :math:`\\epsilon \\ge 0`, default 1e-8.
     :param update_interval: steps between refreshes; default ``None`` = one epoch
         (``N/n`` of the largest subsample plate, 1 without one).
+    :param lagged_refresh: default False; True makes a refresh take effect from the next step,
+        as in Yu et al.'s code (:func:`numpyro_sgrld.metrics.wenzel`).
 """
         + _example("WenzelSGLD", "step_size=1e-2")
     )
 
     def __init__(
-        self, model=None, step_size=None, *, decay=0.99, eps=1e-8, update_interval=None, **kwargs
+        self,
+        model=None,
+        step_size=None,
+        *,
+        decay=0.99,
+        eps=1e-8,
+        update_interval=None,
+        lagged_refresh=False,
+        **kwargs,
     ):
-        metric = wenzel(decay, eps, update_interval)
+        metric = wenzel(decay, eps, update_interval, lagged_refresh=lagged_refresh)
         super().__init__(model, step_size, metric=metric, integrator=langevin(), **kwargs)
 
 

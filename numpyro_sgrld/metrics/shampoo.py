@@ -29,21 +29,29 @@ def _merge_dims(shape, block_size):
     return tuple(merged)
 
 
-def shampoo_block_shapes(shape, block_size=128):
+def shampoo_block_shapes(shape, block_size=128, block_split="even"):
     """How Shampoo sees a tensor of ``shape``: ``(merged_shape, block_shape, num_blocks)``.
 
     Size-1 dimensions are dropped, consecutive dimensions merged while their product stays
     ``<= block_size``; a dimension larger than ``block_size`` is split into the fewest blocks of
-    at most ``block_size``, all of one size ``ceil(d / count)`` (784 with ``block_size=128``:
-    7 blocks of 112, not 6 of 128 and a padded seventh). When that size does not divide ``d``
-    the last block is zero-padded (fewer than ``count`` rows): padding rows of the statistics
+    at most ``block_size``. ``block_split="even"`` (the default): all of one size
+    ``ceil(d / count)`` (784 with ``block_size=128``: 7 blocks of 112, not 6 of 128 and a
+    padded seventh). ``"fixed"``: blocks of ``block_size`` and a smaller remainder (784: six of
+    128 and one of 16), as Anil et al.'s and Yu et al.'s code split. The last block is
+    zero-padded to the common block size when it is short: padding rows of the statistics
     are zero, so the Kronecker factors stay block-diagonal and the padding never mixes with
-    real entries. Equal blocks keep the padding, which costs multiply-adds every step and
-    carries no information, to a minimum. A scalar is a vector of length 1.
+    real entries (with ``"fixed"`` the remainder block's factors are exactly those of the
+    unpadded remainder). Even blocks keep the padding, which costs multiply-adds every step
+    and carries no information, to a minimum. A scalar is a vector of length 1.
     """
+    if block_split not in ("even", "fixed"):
+        raise ValueError(f"`block_split` must be 'even' or 'fixed', got {block_split!r}.")
     merged = _merge_dims(tuple(shape), block_size)
     counts = tuple(-(-d // block_size) for d in merged)
-    block = tuple(-(-d // c) for d, c in zip(merged, counts))
+    if block_split == "fixed":
+        block = tuple(min(d, block_size) for d in merged)
+    else:
+        block = tuple(-(-d // c) for d, c in zip(merged, counts))
     return merged, block, counts
 
 
@@ -120,13 +128,16 @@ def _after(x, token):
     return x + jnp.where(jnp.isfinite(t), t, 0.0).astype(x.dtype) * 0
 
 
-def _fresh_roots(stats_l, roots_l, precs_l, eps, decay, count):
-    """Noise roots and drift factors of every leaf and mode from the statistics.
+def _fresh_roots(stats_l, roots_l, precs_l, eps, decay, count, ridge="root"):
+    r"""Noise roots and drift factors of every leaf and mode from the statistics; returns
+    ``(stats, roots, precs)``.
 
-    ``floor`` is the decayed initial statistic :math:`\alpha^t\\epsilon` (the state keeps the
+    ``floor`` is the decayed initial statistic :math:`\alpha^t\epsilon` (the state keeps the
     statistics without it), added back here. A block whose statistic is still exactly zero
     (no gradient information: a start at a mode with exact gradients) gets the identity, not
-    :math:`(\alpha^t\\epsilon)^{-1/(4k)}`.
+    :math:`(\alpha^t\epsilon)^{-1/(4k)}`. With ``ridge="statistic"`` (Yu et al.'s code) the
+    ridge :math:`\epsilon\lambda_{max}` is added into the statistic itself, which keeps it
+    (decaying) afterwards; with ``"root"`` the statistics are returned unchanged.
 
     The batched eigendecompositions run one at a time. XLA:CPU (jaxlib 0.10) runs independent
     operations concurrently, and a batched LAPACK ``eigh`` blocks its worker until its chunks,
@@ -135,22 +146,33 @@ def _fresh_roots(stats_l, roots_l, precs_l, eps, decay, count):
     """
     del roots_l, precs_l
     token = jnp.zeros(())
-    roots_out, precs_out = [], []
+    stats_out, roots_out, precs_out = [], [], []
     for stats in stats_l:
         k = len(stats)
-        roots = []
+        new_stats, roots = [], []
         for s in stats:
             eye = jnp.eye(s.shape[-1], dtype=s.dtype)
             floor = eps * jnp.asarray(decay, s.dtype) ** count
             ridged = _after(s + floor * eye, token)
-            r = jax.vmap(_inverse_root, (0, None, None))(ridged, eps, 4 * k)
             empty = jnp.all(s == 0, axis=(-2, -1), keepdims=True)
+            if ridge == "statistic":
+                top = jnp.max(jnp.linalg.eigvalsh(ridged), axis=-1)[..., None, None]
+                ridge_term = eps * jnp.maximum(top, 0.0) * eye
+                token = top[..., 0, 0]
+                s = s + ridge_term
+                r = jax.vmap(_inverse_root, (0, None, None))(
+                    _after(ridged + ridge_term, token), 0.0, 4 * k
+                )
+            else:
+                r = jax.vmap(_inverse_root, (0, None, None))(ridged, eps, 4 * k)
             r = jnp.where(empty, eye, r)
             token = r[..., 0, 0]
+            new_stats.append(s)
             roots.append(r)
+        stats_out.append(tuple(new_stats))
         roots_out.append(tuple(roots))
         precs_out.append(tuple(r @ r for r in roots))
-    return roots_out, precs_out
+    return stats_out, roots_out, precs_out
 
 
 class ShampooState(NamedTuple):
@@ -165,7 +187,16 @@ class ShampooState(NamedTuple):
     count: Any
 
 
-def shampoo(decay=0.99, eps=1e-8, update_interval=100, block_size=128) -> Metric:
+def shampoo(
+    decay=0.99,
+    eps=1e-8,
+    update_interval=100,
+    block_size=128,
+    *,
+    block_split="even",
+    precondition_vectors=True,
+    ridge="root",
+) -> Metric:
     r"""The Shampoo metric of Yu et al. (2023) (Gupta et al. 2018; Anil et al. 2021).
 
     Per latent site and per block (see :func:`shampoo_block_shapes`), a rank-k tensor with
@@ -190,14 +221,37 @@ def shampoo(decay=0.99, eps=1e-8, update_interval=100, block_size=128) -> Metric
     :math:`(\alpha^t\epsilon)^{-1/(4k)}` of its initial value. State: three
     :math:`n_i \times n_i` matrices per block and mode, at most :math:`3\cdot 128^2` numbers
     each.
+
+    **Yu et al.'s code** (``ksnxr/SSGRLDNDM``, ``shampoo_sgld.py``) differs in three ways, each
+    a switch here; ``block_split="fixed", precondition_vectors=False, ridge="statistic"``
+    reproduces it (``tests/test_reference_updates.py`` checks it step for step against an
+    independent transcription):
+
+    - ``block_split``: ``"even"`` blocks (default) or ``"fixed"`` ones of ``block_size`` plus a
+      remainder (see :func:`shampoo_block_shapes`);
+    - ``precondition_vectors``: ``False`` leaves tensors that merge to one dimension
+      (vectors, biases, scalars) unpreconditioned;
+    - ``ridge``: ``"root"`` (default) adds :math:`\epsilon\lambda_{max}(L_i)` only inside the
+      root; ``"statistic"`` adds it into :math:`L_i` at every recomputation, where it stays
+      and decays with the statistic.
+
+    Their inverse roots come from a coupled Newton iteration (tolerance 1e-6), ours from a
+    symmetric eigendecomposition: the same matrix to that tolerance.
     """
     decay = _check_decay(decay)
     eps = _check_nonnegative(eps, "eps")
     update_interval = _check_interval(update_interval)
     block_size = _check_interval(block_size, "block_size")
+    shampoo_block_shapes((1,), block_size, block_split)  # checks block_split
+    if ridge not in ("root", "statistic"):
+        raise ValueError(f"`ridge` must be 'root' or 'statistic', got {ridge!r}.")
+    if not isinstance(precondition_vectors, bool):
+        raise TypeError(
+            f"`precondition_vectors` must be True or False, got {precondition_vectors!r}."
+        )
 
     def layout(x):
-        return shampoo_block_shapes(jnp.shape(x), block_size)
+        return shampoo_block_shapes(jnp.shape(x), block_size, block_split)
 
     def init(position):
         def leaf_init(x):
@@ -231,10 +285,10 @@ def shampoo(decay=0.99, eps=1e-8, update_interval=100, block_size=128) -> Metric
                     for i, s in enumerate(stats)
                 )
             )
-        new_roots, new_precs = lax.cond(
+        new_stats, new_roots, new_precs = lax.cond(
             recompute,
-            partial(_fresh_roots, eps=eps, decay=decay, count=count),
-            lambda stats, roots, precs: (roots, precs),
+            partial(_fresh_roots, eps=eps, decay=decay, count=count, ridge=ridge),
+            lambda stats, roots, precs: (stats, roots, precs),
             new_stats,
             roots_l,
             precs_l,
@@ -246,6 +300,9 @@ def shampoo(decay=0.99, eps=1e-8, update_interval=100, block_size=128) -> Metric
                 for x, factors, (merged, block, counts) in zip(
                     treedef.flatten_up_to(tree), factors_l, layouts
                 ):
+                    if len(merged) == 1 and not precondition_vectors:
+                        out.append(x)
+                        continue
                     blocks = _to_blocks(x, merged, block, counts)
                     for i, m in enumerate(factors):
                         blocks = jax.vmap(_mode_product, (0, 0, None))(blocks, m, i)

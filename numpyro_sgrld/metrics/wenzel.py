@@ -24,7 +24,7 @@ class WenzelState(NamedTuple):
     count: Any
 
 
-def wenzel(decay=0.99, eps=1e-8, update_interval=None) -> Metric:
+def wenzel(decay=0.99, eps=1e-8, update_interval=None, *, lagged_refresh=False) -> Metric:
     r"""Wenzel et al.'s (2020) layer-wise metric, as in bnn_priors and Yu et al. (2023).
 
     One scalar per latent site p:
@@ -36,11 +36,19 @@ def wenzel(decay=0.99, eps=1e-8, update_interval=None) -> Metric:
     :math:`s_p` starting at ones; :math:`D_p` is refreshed every ``update_interval`` steps
     (``None``, the default: one epoch, ``context.steps_per_epoch`` = :math:`N/n` of the largest
     subsample plate) and is 1 before the first refresh. State: two numbers per site.
+
+    ``lagged_refresh=True`` reproduces Yu et al.'s code (bnn_priors' ``WenzelSGLD``): there the
+    statistic is updated after the step that used the old :math:`D_p`, and the refresh at the
+    end of an epoch takes effect from the next step; by default (our convention: statistics
+    first) the step at which the refresh happens already uses it. The two chains differ only
+    in the one step at each refresh (``tests/test_reference_updates.py``).
     """
     decay = _check_decay(decay)
     eps = _check_nonnegative(eps, "eps")
     if update_interval is not None:
         update_interval = _check_interval(update_interval)
+    if not isinstance(lagged_refresh, bool):
+        raise TypeError(f"`lagged_refresh` must be True or False, got {lagged_refresh!r}.")
 
     def init(position):
         ones = jax.tree.map(lambda x: jnp.ones((), jnp.result_type(x)), position)
@@ -60,9 +68,10 @@ def wenzel(decay=0.99, eps=1e-8, update_interval=None) -> Metric:
         scale = jax.tree.map(
             lambda new, old: jnp.where(count % interval == 0, new, old), fresh, state.scale
         )
+        used = state.scale if lagged_refresh else scale
         precond = Preconditioner(
-            drift=lambda t: jax.tree.map(lambda d, x: d * x, scale, t),
-            noise=lambda t: jax.tree.map(lambda d, x: jnp.sqrt(d) * x, scale, t),
+            drift=lambda t: jax.tree.map(lambda d, x: d * x, used, t),
+            noise=lambda t: jax.tree.map(lambda d, x: jnp.sqrt(d) * x, used, t),
         )
         return precond, WenzelState(avg, scale, count)
 
