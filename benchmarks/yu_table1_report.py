@@ -1,0 +1,122 @@
+"""Table 1, Fig. 3 and the equal-compute comparison (Yu et al. 2023, appendix A.6) from the
+rows that ``benchmarks/yu_table1_long.py`` writes.
+
+    python benchmarks/yu_table1_report.py docs/results/yu_table1_long.jsonl \
+        --figure docs/images/yu_fig3.png
+
+Prints a Markdown table: per run, the ensemble's test log-probability, accuracy and ECE at the
+last epoch reached, the paper's numbers beside it, and the measured wall time per epoch
+(median over segments after the first, which also compiles; one process at a time on 2 CPU
+cores, so the ratios to identity are the A.6 cost ratios) with the metrics each sampler
+reached within identity's time budget (equal compute).
+"""
+
+import argparse
+import json
+from collections import defaultdict
+
+import numpy as np
+
+# Yu et al., Table 1 (W = 400, horseshoe): test log-probability, accuracy
+PUBLISHED = {
+    ("identity", "horseshoe", 400): (-0.0750, 0.9823),
+    ("Wenzel", "horseshoe", 400): (-0.0768, 0.9807),
+    ("RMSprop", "horseshoe", 400): (-0.0678, 0.9798),
+    ("Monge", "horseshoe", 400): (-0.0629, 0.9831),
+    ("Shampoo", "horseshoe", 400): (-0.0641, 0.9820),
+}
+
+
+def load(path):
+    runs = defaultdict(list)
+    with open(path) as f:
+        for line in f:
+            row = json.loads(line)
+            runs[row["run"]].append(row)
+    for rows in runs.values():
+        rows.sort(key=lambda r: r["epoch"])
+    return runs
+
+
+def seconds_per_epoch(rows):
+    """Median wall time per epoch over the segments after the first (which also compiles)."""
+    per = [r["seconds_total"] / (r["epoch"] - p["epoch"]) for p, r in zip(rows, rows[1:])]
+    return float(np.median(per)) if per else float("nan")
+
+
+def at_budget(rows, budget):
+    """The last row whose cumulative wall time is within ``budget`` seconds."""
+    elapsed, best = 0.0, None
+    for r in rows:
+        elapsed += r["seconds_total"]
+        if elapsed <= budget:
+            best = r
+    return best
+
+
+def table(runs):
+    base = {}
+    for rows in runs.values():
+        r = rows[-1]
+        if r["sampler"] == "identity":
+            base[(r["prior"], r["width"])] = sum(x["seconds_total"] for x in rows), rows
+    lines = [
+        "| sampler | prior | W | epochs | draws | diverging draws | test log-prob | accuracy "
+        "| ECE | Yu et al. log-prob / acc | s / epoch | × identity | at identity's time: "
+        "epochs, log-prob, acc |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for rows in runs.values():
+        r = rows[-1]
+        key = (r["sampler"], r["prior"], r["width"])
+        pub = PUBLISHED.get(key, ("—", "—"))
+        spe = seconds_per_epoch(rows)
+        ident = base.get((r["prior"], r["width"]))
+        ratio, equal = "—", "—"
+        if ident is not None:
+            ratio = f"{spe / seconds_per_epoch(ident[1]):.2f}"
+            hit = at_budget(rows, ident[0])
+            if hit is not None:
+                equal = f"{hit['epoch']}, {hit['log_prob']:.4f}, {hit['accuracy']:.4f}"
+        lines.append(
+            f"| {r['sampler']} | {r['prior']} | {r['width']} | {r['epoch']} | {r['draws']} "
+            f"| {r['diverging_draws']} | {r['log_prob']:.4f} | {r['accuracy']:.4f} "
+            f"| {r['ece']:.4f} | {pub[0]} / {pub[1]} | {spe:.1f} | {ratio} | {equal} |"
+        )
+    return "\n".join(lines)
+
+
+def figure(runs, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    for rows in runs.values():
+        label = f"{rows[-1]['sampler']} ({rows[-1]['prior']}, W={rows[-1]['width']})"
+        epochs = [r["epoch"] for r in rows]
+        for ax, key in zip(axes, ("log_prob", "accuracy", "ece")):
+            ax.plot(epochs, [r[key] for r in rows], marker=".", label=label)
+    for ax, title in zip(axes, ("test log-probability", "test accuracy", "ECE")):
+        ax.set_xlabel("epoch")
+        ax.set_title(f"ensemble {title}")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("rows")
+    p.add_argument("--figure", default=None)
+    args = p.parse_args(argv)
+    runs = load(args.rows)
+    print(table(runs))
+    if args.figure:
+        figure(runs, args.figure)
+
+
+if __name__ == "__main__":
+    main()
