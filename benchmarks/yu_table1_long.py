@@ -90,8 +90,10 @@ def build_model(width, prior, batch):
     return partial(mlp_classifier, hidden=(width, width), prior=net_prior, subsample_size=batch)
 
 
-def build_kernel(name, model, updates, step_scale=1.0):
-    options = AUTHORS.get(name, {}) if updates == "authors" else {}
+def build_kernel(name, model, updates, step_scale=1.0, alpha2=None):
+    options = dict(AUTHORS.get(name, {})) if updates == "authors" else {}
+    if alpha2 is not None and name == "Monge":
+        options["alpha2"] = alpha2
     step = step_scale * LEARNING_RATES[name] / NUM_TRAIN
     return KERNELS[name](model, step, init_strategy=priors.init_to_unit_scales, **options)
 
@@ -118,7 +120,11 @@ def segment_prob_sum(model, samples, X_test):
 
 
 def run_name(args, name, seed):
-    return f"{name}_{args.prior}_W{args.width}_{args.updates}_x{args.step_scale:g}_seed{seed}"
+    monge = f"_a{args.alpha2:g}" if (name == "Monge" and args.alpha2 is not None) else ""
+    return (
+        f"{name}{monge}_{args.prior}_W{args.width}_{args.updates}_x{args.step_scale:g}"
+        f"_seed{seed}"
+    )
 
 
 def run(args, name, seed, data, out):
@@ -129,7 +135,7 @@ def run(args, name, seed, data, out):
     seg_steps = args.segment_epochs * steps_per_epoch
     total_segments = args.epochs // args.segment_epochs
     model = build_model(args.width, args.prior, args.batch)
-    kernel = build_kernel(name, model, args.updates, args.step_scale)
+    kernel = build_kernel(name, model, args.updates, args.step_scale, args.alpha2)
     saved = pickle.load(open(ckpt, "rb")) if ckpt.exists() else None
     if saved is not None and saved["segment"] >= total_segments:
         print(f"{tag}: done ({saved['segment']} segments)")
@@ -168,6 +174,7 @@ def run(args, name, seed, data, out):
             updates=args.updates,
             seed=seed,
             lr=LEARNING_RATES[name] * args.step_scale,
+            alpha2=(args.alpha2 or 1.25) if name == "Monge" else None,
             epoch=saved["segment"] * args.segment_epochs,
             steps=saved["segment"] * seg_steps,
             draws=saved["draws"],
@@ -199,6 +206,9 @@ def main(argv=None):
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--updates", default="authors", choices=["authors", "ours"])
     p.add_argument("--step-scale", type=float, default=1.0)
+    p.add_argument(
+        "--alpha2", type=float, default=None, help="Monge's alpha^2 (default 1.25, Yu et al.'s)"
+    )
     p.add_argument("--out", default="docs/results/yu_table1_long.jsonl")
     p.add_argument("--checkpoints", default="yu_table1_checkpoints")
     args = p.parse_args(argv)
