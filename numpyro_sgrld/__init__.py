@@ -35,6 +35,7 @@ from numpyro_sgrld.diagnostics import (
     kernel_stein_discrepancy,
     model_scores,
 )
+from numpyro_sgrld.equinox import random_eqx_module  # imports equinox only when called
 from numpyro_sgrld.gradients import auxiliary, minibatch_potential
 from numpyro_sgrld.haiku import random_haiku_module
 from numpyro_sgrld.inference_data import (
@@ -60,6 +61,7 @@ from numpyro_sgrld.kernels import (
     ShampooSGLD,
     WenzelSGLD,
 )
+from numpyro_sgrld.nnx import random_nnx_module  # imports flax.nnx only when called
 from numpyro_sgrld.predictive import (
     calibration_bins,
     classification_metrics,
@@ -119,6 +121,8 @@ __all__ = [
     "predictive",
     "priors",
     "random_haiku_module",
+    "random_nnx_module",
+    "random_eqx_module",
     "predict_sites",
     "classification_metrics",
     "regression_metrics",

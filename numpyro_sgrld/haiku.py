@@ -11,13 +11,10 @@ import math
 import haiku as hk
 import jax
 import jax.numpy as jnp
-import numpyro
-import numpyro.distributions as dist
 from jax import random
 from numpyro.primitives import mutable
 
-from numpyro_sgrld.gradients import auxiliary
-from numpyro_sgrld.metrics.bnp import layer_inputs_name
+from numpyro_sgrld._network_priors import record_layer_inputs, sample_parameter
 
 __all__ = ["conv_patches", "random_haiku_module", "site_name"]
 
@@ -26,36 +23,6 @@ def site_name(name, module, param):
     """Readable site name: ``"{name}/{module}/{param}"`` with Haiku's ``~/`` markers dropped,
     e.g. ``"net/mlp/linear_0/w"``."""
     return "/".join([name, module.replace("~/", ""), param])
-
-
-def _as_distribution(prior, shape):
-    if prior.batch_shape == () and prior.event_shape == ():
-        return prior.expand(shape).to_event(len(shape)) if shape else prior
-    expected = tuple(prior.batch_shape) + tuple(prior.event_shape)
-    if expected != tuple(shape):
-        raise ValueError(f"prior of shape {expected} does not match the parameter shape {shape}")
-    return prior.to_event(len(prior.batch_shape)) if prior.batch_shape else prior
-
-
-def _resolve(prior, path, haiku_path, shape):
-    """The prior for one parameter: a Distribution, or a value sampled by a callable prior."""
-    if isinstance(prior, dict):
-        for key in (path, haiku_path):
-            if key in prior:
-                return _resolve(prior[key], path, haiku_path, shape)
-        raise KeyError(
-            f"No prior for parameter '{path}' (Haiku path '{haiku_path}'); the dict prior "
-            "must have an entry for every parameter, keyed by either name."
-        )
-    if isinstance(prior, dist.Distribution):
-        return _as_distribution(prior, shape)
-    if callable(prior):
-        out = prior(path, shape)
-        return _as_distribution(out, shape) if isinstance(out, dist.Distribution) else out
-    raise TypeError(
-        "`prior` must be a numpyro Distribution, a dict by parameter path, or a callable "
-        f"(path, shape) -> Distribution or value; got {type(prior).__name__}."
-    )
 
 
 def conv_patches(module, x):
@@ -114,9 +81,9 @@ def _recording_inputs(name, fn):
 
         with hk.intercept_methods(interceptor):
             out = fn(*args, **kwargs)
-        for module, xs in inputs.items():
-            path = "/".join([name, module.replace("~/", "")])
-            auxiliary(layer_inputs_name(path), jnp.concatenate(xs, axis=0))
+        record_layer_inputs(
+            {"/".join([name, module.replace("~/", "")]): xs for module, xs in inputs.items()}
+        )
         return out
 
     return recorded
@@ -141,9 +108,10 @@ def random_haiku_module(name, transformed, input_shape, prior, *, apply_rng=None
         ``"layer_inputs:{name}/{module}"`` (:func:`numpyro_sgrld.auxiliary`), which the BNP
         metric reads (:func:`numpyro_sgrld.metrics.bnp`).
 
-    The same samplers run Flax, NNX and Equinox networks through
-    ``numpyro.contrib.module.random_flax_module`` / ``random_nnx_module`` /
-    ``random_eqx_module``: those register parameters as sample sites the same way.
+    Flax NNX and Equinox networks have the same bridge, with the same ``prior=`` and the same
+    layer inputs: :func:`numpyro_sgrld.nnx.random_nnx_module` and
+    :func:`numpyro_sgrld.equinox.random_eqx_module` (extras ``numpyro-sgrld[flax]`` and
+    ``numpyro-sgrld[equinox]``).
     """
     with_state = isinstance(transformed, hk.TransformedWithState)
     # hk.without_apply_rng(...) drops the rng argument of apply
@@ -151,19 +119,17 @@ def random_haiku_module(name, transformed, input_shape, prior, *, apply_rng=None
     dummy = jnp.zeros(input_shape)
     shapes = jax.eval_shape(transformed.init, random.PRNGKey(0), dummy)
     param_shapes = shapes[0] if with_state else shapes
-    params = {}
-    for module, entries in param_shapes.items():
-        params[module] = {}
-        for param, spec in entries.items():
-            path = site_name(name, module, param)
-            haiku_path = f"{module}/{param}"
-            shape = tuple(spec.shape)
-            resolved = _resolve(prior, path, haiku_path, shape)
-            if isinstance(resolved, dist.Distribution):
-                value = numpyro.sample(path, resolved)
-            else:
-                value = numpyro.deterministic(path, jnp.reshape(resolved, shape))
-            params[module][param] = value
+    specs = [
+        (module, param, site_name(name, module, param), f"{module}/{param}", tuple(spec.shape))
+        for module, entries in param_shapes.items()
+        for param, spec in entries.items()
+    ]
+    available = [(path, haiku_path) for _, _, path, haiku_path, _ in specs]
+    params = {module: {} for module in param_shapes}
+    for module, param, path, haiku_path, shape in specs:
+        params[module][param] = sample_parameter(
+            prior, path, haiku_path, shape, alias_label="Haiku path", available=available
+        )
     if not with_state:
         if not takes_rng:
             return _recording_inputs(

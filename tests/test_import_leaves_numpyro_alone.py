@@ -47,6 +47,12 @@ for name, attrs in before.items():
     for key in now.keys() - attrs.keys():
         if not isinstance(now[key], types.ModuleType):  # a newly imported submodule is fine
             changed.append(f"{name}.{key} added")
+# the optional extras: random_nnx_module / random_eqx_module import flax.nnx and equinox when
+# called. (Haiku, a dependency, imports flax.linen itself when Flax is installed.)
+import numpyro_sgrld.equinox, numpyro_sgrld.nnx  # noqa: E401,F401
+optional = sorted(n for n in sys.modules if n.split(".")[0] == "equinox"
+                  or n == "flax.nnx" or n.startswith("flax.nnx."))
+print("OPTIONAL:" + ";".join(optional))
 print(len(before), "modules watched")
 print("CHANGED:" + ";".join(sorted(changed)))
 """
@@ -61,6 +67,9 @@ def test_import_replaces_no_attribute_of_numpyro_or_jax():
     assert watched > 50, out.stdout  # numpyro.*, jax.*, jaxlib.* all seen
     changed = out.stdout.split("CHANGED:")[1].strip()
     assert changed == "", f"import numpyro_sgrld changed: {changed}"
+    # flax.nnx and equinox are imported by random_nnx_module / random_eqx_module, not on import
+    optional = out.stdout.split("OPTIONAL:")[1].splitlines()[0].strip()
+    assert optional == "", f"import numpyro_sgrld (.nnx, .equinox too) imported {optional}"
 
 
 def test_the_opt_in_changes_one_name_and_is_undone():

@@ -1,0 +1,168 @@
+"""Priors on Flax NNX networks: every ``nnx.Param`` of an ``nnx.Module`` becomes a NumPyro site.
+
+Flax is an optional extra (``pip install "numpyro-sgrld[flax]"``, Flax 0.12 tested); it is
+imported when :func:`random_nnx_module` is called, not when this module is.
+
+**Site names.** A parameter's site is ``"{name}/{path}"``, its path being the attribute path in
+the module joined by ``/`` (attribute names and list indices, as ``nnx.split`` reports them):
+``nnx.Sequential(nnx.Linear(...), ...)`` has ``"net/layers/0/..."``, a custom module's
+``self.head = nnx.Linear(...)`` has ``"net/head/..."``. The kernel and bias of every
+``nnx.Linear`` and ``nnx.Conv`` are named ``w`` and ``b``, as Haiku names them and as the BNP
+metric reads them (``"{layer}/w"``, ``"{layer}/b"``): ``"net/layers/0/w"``, ``"net/layers/0/b"``;
+every other parameter keeps its attribute name (``"net/norm/scale"``). Their layout is Flax's,
+which is Haiku's: a dense kernel is (in, out), a convolution's (*kernel, in, out), so the
+fan-in of :mod:`numpyro_sgrld.priors` (product of all but the last axis) is the layer's.
+A module shared by two attributes has its parameters once, under the first path.
+"""
+
+import jax
+import jax.numpy as jnp
+from numpyro.primitives import mutable
+
+from numpyro_sgrld._network_priors import (
+    check_name,
+    join_path,
+    layer_inputs_sink,
+    record_layer_inputs,
+    rename_dense_leaf,
+    sample_parameter,
+)
+
+__all__ = ["random_nnx_module"]
+
+#: The site leaf names of a dense or convolution layer's parameters.
+DENSE_LEAVES = {"kernel": "w", "bias": "b"}
+
+
+def _import_nnx():
+    try:
+        from flax import nnx
+    except ImportError as e:
+        raise ImportError(
+            "random_nnx_module needs Flax: pip install \"numpyro-sgrld[flax]\" "
+            "(Flax 0.12 tested)."
+        ) from e
+    return nnx
+
+
+def _check_module(nnx, module):
+    if isinstance(module, nnx.Module):
+        return module
+    if isinstance(module, type):
+        raise TypeError(
+            f"`module` must be an nnx.Module instance; got the class {module.__name__}: "
+            f"construct it first, e.g. {module.__name__}(..., rngs=nnx.Rngs(0))."
+        )
+    raise TypeError(
+        f"`module` must be an nnx.Module instance (e.g. nnx.Linear(3, 4, rngs=nnx.Rngs(0))); "
+        f"got {type(module).__name__}. For Equinox modules use "
+        "numpyro_sgrld.equinox.random_eqx_module, for Haiku random_haiku_module."
+    )
+
+
+def _dense_layers(nnx, module):
+    """Paths (tuples) of the module's ``nnx.Linear`` and ``nnx.Conv`` layers."""
+    return {
+        tuple(path)
+        for path, node in nnx.iter_graph(module)
+        if isinstance(node, (nnx.Linear, nnx.Conv))
+    }
+
+
+def _recording_dot_general(dot_general, key, sink):
+    """``dot_general`` that first hands its left operand, the layer's inputs, as rows × fan-in
+    to ``sink(key, ...)`` (``nnx.Linear`` computes ``dot_general(inputs, kernel, ...)``)."""
+
+    def recorded(x, *args, **kwargs):
+        sink(key, jnp.reshape(x, (-1, jnp.shape(x)[-1])))
+        return dot_general(x, *args, **kwargs)
+
+    return recorded
+
+
+def _record_linear_inputs(nnx, model, name, sink):
+    """Make every ``nnx.Linear`` of ``model`` (a fresh ``nnx.merge``, used for one call) hand
+    its inputs to ``sink`` under ``"{name}/{layer path}"``."""
+    linears = [
+        (path, node) for path, node in nnx.iter_graph(model) if isinstance(node, nnx.Linear)
+    ]
+    for path, node in linears:
+        key = join_path([name, *path])
+        node.dot_general = _recording_dot_general(node.dot_general, key, sink)
+
+
+def _state(nnx, variables, values):
+    """A fresh ``nnx.State``: each of ``variables`` (``(path, Variable)``) with a new value."""
+    return nnx.from_flat_state(
+        [(path, var.replace(value)) for (path, var), value in zip(variables, values)]
+    )
+
+
+def random_nnx_module(name, module, prior):
+    """Register the parameters of a Flax NNX network as NumPyro sample sites; return ``apply``.
+
+    :param name: prefix of the site names (see the module docstring: ``"net/layers/0/w"``).
+    :param module: an ``nnx.Module`` instance; its parameters' values are not used (only their
+        paths and shapes), and it is not modified.
+    :param prior: a NumPyro distribution (scalar ones are expanded to every parameter), a dict
+        by site name or NNX path (``"layers/0/kernel"``), or a callable ``(path, shape)``
+        returning a distribution or a value, such as :func:`numpyro_sgrld.priors.horseshoe`
+        (the same forms as :func:`~numpyro_sgrld.haiku.random_haiku_module`).
+    :return: ``apply(*args, **kwargs)``: the module, with the sampled parameters, called on the
+        arguments. Its other state (``nnx.BatchStat``, ``nnx.Rngs`` counters, any variable that
+        is not an ``nnx.Param``) is the ``numpyro.mutable`` site ``"{name}$state"``
+        (``{"state": {path: value}}``, not sampled), updated on every call. Every call records
+        the inputs of each ``nnx.Linear`` (rows × fan-in, a layer's calls stacked) as the
+        auxiliary value ``"layer_inputs:{name}/{layer path}"``, which the BNP metric
+        (:func:`numpyro_sgrld.metrics.bnp`) reads with the sites ``".../w"``, ``".../b"``.
+        A layer called inside a JAX transformation of the module's own (``nnx.scan``,
+        ``nnx.vmap``, ``jax.checkpoint``) is not recorded (its inputs there are values of the
+        inner trace), so BNP leaves it unpreconditioned.
+    """
+    nnx = _import_nnx()
+    check_name(name)
+    _check_module(nnx, module)
+    graphdef, params, rest = nnx.split(module, nnx.Param, ...)
+    param_vars = list(nnx.to_flat_state(params))
+    rest_vars = list(nnx.to_flat_state(rest))
+    dense = _dense_layers(nnx, module)
+    specs = [
+        (f"{name}/{rename_dense_leaf(path, dense, DENSE_LEAVES)}", join_path(path), var.shape)
+        for path, var in param_vars
+    ]
+    available = [(site, alias) for site, alias, _ in specs]
+    values = [
+        sample_parameter(prior, site, alias, tuple(shape), alias_label="NNX path",
+                         available=available)
+        for site, alias, shape in specs
+    ]
+    param_state = _state(nnx, param_vars, values)
+
+    state_site = None
+    if rest_vars:
+        state_site = mutable(f"{name}$state")
+        if state_site is None:
+            state_site = mutable(
+                f"{name}$state", {"state": {join_path(p): v.get_value() for p, v in rest_vars}}
+            )
+
+    def apply(*args, **kwargs):
+        rest_state = _state(
+            nnx,
+            rest_vars,
+            [state_site["state"][join_path(p)] for p, _ in rest_vars] if state_site else [],
+        )
+        model = nnx.merge(graphdef, param_state, rest_state, copy=True)
+        inputs = {}
+        _record_linear_inputs(nnx, model, name, layer_inputs_sink(inputs))
+        out = model(*args, **kwargs)
+        if state_site is not None:
+            _, _, new_rest = nnx.split(model, nnx.Param, ...)
+            state_site["state"] = {
+                join_path(p): jax.lax.stop_gradient(v.get_value())
+                for p, v in nnx.to_flat_state(new_rest)
+            }
+        record_layer_inputs(inputs)
+        return out
+
+    return apply
