@@ -19,6 +19,7 @@ from numpyro_sgrld import (
     priors,
     schedules,
     sharding,
+    streaming,
 )
 from numpyro_sgrld._adapter import SGMCMC, SGMCMCKernel, SGState
 from numpyro_sgrld._compat import (
@@ -72,6 +73,16 @@ from numpyro_sgrld.predictive import (
 )
 from numpyro_sgrld.schedules import constant, cyclical, polynomial_decay
 from numpyro_sgrld.sharding import data_mesh
+from numpyro_sgrld.streaming import (
+    Accumulator,
+    StreamedRun,
+    classification_accumulator,
+    classification_metrics_from,
+    load_streamed,
+    regression_accumulator,
+    regression_metrics_from,
+    run_streaming,
+)
 from numpyro_sgrld.subsample import SubsamplePlate, find_subsample_plates, full_batch
 
 __version__ = "0.1.0"
@@ -121,6 +132,15 @@ __all__ = [
     "predictive",
     "priors",
     "random_haiku_module",
+    "streaming",
+    "run_streaming",
+    "load_streamed",
+    "StreamedRun",
+    "Accumulator",
+    "classification_accumulator",
+    "classification_metrics_from",
+    "regression_accumulator",
+    "regression_metrics_from",
     "random_nnx_module",
     "random_eqx_module",
     "predict_sites",

@@ -17,6 +17,10 @@ total length (``tests/test_checkpoint.py`` checks it bit for bit)::
     save_checkpoint(mcmc, "run.ckpt", previous=checkpoint)   # all draws so far
     draws = load_checkpoint("run.ckpt").samples        # (chains, 10000 draws, ...)
 
+With ``keep_draws=False`` a checkpoint holds the state and the segment lengths only, for runs
+whose draws are kept elsewhere (:func:`numpyro_sgrld.streaming.run_streaming` appends them to a
+NetCDF file and keeps such a checkpoint beside it).
+
 The file is a pickle of NumPy arrays and the state's ``NamedTuple`` classes (load only files
 you wrote: unpickling runs code named in the file). The kernel itself is not saved: build the
 same kernel (same model, options and step size or ``step_size=None``) to resume; an adapted
@@ -62,37 +66,78 @@ def _joined(previous, new):
     return {k: np.concatenate([previous[k], new[k]], axis=1) for k in new}
 
 
-def save_checkpoint(mcmc, path, previous=None):
-    """Write ``mcmc``'s ``last_state`` and the draws (and extra fields) of its last run to
-    ``path``; with ``previous`` (the :class:`Checkpoint` this run resumed), the draws of all
-    segments so far. The file is written to a temporary name and renamed, so an interruption
-    while saving leaves the old checkpoint intact. Returns the :class:`Checkpoint`."""
+def _segment_draws(mcmc):
+    """The number of draws per chain of ``mcmc``'s last run (its shape only: nothing is copied
+    to the host)."""
+    leaves = jax.tree.leaves(mcmc.get_samples(group_by_chain=True))
+    return int(np.shape(leaves[0])[1]) if leaves else 0
+
+
+def _checkpoint_of(mcmc, previous=None, keep_draws=True):
+    """The :class:`Checkpoint` :func:`save_checkpoint` writes, without writing it."""
     if mcmc.last_state is None:
         raise ValueError("`mcmc` has not run: there is no state to save. Call mcmc.run first.")
-    samples = _to_numpy(mcmc.get_samples(group_by_chain=True))
-    extra = _to_numpy(mcmc.get_extra_fields(group_by_chain=True))
-    drawn = next(iter(jax.tree.leaves(samples))).shape[1] if samples else 0
-    checkpoint = Checkpoint(
+    if keep_draws and previous is not None and sum(previous.num_draws) and not previous.samples:
+        raise ValueError(
+            "`previous` holds no draws (it was saved with keep_draws=False), so the draws of "
+            "all segments cannot be joined: save with keep_draws=False too, or pass "
+            "previous=None to save this segment's draws alone."
+        )
+    if keep_draws:
+        samples = _to_numpy(mcmc.get_samples(group_by_chain=True))
+        extra = _to_numpy(mcmc.get_extra_fields(group_by_chain=True))
+        samples = _joined(None if previous is None else previous.samples, samples)
+        extra = _joined(None if previous is None else previous.extra_fields, extra)
+    else:
+        samples, extra = {}, {}
+    return Checkpoint(
         state=_to_numpy(mcmc.last_state),
-        samples=_joined(None if previous is None else previous.samples, samples),
-        extra_fields=_joined(None if previous is None else previous.extra_fields, extra),
-        num_draws=(() if previous is None else tuple(previous.num_draws)) + (drawn,),
+        samples=samples,
+        extra_fields=extra,
+        num_draws=(() if previous is None else tuple(previous.num_draws))
+        + (_segment_draws(mcmc),),
     )
+
+
+def _write(path, checkpoint, **attachments):
+    """Write ``checkpoint`` (and picklable ``attachments``, which :func:`load_checkpoint`
+    ignores and ``_attachments`` returns) to ``path``: to a temporary name, then
+    renamed, so an interruption while saving leaves the old file intact."""
     path = Path(path)
     partial = path.with_name(path.name + ".partial")
     with open(partial, "wb") as f:
-        pickle.dump({"format": _FORMAT, "checkpoint": checkpoint._asdict()}, f)
+        pickle.dump({"format": _FORMAT, "checkpoint": checkpoint._asdict(), **attachments}, f)
     partial.replace(path)
+
+
+def save_checkpoint(mcmc, path, previous=None, *, keep_draws=True):
+    """Write ``mcmc``'s ``last_state`` and the draws (and extra fields) of its last run to
+    ``path``; with ``previous`` (the :class:`Checkpoint` this run resumed), the draws of all
+    segments so far. With ``keep_draws=False``, the state and the segment lengths
+    (``num_draws``) only: no draws are copied or written. The file is written to a temporary
+    name and renamed, so an interruption while saving leaves the old checkpoint intact.
+    Returns the :class:`Checkpoint`."""
+    checkpoint = _checkpoint_of(mcmc, previous, keep_draws)
+    _write(path, checkpoint)
     return checkpoint
 
 
-def load_checkpoint(path):
-    """The :class:`Checkpoint` saved at ``path`` (its state as JAX arrays, ready to resume)."""
+def _read(path):
     with open(path, "rb") as f:
         saved = pickle.load(f)  # noqa: S301 (documented: load only files you wrote)
     if not isinstance(saved, dict) or saved.get("format") != _FORMAT:
         raise ValueError(f"{str(path)!r} is not a numpyro_sgrld checkpoint (format {_FORMAT}).")
-    checkpoint = Checkpoint(**saved["checkpoint"])
+    return saved
+
+
+def _attachments(path):
+    """The ``attachments`` ``_write`` saved beside the checkpoint at ``path``."""
+    return {k: v for k, v in _read(path).items() if k not in ("format", "checkpoint")}
+
+
+def load_checkpoint(path):
+    """The :class:`Checkpoint` saved at ``path`` (its state as JAX arrays, ready to resume)."""
+    checkpoint = Checkpoint(**_read(path)["checkpoint"])
     state = jax.tree.map(
         lambda x: jnp.asarray(x) if isinstance(x, np.ndarray | np.generic) else x,
         checkpoint.state,

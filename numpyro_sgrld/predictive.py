@@ -109,6 +109,12 @@ def classification_metrics(
     ``mce`` and the mean predictive ``probs`` (for :func:`calibration_bins` and
     :func:`numpyro_sgrld.plots.plot_reliability`)."""
     log_mean = _chunked_mean_log_probs(model, samples, X, logits_site, batch_size, model_kwargs)
+    return _classification_scores(log_mean, y, num_bins)
+
+
+def _classification_scores(log_mean, y, num_bins):
+    """:func:`classification_metrics` from the log of the ensemble's mean class probabilities
+    (points x classes)."""
     y = np.asarray(y)
     probs = np.exp(log_mean)
     return {
@@ -124,10 +130,17 @@ def regression_metrics(mean, scale, y):
     """Ensemble RMSE and Gaussian test log-likelihood from per-draw predictive means and
     scales (arrays ``draws x points``; ``scale`` may broadcast, e.g. ``draws x 1``)."""
     mean, y = np.asarray(mean, np.float64), np.asarray(y, np.float64)
-    scale = np.broadcast_to(np.asarray(scale, np.float64), mean.shape)
-    log_density = -0.5 * ((y - mean) / scale) ** 2 - np.log(scale) - 0.5 * np.log(2 * np.pi)
+    log_density = _gaussian_log_density(mean, scale, y)
     per_point = logsumexp(log_density, axis=0) - np.log(mean.shape[0])
     return {
         "rmse": float(np.sqrt(np.mean((mean.mean(axis=0) - y) ** 2))),
         "test_ll": float(np.mean(per_point)),
     }
+
+
+def _gaussian_log_density(mean, scale, y):
+    """The Gaussian log-density ``log N(y | mean, scale^2)`` in float64, ``scale`` broadcast to
+    ``mean``'s shape (draws x points)."""
+    mean, y = np.asarray(mean, np.float64), np.asarray(y, np.float64)
+    scale = np.broadcast_to(np.asarray(scale, np.float64), mean.shape)
+    return -0.5 * ((y - mean) / scale) ** 2 - np.log(scale) - 0.5 * np.log(2 * np.pi)
