@@ -317,8 +317,8 @@ class SGMCMC(MCMCKernel):
         if sampling_steps is not None:
             self._sampling_steps = integer(
                 sampling_steps, "sampling_steps",
-                hint="It is the number of steps after warm-up (MCMC's num_samples * thinning), "
-                "or None.",
+                hint="It is the number of steps after warm-up (MCMC's num_samples, which counts "
+                "steps: the draws kept are num_samples // thinning), or None.",
             )
         self._exploration = None  # cyclical SG-MCMC: (cycle length, exploration steps)
         self._num_data_arg = _check_num_data(num_data)
