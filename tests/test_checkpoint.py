@@ -52,9 +52,10 @@ def test_save_load_resume_equals_one_uninterrupted_run(make, chains, warmup, tmp
     saved = load_checkpoint(path)
     assert saved.num_draws == (60, 40)
     expected = np.asarray(long.get_samples(group_by_chain=True)["w"])
-    np.testing.assert_allclose(saved.samples["w"], expected, rtol=1e-6, atol=1e-7)
-    np.testing.assert_allclose(saved.extra_fields["step_size"],
-                               long.get_extra_fields(group_by_chain=True)["step_size"])
+    # bit for bit: the segments run the same compiled steps from the same states and keys
+    np.testing.assert_array_equal(saved.samples["w"], expected)
+    np.testing.assert_array_equal(saved.extra_fields["step_size"],
+                                  long.get_extra_fields(group_by_chain=True)["step_size"])
     np.testing.assert_array_equal(np.asarray(saved.state.i), np.asarray(long.last_state.i))
 
 
