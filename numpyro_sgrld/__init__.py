@@ -8,6 +8,7 @@ kernels are presets of it.
 """
 
 from numpyro_sgrld import (
+    conv_priors,
     correction,
     diagnostics,
     gradients,
@@ -132,6 +133,7 @@ __all__ = [
     "predictive",
     "priors",
     "random_haiku_module",
+    "conv_priors",
     "streaming",
     "run_streaming",
     "load_streamed",
