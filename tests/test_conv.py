@@ -256,7 +256,12 @@ def _run(model, kernel):
 
 
 @pytest.mark.parametrize(
-    "model, kernel", [("cnn", "PSGLD"), ("cnn", "ShampooSGLD"), ("resnet", "SGLD")]
+    "model, kernel",
+    [
+        pytest.param("cnn", "PSGLD", marks=pytest.mark.slow),
+        ("cnn", "ShampooSGLD"),
+        pytest.param("resnet", "SGLD", marks=pytest.mark.slow),
+    ],
 )
 def test_samplers_take_finite_steps_on_conv_nets(model, kernel):
     mcmc = _run(model, kernel)
@@ -270,6 +275,7 @@ def test_samplers_take_finite_steps_on_conv_nets(model, kernel):
         assert np.all(np.isfinite(value)), name
 
 
+@pytest.mark.slow
 def test_shampoo_factors_of_conv_kernels():
     """How Shampoo blocks the MNIST conv net's tensors (docs/conv_nets.md): size-1 axes
     dropped, axes merged while the product stays <= 128, larger axes split evenly."""

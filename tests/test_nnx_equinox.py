@@ -304,6 +304,7 @@ def test_bnp_reads_the_recorded_inputs_of_every_dense_layer(lib):
                                atol=1e-6)
 
 
+@pytest.mark.slow
 def test_bnpsgld_runs_on_the_networks_with_a_subsampled_plate():
     X, y = _data(40)
     model, layers = _regression(batch=8)

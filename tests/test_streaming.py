@@ -128,6 +128,7 @@ def test_an_interrupted_run_resumes_to_the_same_file(tmp_path):
     assert again.complete and again.num_draws == 12
 
 
+@pytest.mark.slow
 def test_on_the_fly_classification_metrics_equal_those_of_all_draws(tmp_path):
     rng = np.random.default_rng(0)
     X_all = rng.normal(size=(90, 4)).astype(np.float32)
@@ -151,6 +152,7 @@ def test_on_the_fly_classification_metrics_equal_those_of_all_draws(tmp_path):
     assert 0 < got["accuracy"] < 1 and got["log_prob"] < 0
 
 
+@pytest.mark.slow
 def test_regression_sums_over_segments_equal_the_metrics_of_all_draws():
     rng = np.random.default_rng(1)
     X_test = jnp.asarray(rng.normal(size=(25, 2)), jnp.float32)
