@@ -259,7 +259,7 @@ def _run(model, kernel):
     "model, kernel",
     [
         pytest.param("cnn", "PSGLD", marks=pytest.mark.slow),
-        ("cnn", "ShampooSGLD"),
+        pytest.param("cnn", "ShampooSGLD", marks=pytest.mark.slow),
         pytest.param("resnet", "SGLD", marks=pytest.mark.slow),
     ],
 )

@@ -12,6 +12,9 @@ import numpyro_sgrld
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+# pages whose examples repeat what their own test files check, and take seconds to compile:
+# in the slow set (tests/test_streaming.py, tests/test_conv.py run in the default run)
+SLOW_PAGES = {"streaming.md", "conv_nets.md"}
 
 
 def _blocks(page):
@@ -19,7 +22,13 @@ def _blocks(page):
 
 
 @pytest.mark.parametrize(
-    "page", [p for p in PAGES if _blocks(p)], ids=lambda p: p.relative_to(ROOT).as_posix()
+    "page",
+    [
+        pytest.param(p, marks=pytest.mark.slow) if p.name in SLOW_PAGES else p
+        for p in PAGES
+        if _blocks(p)
+    ],
+    ids=lambda p: p.relative_to(ROOT).as_posix(),
 )
 def test_code_blocks_run(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a page that writes files writes them here
