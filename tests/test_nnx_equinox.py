@@ -148,7 +148,7 @@ def test_sites_are_named_by_path_shaped_in_out_and_used_by_the_network(lib):
     np.testing.assert_allclose(aux[layer_inputs_name(f"net/{l1}")], h, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("form", ["gaussian", "horseshoe"])
+@pytest.mark.parametrize("form", [pytest.param("gaussian", marks=pytest.mark.slow), "horseshoe"])
 def test_prior_log_density_by_hand(lib, form):
     prior = priors.gaussian() if form == "gaussian" else priors.horseshoe("layer")
     model = _model(lib, lib.mlp(), prior)
@@ -273,6 +273,7 @@ def _start(model, X, y):
     return {k: s["value"] for k, s in tr.items() if s["type"] == "sample" and not s["is_observed"]}
 
 
+@pytest.mark.slow
 def test_sgld_with_a_subsampled_plate_gives_finite_draws_for_every_site():
     X, y = _data(40)
     model, layers = _regression(batch=8)

@@ -328,7 +328,9 @@ DEFAULTS = {
 }
 
 
-@pytest.mark.parametrize("name", list(DEFAULTS))
+@pytest.mark.parametrize(
+    "name", [n if n == "Shampoo" else pytest.param(n, marks=pytest.mark.slow) for n in DEFAULTS]
+)
 def test_our_defaults_differ_from_the_authors_where_documented(name):
     """Each switch matters: without it the chains part by far more than the tolerance."""
     reference, metric, lr = DEFAULTS[name]
