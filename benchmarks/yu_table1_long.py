@@ -71,16 +71,6 @@ KERNELS = {
     "Shampoo": ShampooSGLD,
     "BNP": BNPSGLD,
 }
-# Yu et al., Table 1 (W = 400, horseshoe): test log-probability, accuracy
-PUBLISHED = {
-    "identity": (-0.0750, 0.9823),
-    "Wenzel": (-0.0768, 0.9807),
-    "RMSprop": (-0.0678, 0.9798),
-    "Monge": (-0.0629, 0.9831),
-    "Shampoo": (-0.0641, 0.9820),
-}
-
-
 def build_model(width, prior, batch):
     net_prior = (
         priors.horseshoe("layer", parametrisation="softplus")

@@ -124,3 +124,22 @@ def rename_dense_leaf(parts, dense_layers, names):
     if tuple(layer) in dense_layers and leaf in names:
         leaf = names[leaf]
     return join_path([*layer, leaf])
+
+
+def check_module(module, base, kind, construct, example, others):
+    """``module`` if it is an instance of ``base``; otherwise a ``TypeError`` that names the
+    library (``kind``, e.g. ``"nnx.Module"``), how to construct a class that was passed
+    instead of an instance (``construct``), an ``example`` and the bridges of the
+    ``others``."""
+    if isinstance(module, base):
+        return module
+    if isinstance(module, type):
+        raise TypeError(
+            f"`module` must be an {kind} instance; got the class {module.__name__}: "
+            f"construct it first, e.g. {module.__name__}(..., {construct})."
+        )
+    raise TypeError(
+        f"`module` must be an {kind} instance (e.g. {example}); got {type(module).__name__}. "
+        f"{others}"
+    )
+

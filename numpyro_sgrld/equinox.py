@@ -30,6 +30,7 @@ import jax.numpy as jnp
 from jax.tree_util import DictKey, FlattenedIndexKey, GetAttrKey, SequenceKey
 
 from numpyro_sgrld._network_priors import (
+    check_module,
     check_name,
     join_path,
     layer_inputs_sink,
@@ -56,17 +57,14 @@ def _import_equinox():
 
 
 def _check_module(eqx, module):
-    if isinstance(module, eqx.Module):
-        return module
-    if isinstance(module, type):
-        raise TypeError(
-            f"`module` must be an eqx.Module instance; got the class {module.__name__}: "
-            f"construct it first, e.g. {module.__name__}(..., key=jax.random.key(0))."
-        )
-    raise TypeError(
-        "`module` must be an eqx.Module instance (e.g. eqx.nn.MLP(3, 1, 8, 1, "
-        f"key=jax.random.key(0))); got {type(module).__name__}. For Flax NNX modules use "
-        "numpyro_sgrld.nnx.random_nnx_module, for Haiku random_haiku_module."
+    return check_module(
+        module,
+        eqx.Module,
+        "eqx.Module",
+        "key=jax.random.key(0)",
+        "eqx.nn.MLP(3, 1, 8, 1, key=jax.random.key(0))",
+        "For Flax NNX modules use numpyro_sgrld.nnx.random_nnx_module, for Haiku "
+        "random_haiku_module.",
     )
 
 

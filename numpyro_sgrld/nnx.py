@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from numpyro.primitives import mutable
 
 from numpyro_sgrld._network_priors import (
+    check_module,
     check_name,
     join_path,
     layer_inputs_sink,
@@ -46,17 +47,14 @@ def _import_nnx():
 
 
 def _check_module(nnx, module):
-    if isinstance(module, nnx.Module):
-        return module
-    if isinstance(module, type):
-        raise TypeError(
-            f"`module` must be an nnx.Module instance; got the class {module.__name__}: "
-            f"construct it first, e.g. {module.__name__}(..., rngs=nnx.Rngs(0))."
-        )
-    raise TypeError(
-        f"`module` must be an nnx.Module instance (e.g. nnx.Linear(3, 4, rngs=nnx.Rngs(0))); "
-        f"got {type(module).__name__}. For Equinox modules use "
-        "numpyro_sgrld.equinox.random_eqx_module, for Haiku random_haiku_module."
+    return check_module(
+        module,
+        nnx.Module,
+        "nnx.Module",
+        "rngs=nnx.Rngs(0)",
+        "nnx.Linear(3, 4, rngs=nnx.Rngs(0))",
+        "For Equinox modules use numpyro_sgrld.equinox.random_eqx_module, for Haiku "
+        "random_haiku_module.",
     )
 
 
