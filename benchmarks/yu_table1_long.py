@@ -71,6 +71,8 @@ KERNELS = {
     "Shampoo": ShampooSGLD,
     "BNP": BNPSGLD,
 }
+
+
 def build_model(width, prior, batch):
     net_prior = (
         priors.horseshoe("layer", parametrisation="softplus")
