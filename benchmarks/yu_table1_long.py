@@ -132,7 +132,10 @@ def run(args, name, seed, data, out):
     if saved is not None and saved["segment"] >= total_segments:
         print(f"{tag}: done ({saved['segment']} segments)")
         return
-    common = dict(thinning=args.thinning, progress_bar=False)
+    # jit_model_args: the data are arguments of one compiled program reused by every segment;
+    # without it each segment compiles anew with the 157 MB training set baked in as a
+    # constant, and the executables pile up (~0.3 GB per segment).
+    common = dict(thinning=args.thinning, progress_bar=False, jit_model_args=True)
     first = MCMC(kernel, num_warmup=args.burn_in, num_samples=seg_steps - args.burn_in, **common)
     later = MCMC(kernel, num_warmup=0, num_samples=seg_steps, **common)
     if saved is None:

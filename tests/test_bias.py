@@ -172,15 +172,24 @@ def _check_corrected(name, correction, size):
         assert binned_frequency_test(x, equal_mass_edges(uncorrected))[1] < LEVEL
 
 
-@pytest.mark.parametrize("name", ["psgld", "monge", "adam"])
+# PSGLD in the default run; Monge and Adam (fast and full size) in the slow set
+@pytest.mark.parametrize(
+    "name",
+    [
+        "psgld",
+        pytest.param("monge", marks=pytest.mark.slow),
+        pytest.param("adam", marks=pytest.mark.slow),
+    ],
+)
 def test_uncorrected_kernels_converge_to_the_predicted_biased_density(name):
     _check_uncorrected(name, FAST)
 
 
-@pytest.mark.parametrize("name", ["psgld", "monge"])
+@pytest.mark.parametrize("name", ["psgld", pytest.param("monge", marks=pytest.mark.slow)])
 def test_corrected_kernels_sample_the_target(name):
-    """One Γ form per kernel in the default run (exact for PSGLD, Hutchinson for Monge);
-    both forms for both kernels at full size in the slow set."""
+    """The exact Γ for PSGLD in the default run (Hutchinson's estimate is checked against the
+    exact Γ in tests/test_metrics.py); Monge with Hutchinson's, and both forms for both kernels
+    at full size, in the slow set."""
     _check_corrected(name, {"psgld": "exact", "monge": "hutchinson"}[name], FAST)
 
 

@@ -13,8 +13,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 # pages whose examples repeat what their own test files check, and take seconds to compile:
-# in the slow set (tests/test_streaming.py, tests/test_conv.py run in the default run)
-SLOW_PAGES = {"streaming.md", "conv_nets.md"}
+# in the slow set (tests/test_streaming.py, test_conv.py, test_bnp.py and test_sampling_loop.py
+# run in the default run)
+SLOW_PAGES = {"streaming.md", "conv_nets.md", "bnp.md", "scaling.md"}
 
 
 def _blocks(page):

@@ -235,7 +235,14 @@ def test_exact_correction_matches_monge_closed_form(seed):
     np.testing.assert_allclose(gamma, expected, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["rmsprop", "monge", "shampoo"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "monge",
+        pytest.param("rmsprop", marks=pytest.mark.slow),
+        pytest.param("shampoo", marks=pytest.mark.slow),
+    ],
+)
 def test_hutchinson_is_unbiased_for_exact(name):
     A, grad_fn, theta, prev, N = _quadratic(3)
     if name == "rmsprop":
@@ -321,14 +328,27 @@ def test_lagged_correction_forms():
     state = metrics.RMSpropState(prev, jnp.zeros((), jnp.int32))
     full = _flat(correction_drift("exact", None, theta, grad_fn, metric, state, _ctx(N)))
     start = init_correction(theta)
-    instant, _ = lagged_correction("exact", None, theta, grad_fn, metric, state, start, 0.1, 1.0,
-                                   form="instant", context=_ctx(N))
+    instant, _ = lagged_correction(
+        "exact",
+        None,
+        theta,
+        grad_fn,
+        metric,
+        state,
+        start,
+        0.1,
+        1.0,
+        form="instant",
+        context=_ctx(N),
+    )
     np.testing.assert_allclose(_flat(instant), full, rtol=1e-6)
-    tiny, _ = lagged_correction("exact", None, theta, grad_fn, metric, state, start, 1e-9, 1.0,
-                                context=_ctx(N))
+    tiny, _ = lagged_correction(
+        "exact", None, theta, grad_fn, metric, state, start, 1e-9, 1.0, context=_ctx(N)
+    )
     np.testing.assert_allclose(_flat(tiny), full, rtol=1e-3)
-    lagged, new = lagged_correction("exact", None, theta, grad_fn, metric, state, start, 0.1, 1.0,
-                                    context=_ctx(N))
+    lagged, new = lagged_correction(
+        "exact", None, theta, grad_fn, metric, state, start, 0.1, 1.0, context=_ctx(N)
+    )
     terms = correction_terms("exact", None, theta, grad_fn, metric, state, _ctx(N))
     kappa = lag_response(0.1 * np.abs(np.asarray(terms.curvature)), 0.9, 2)
     assert np.all(np.abs(_flat(lagged)) <= np.abs(kappa * full) * (1 + 1e-6))

@@ -217,6 +217,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_progress_bar_shows_chunked_counts_and_leaves_the_draws_alone(tmp_path):
     import json
     import os

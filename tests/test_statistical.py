@@ -121,10 +121,11 @@ def _run_regression(kernel, regression, num_samples=20000, num_warmup=2000, key=
     "name, kernel, law",
     [
         ("sgld", lambda m: SGLD(m, step_size=1e-6), dict(step_size=1e-6)),
-        (
+        pytest.param(
             "sghmc",
             lambda m: SGHMC(m, step_size=1e-7, friction=0.1),
             dict(step_size=1e-7, kind="sghmc", friction=0.1),
+            marks=pytest.mark.slow,
         ),
     ],
     ids=["sgld", "sghmc"],
@@ -264,7 +265,7 @@ def _adaptive_law(name, regression):
 @pytest.mark.parametrize(
     "name",
     [
-        n if n in ("psgld", "monge") else pytest.param(n, marks=pytest.mark.slow)
+        n if n == "psgld" else pytest.param(n, marks=pytest.mark.slow)
         for n in sorted(ADAPTIVE)
     ],
 )

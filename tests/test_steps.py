@@ -195,14 +195,15 @@ ALL_KERNELS = {
 }
 
 
-# In the default run: SGLD (the adapter's shapes and chain methods) and Shampoo (its blocks
-# and reshaping); the other kernels' steps on these shapes are in the slow set (their metrics
-# are checked on pytrees in tests/test_metrics.py and tests/test_composition.py).
+# In the default run: SGLD (the adapter's shapes and chain methods); the other kernels' steps
+# on these shapes are in the slow set (their metrics are checked on pytrees in
+# tests/test_metrics.py and tests/test_composition.py, Shampoo's blocks and reshaping below
+# and in tests/test_reference_updates.py).
 
 
 @pytest.mark.parametrize(
     "name",
-    [n if n in ("sgld", "shampoo") else pytest.param(n, marks=pytest.mark.slow)
+    [n if n == "sgld" else pytest.param(n, marks=pytest.mark.slow)
      for n in sorted(ALL_KERNELS)],
 )
 def test_every_kernel_on_several_shapes_and_chain_methods(name):
