@@ -1,6 +1,7 @@
 """Streaming draws to disk: the file equals one in-memory run, an interrupted run resumes to
 the same file, on-the-fly predictive metrics equal those of all draws, bad input is refused."""
 
+import warnings
 from functools import partial
 from typing import NamedTuple
 
@@ -15,6 +16,7 @@ from numpyro.infer import MCMC, Predictive
 from numpyro_sgrld.models import linear_regression as lr
 from numpyro_sgrld.models.bnn import mlp_classifier, mlp_regressor
 
+import numpyro_sgrld
 from numpyro_sgrld import SGLD, load_checkpoint, priors, save_checkpoint, to_inference_data
 from numpyro_sgrld.predictive import classification_metrics, regression_metrics
 from numpyro_sgrld.streaming import (
@@ -29,7 +31,9 @@ from numpyro_sgrld.streaming import (
 )
 
 X, Y, _ = lr.make_data(seed=1, num_data=100, num_features=3)
-CHAINS = dict(num_chains=2, chain_method="vectorized", progress_bar=False)
+# jit_model_args: one compiled program for all segments (run_streaming warns without it)
+CHAINS = dict(num_chains=2, chain_method="vectorized", progress_bar=False,
+              jit_model_args=True)
 
 
 def regression(X, y=None):
@@ -249,3 +253,19 @@ def test_rejected_steps_and_non_finite_values_are_written_and_flagged(tmp_path):
     assert idata.sample_stats["diverging"].values.all()
     np.testing.assert_array_equal(idata.sample_stats["num_rejected"].values[:, -1], [8, 8])
     assert (w < 0).any() and np.array_equal(np.isnan(root), w < 0)
+
+
+def test_a_run_that_would_recompile_every_segment_is_warned_about():
+    # NumPyro's loop without jit_model_args compiles each segment anew with the data as
+    # constants, and memory grows by about the data's size per segment (docs/streaming.md)
+    from numpyro_sgrld.streaming import _warn_if_recompiling
+
+    with pytest.warns(UserWarning, match="jit_model_args=False.*each segment again.*"
+                      "jit_model_args=True.*enable_fast_sampling_loop"):
+        _warn_if_recompiling(_mcmc(jit_model_args=False), 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _warn_if_recompiling(_mcmc(jit_model_args=True), 3)
+        _warn_if_recompiling(_mcmc(jit_model_args=False), 1)  # one segment compiles once
+        with numpyro_sgrld.fast_sampling_loop():  # the SG kernels' own loop keeps one program
+            _warn_if_recompiling(_mcmc(jit_model_args=False), 3)
