@@ -5,10 +5,15 @@ rows that ``benchmarks/yu_table1_long.py`` writes.
         --figure docs/images/yu_fig3.png
 
 Prints a Markdown table: per run, the ensemble's test log-probability, accuracy and ECE at the
-last epoch reached, the paper's numbers beside it, and the measured wall time per epoch
-(median over segments after the first, which also compiles; one process at a time on 2 CPU
-cores, so the ratios to identity are the A.6 cost ratios) with the metrics each sampler
-reached within identity's time budget (equal compute).
+last epoch reached, the paper's numbers beside it, the wall time per epoch the long run
+recorded (median over segments after the first, which also compiles; rough: the long runs
+share the machine with other work), the cost per step relative to identity, and the metrics
+each sampler reached at identity's compute for its epochs (equal compute, A.6). With
+``--costs`` (``benchmarks/yu_step_cost.py``'s JSON, measured side by side on a quiet machine)
+the cost ratios are those; without it, the ratios of the recorded wall times.
+
+    python benchmarks/yu_table1_report.py docs/results/yu_table1_long.jsonl \
+        --costs docs/results/yu_step_cost.json
 """
 
 import argparse
@@ -44,26 +49,27 @@ def seconds_per_epoch(rows):
     return float(np.median(per)) if per else float("nan")
 
 
-def at_budget(rows, budget):
-    """The last row whose cumulative wall time is within ``budget`` seconds."""
-    elapsed, best = 0.0, None
+def at_epochs(rows, epochs):
+    """The last row at or before ``epochs`` epochs (``None`` if there is none)."""
+    best = None
     for r in rows:
-        elapsed += r["seconds_total"]
-        if elapsed <= budget:
+        if r["epoch"] <= epochs + 1e-9:
             best = r
     return best
 
 
-def table(runs):
+def table(runs, costs=None):
+    """``costs``: ``{sampler: seconds per step}`` measured side by side (or ``None``: the
+    recorded wall times' ratios)."""
     base = {}
     for rows in runs.values():
         r = rows[-1]
         if r["sampler"] == "identity":
-            base[(r["prior"], r["width"])] = sum(x["seconds_total"] for x in rows), rows
+            base[(r["prior"], r["width"])] = rows
     lines = [
         "| sampler | prior | W | epochs | draws | diverging draws | test log-prob | accuracy "
-        "| ECE | Yu et al. log-prob / acc | s / epoch | × identity | at identity's time: "
-        "epochs, log-prob, acc |",
+        "| ECE | Yu et al. log-prob / acc | s / epoch (recorded) | cost × identity "
+        "| at identity's compute: epochs, log-prob, acc |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for rows in runs.values():
@@ -73,11 +79,18 @@ def table(runs):
         spe = seconds_per_epoch(rows)
         ident = base.get((r["prior"], r["width"]))
         ratio, equal = "—", "—"
-        if ident is not None:
-            ratio = f"{spe / seconds_per_epoch(ident[1]):.2f}"
-            hit = at_budget(rows, ident[0])
-            if hit is not None:
-                equal = f"{hit['epoch']}, {hit['log_prob']:.4f}, {hit['accuracy']:.4f}"
+        if costs is not None and r["sampler"] in costs and "identity" in costs:
+            cost = costs[r["sampler"]] / costs["identity"]
+        elif ident is not None:
+            cost = spe / seconds_per_epoch(ident)
+        else:
+            cost = None
+        if cost is not None:
+            ratio = f"{cost:.2f}"
+            if ident is not None:
+                hit = at_epochs(rows, ident[-1]["epoch"] / cost)
+                if hit is not None:
+                    equal = f"{hit['epoch']}, {hit['log_prob']:.4f}, {hit['accuracy']:.4f}"
         lines.append(
             f"| {r['sampler']} | {r['prior']} | {r['width']} | {r['epoch']} | {r['draws']} "
             f"| {r['diverging_draws']} | {r['log_prob']:.4f} | {r['accuracy']:.4f} "
@@ -158,6 +171,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("rows")
     p.add_argument("--figure", default=None)
+    p.add_argument("--costs", default=None, help="benchmarks/yu_step_cost.py's JSON file")
     p.add_argument(
         "--alpha2", action="store_true", help="the rows are an alpha² sweep: print Fig. 4's table"
     )
@@ -166,7 +180,11 @@ def main(argv=None):
     if args.alpha2:
         print(alpha2_sweep(runs, args.figure))
         return
-    print(table(runs))
+    costs = None
+    if args.costs:
+        with open(args.costs) as f:
+            costs = {k: v["seconds_per_step"] for k, v in json.load(f)["samplers"].items()}
+    print(table(runs, costs))
     if args.figure:
         figure(runs, args.figure)
 
