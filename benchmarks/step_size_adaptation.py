@@ -80,6 +80,7 @@ KERNELS = {
     "PSGLD": PSGLD,
     "PSGLD+Γ": partial(PSGLD, correction="exact"),
     "MongeSGLD": MongeSGLD,
+    "MongeSGLD(auto)": partial(MongeSGLD, alpha2="auto"),
     "ShampooSGLD": ShampooSGLD,
     "WenzelSGLD": WenzelSGLD,
     "AdamSGLD": AdamSGLD,

@@ -288,7 +288,12 @@ class MongeSGLD(SGMCMC):
 """
         + _COMMON
         + """
-    :param alpha2: :math:`\\alpha^2 \\ge 0`, default 1.0.
+    :param alpha2: :math:`\\alpha^2 \\ge 0`, default 1.0 (Yu et al.'s scale), or ``"auto"``:
+        :math:`\\alpha^2` scaled so that :math:`\\alpha^2\\|V\\|^2` is 0.1 on average,
+        whatever the gradient's scale (:func:`numpyro_sgrld.metrics.monge`). A fixed
+        :math:`\\alpha^2` has units: where the per-datum gradient is large (a badly conditioned
+        posterior, :math:`\\|V\\|^2 \\gg 1`) :math:`\\alpha^2 = 1` makes the chain diverge at
+        steps SGLD takes; ``"auto"`` does not.
     :param decay: :math:`\\lambda \\in [0, 1)`, default 0.9.
     :param correction: ``None`` (default), ``"exact"`` or ``"hutchinson"``.
     :param correction_form: ``"lagged"`` (default) or ``"instant"``

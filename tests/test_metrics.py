@@ -16,6 +16,7 @@ from numpyro_sgrld.correction import (
     lag_response,
     lagged_correction,
 )
+from numpyro_sgrld.metrics.monge import AUTO_STRENGTH
 
 jax.config.update("jax_enable_x64", False)
 
@@ -80,6 +81,47 @@ def test_monge_safeguard_uses_scaled_identity():
     loose = metrics.monge(alpha2=1.0, decay=0.0, max_drift_norm=100.0)
     precond, _ = loose.update(grad, loose.init(grad), grad, _ctx(10**6))
     np.testing.assert_allclose(precond.drift(grad)["x"], [30.0, 40.0], rtol=1e-4)
+
+
+def _auto_run(grads, num_data=7):
+    metric = metrics.monge(alpha2="auto", decay=0.9)
+    state = metric.init(grads[0])
+    for g in grads:
+        precond, state = metric.update(g, state, g, _ctx(num_data))
+    return precond, state
+
+
+def test_monge_auto_alpha2_is_one_over_the_average_squared_norm_and_scale_free():
+    keys = random.split(random.PRNGKey(0), 30)
+    grads = [_tree(k, SHAPES) for k in keys]
+    precond, state = _auto_run(grads)
+    assert isinstance(state, metrics.MongeAutoState) and int(state.count) == 30
+    # by hand: V_t, alpha2 = AUTO_STRENGTH / debiased mean of |V_t|^2, D = (I + alpha2 V V^T)^-1
+    V, m = np.zeros(_flat(grads[0]).size), 0.0
+    for g in grads:
+        V = 0.9 * V + 0.1 * _flat(g) / 7
+        m = 0.99 * m + 0.01 * V @ V
+    alpha2 = AUTO_STRENGTH / (m / (1 - 0.99**30))
+    D = np.linalg.inv(np.eye(V.size) + alpha2 * np.outer(V, V))
+    v = _tree(random.PRNGKey(1), SHAPES)
+    np.testing.assert_allclose(_flat(precond.drift(v)), D @ _flat(v), rtol=1e-4, atol=1e-6)
+    # the same metric whatever the gradient's scale (a fixed alpha2 is not)
+    scaled, _ = _auto_run([jax.tree.map(lambda x: 1e3 * x, g) for g in grads])
+    np.testing.assert_allclose(_flat(scaled.drift(v)), _flat(precond.drift(v)), rtol=1e-4,
+                               atol=1e-6)
+    # a constant gradient: alpha2 |V|^2 -> AUTO_STRENGTH, the step along V shrinks by 1 + that
+    const = [grads[0]] * 2000
+    precond, state = _auto_run(const)
+    V = _flat(state.avg)
+    np.testing.assert_allclose(_flat(precond.drift(state.avg)), V / (1 + AUTO_STRENGTH),
+                               rtol=1e-3)
+
+
+def test_monge_alpha2_must_be_a_number_or_auto():
+    with pytest.raises(ValueError, match="`alpha2` must be a number >= 0 or 'auto', got 'Auto'"):
+        metrics.monge(alpha2="Auto")
+    with pytest.raises(ValueError, match="alpha2"):
+        metrics.monge(alpha2=-1.0)
 
 
 # ----------------------------------------------------------------------------- RMSprop

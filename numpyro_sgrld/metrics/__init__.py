@@ -25,7 +25,7 @@ of the previous statistic in the moving average (``None`` when the correction do
 from numpyro_sgrld.metrics._base import Metric, Preconditioner, StepContext
 from numpyro_sgrld.metrics.bnp import BNPState, bnp
 from numpyro_sgrld.metrics.constant import DiagonalState, IdentityState, diagonal, identity
-from numpyro_sgrld.metrics.monge import MongeState, monge
+from numpyro_sgrld.metrics.monge import MongeAutoState, MongeState, monge
 from numpyro_sgrld.metrics.rmsprop import RMSpropState, rmsprop
 from numpyro_sgrld.metrics.shampoo import ShampooState, shampoo, shampoo_block_shapes
 from numpyro_sgrld.metrics.wenzel import WenzelState, wenzel
@@ -45,6 +45,7 @@ __all__ = [
     "IdentityState",
     "DiagonalState",
     "RMSpropState",
+    "MongeAutoState",
     "MongeState",
     "ShampooState",
     "WenzelState",
