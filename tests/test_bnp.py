@@ -238,6 +238,7 @@ def _regression_model(X, y, batch=20):
         numpyro.sample("y", dist.Normal(f(X[idx])[:, 0], sigma), obs=y[idx])
 
 
+@pytest.mark.slow
 def test_bnpsgld_runs_adapts_and_leaves_other_sites_alone():
     X = random.normal(random.PRNGKey(0), (200, 3))
     y = X[:, 0] + 0.1 * random.normal(random.PRNGKey(1), (200,))

@@ -297,7 +297,7 @@ def test_the_control_variate_oracle_is_shifted_like_the_estimate():
 # a metric whose state is updated under lax.cond (the other pairs in the slow set)
 PIECES = [pytest.param("shampoo", "langevin", marks=pytest.mark.slow),
           pytest.param("monge", "sghmc", marks=pytest.mark.slow),
-          ("wenzel", "langevin"),
+          pytest.param("wenzel", "langevin", marks=pytest.mark.slow),
           pytest.param("rmsprop", "adaptive_drift", marks=pytest.mark.slow)]
 
 

@@ -284,6 +284,7 @@ def test_adaptive_kernels_on_conjugate_regression(name, regression):
     assert_moments(w, mean, sd)
 
 
+@pytest.mark.slow
 def test_control_variates_allow_a_larger_step(regression):
     """At h = 2e-5 (20x the plain SGLD step above) the plain minibatch gradient's noise widens
     the sampled sds by 70 % (h Var[grad] / 2 = 1.6 relative to the injected variance); the
