@@ -40,6 +40,7 @@ def main(argv=None):
     ap.add_argument("--out", default=None, help="JSON file for the report's --costs")
     args = ap.parse_args(argv)
     X, y, _, _ = load_mnist(validation="drop")
+    X, y = jnp.asarray(X), jnp.asarray(y)  # one copy shared by every sampler
     model = build_model(args.width, args.prior, 100)
     problems = {}
     for name in args.samplers:
@@ -48,8 +49,8 @@ def main(argv=None):
             model=model,
             step=LEARNING_RATES[name] / NUM_TRAIN,
             init_strategy=priors.init_to_unit_scales,
-            X=jnp.asarray(X),
-            y=jnp.asarray(y),
+            X=X,
+            y=y,
             kernel=kernel,
         )
     contenders = {name: ours(p["kernel"], p) for name, p in problems.items()}
