@@ -80,7 +80,7 @@ def _german():
         kernels={
             "PSGLD": (PSGLD, 1e-5, 100_000),
             "PSGLD, h/10": (PSGLD, 1e-6, 1_000_000),
-            "MongeSGLD": (MongeSGLD, 1e-4, 100_000),
+            "MongeSGLD": (partial(MongeSGLD, alpha2=1.0), 1e-4, 100_000),
         },
         warmup=5_000,
         prior_warmup_step=1.0,

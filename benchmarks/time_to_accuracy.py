@@ -89,7 +89,7 @@ SG_KERNELS = {
     "SGLD-CV (start at centre)": (SGLD, 0.25, {**CV, "start_at_centre": True}, 0),
     "SGHMC": (SGHMC, 0.002, {"friction": 0.1}, None),
     "PSGLD": (PSGLD, 0.0004, {}, None),
-    "MongeSGLD": (MongeSGLD, 0.02, {}, None),
+    "MongeSGLD": (MongeSGLD, 0.02, {"alpha2": 1.0}, None),
 }
 HAND_CV = "hand SGLD-CV (one jitted program)"
 NUTS_NAME = "NUTS (full data)"

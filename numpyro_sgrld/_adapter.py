@@ -591,7 +591,8 @@ class SGMCMC(MCMCKernel):
         if self._sampling_steps is not None:
             shift = slow_shift(state.adaptation, stiffness, self.integrator.bias_weights[0])
             slow = slow_rayleigh(state.adaptation.slow_direction, state.z, preconditioner,
-                                 self._hvp(target, idx), shift)
+                                 self._hvp(target, idx), shift, est.grad, grad2,
+                                 self._temperature)
             mixing = (self._sampling_steps, self.integrator.relaxation_weight)
         return update_step_size(
             state.adaptation, state.i, rho, y, stiffness, ok, self._target_bias, key_direction,

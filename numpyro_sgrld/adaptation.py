@@ -150,7 +150,10 @@ class StepSizeState(NamedTuple):
     - **slow_direction**, **slow_total** – with ``sampling_steps`` given (``None`` and 0
       otherwise): the unit vector of the power iteration for the *smallest* curvature,
       :math:`\lambda_{\min}(A)`, and the sum of its Rayleigh quotients :math:`w^\top A w` in
-      the warm-up's last quarter (:func:`slow_rayleigh`).
+      the warm-up's last quarter (:func:`slow_rayleigh`); **slow_score_total**, the sum of
+      the score products :math:`(w^\top R^\top g_1)(w^\top R^\top g_2)/T` there (the
+      fallback where the mean curvature along :math:`w` is not positive, see
+      :func:`update_step_size`).
     """
 
     step_size: Any
@@ -163,6 +166,7 @@ class StepSizeState(NamedTuple):
     recent_stiffness: Any = 0.0
     slow_direction: Any = None
     slow_total: Any = 0.0
+    slow_score_total: Any = 0.0
 
 
 def _vdot(a, b):
@@ -188,17 +192,31 @@ def curvature_product(direction, position, preconditioner, hvp):
     return root_t(hvp(position, root(direction)))
 
 
-def slow_rayleigh(direction, position, preconditioner, hvp, shift):
+def slow_rayleigh(direction, position, preconditioner, hvp, shift, grad1=None, grad2=None,
+                  temperature=1.0):
     r"""One iteration for the smallest curvature: ``(r, w')`` with :math:`r = w^\top A w`
     (an unbiased estimate of it with a minibatch Hessian) and
     :math:`w' \propto (\sigma I - A)w`, the power iteration on the shifted operator whose top
     eigenvector is :math:`A`'s bottom one (``shift`` :math:`\sigma` above
     :math:`(\lambda_{\max} + \lambda_{\min})/2`). The quotient is at least
     :math:`\lambda_{\min}`: a direction not yet converged overestimates it, which makes the
-    budget rule (:func:`update_step_size`) raise the step less, not more."""
+    budget rule (:func:`update_step_size`) raise the step less, not more.
+
+    With two gradient estimates ``grad1``, ``grad2`` on independent minibatches at the same
+    position, the triple ``(r, w', f)`` also holds the **score product**
+    :math:`f = (w^\top R^\top g_1)(w^\top R^\top g_2)/T`: its mean under the posterior
+    :math:`\pi \propto e^{-U/T}` is :math:`E_\pi[(w^\top R^\top\nabla U)^2]/T =
+    E_\pi[w^\top A w]` (integration by parts; the minibatch noise cancels between the two
+    independent estimates), the posterior-averaged curvature along :math:`w`, which is
+    non-negative even where the local curvature is not (a funnel's neck)."""
     a = curvature_product(direction, position, preconditioner, hvp)
     r = _vdot(direction, a)
-    return r, _normalise(_scale_add(shift, direction, -1.0, a), direction)
+    w = _normalise(_scale_add(shift, direction, -1.0, a), direction)
+    if grad1 is None:
+        return r, w
+    root_t = preconditioner.noise_transpose or preconditioner.noise
+    f = _vdot(direction, root_t(grad1)) * _vdot(direction, root_t(grad2)) / temperature
+    return r, w, f
 
 
 def slow_shift(state, stiffness, c_curv):
@@ -308,6 +326,7 @@ def init_step_size(key, position, preconditioner, hvp, gradient, weights, temper
             _normalise(tree_normal(random.fold_in(key, 1), position), position) if slow else None
         ),
         slow_total=jnp.zeros(()),
+        slow_score_total=jnp.zeros(()),
     )
 
 
@@ -349,11 +368,14 @@ def update_step_size(state, i, rho, y, stiffness, accepted, target_bias, key, sl
     random direction (``key``) when the noise term joins: the first half's direction is the
     top one of the curvature alone, and an exact eigenvector would never leave it.
 
-    ``slow = (r, w')`` (:func:`slow_rayleigh`) and ``mixing = (sampling_steps,
-    relaxation_weight)``: the run's length is known, and the frozen step is at least
-    :func:`mixing_step` of the mean of ``r`` over the last quarter, but no more than the
+    ``slow = (r, w')`` or ``(r, w', f)`` (:func:`slow_rayleigh`) and ``mixing =
+    (sampling_steps, relaxation_weight)``: the run's length is known, and the frozen step is at
+    least :func:`mixing_step` of the mean of ``r`` over the last quarter, but no more than the
     stability limit ``FAST_TARGET / stiffness`` (the budget rule: a step that mixes within the
-    run, more biased, where the bias target's step would not)."""
+    run, more biased, where the bias target's step would not). Where that mean is not
+    positive (the Hessian is indefinite along the chain's path, as in a funnel: the local
+    curvature says nothing about relaxation), the mean of the score products ``f`` takes its
+    place: the curvature averaged over the posterior, positive by construction."""
     noisy, in_window = phases(i, state.num_warmup)
     rho = jnp.where(jnp.isfinite(rho), rho, state.estimate)
     since = jnp.where(noisy, i - state.num_warmup // 2, i)  # steps since the phase began
@@ -383,14 +405,20 @@ def update_step_size(state, i, rho, y, stiffness, accepted, target_bias, key, sl
                         jnp.maximum(estimate, recent * target_bias / FAST_TARGET), estimate)
     step_size = _step(target, jnp.where(last, final, current), state.step_size)
     slow_direction, slow_total = state.slow_direction, state.slow_total
+    slow_score_total = state.slow_score_total
     if slow is not None:
-        r, slow_direction = slow
+        r, slow_direction = slow[:2]
         r = jnp.where(jnp.isfinite(r), r, 0.0)
         slow_total = jnp.where(accepted & in_window, slow_total + r, slow_total)
+        slow_mean = slow_total / jnp.maximum(count, 1)
+        if len(slow) == 3:
+            f = jnp.where(jnp.isfinite(slow[2]), slow[2], 0.0)
+            slow_score_total = jnp.where(accepted & in_window, slow_score_total + f,
+                                         slow_score_total)
+            slow_mean = jnp.where(slow_mean > 0, slow_mean,
+                                  slow_score_total / jnp.maximum(count, 1))
         if mixing is not None:
-            raised = jnp.minimum(
-                mixing_step(slow_total / jnp.maximum(count, 1), *mixing), FAST_TARGET / stiffness
-            )
+            raised = jnp.minimum(mixing_step(slow_mean, *mixing), FAST_TARGET / stiffness)
             usable = jnp.isfinite(raised) & (raised > 0) & (count > 0)
             step_size = jnp.where(last & usable, jnp.maximum(step_size, raised), step_size)
     return StepSizeState(
@@ -408,4 +436,5 @@ def update_step_size(state, i, rho, y, stiffness, accepted, target_bias, key, sl
         recent_stiffness=recent,
         slow_direction=slow_direction,
         slow_total=slow_total,
+        slow_score_total=slow_score_total,
     )

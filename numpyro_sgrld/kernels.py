@@ -288,12 +288,15 @@ class MongeSGLD(SGMCMC):
 """
         + _COMMON
         + """
-    :param alpha2: :math:`\\alpha^2 \\ge 0`, default 1.0 (Yu et al.'s scale), or ``"auto"``:
-        :math:`\\alpha^2` scaled so that :math:`\\alpha^2\\|V\\|^2` is 0.1 on average,
-        whatever the gradient's scale (:func:`numpyro_sgrld.metrics.monge`). A fixed
-        :math:`\\alpha^2` has units: where the per-datum gradient is large (a badly conditioned
-        posterior, :math:`\\|V\\|^2 \\gg 1`) :math:`\\alpha^2 = 1` makes the chain diverge at
-        steps SGLD takes; ``"auto"`` does not.
+    :param alpha2: ``"auto"`` (default): :math:`\\alpha^2` scaled so that
+        :math:`\\alpha^2\\|V\\|^2` is 0.1 on average, whatever the gradient's scale
+        (:func:`numpyro_sgrld.metrics.monge`); or a number :math:`\\alpha^2 \\ge 0` (Yu et
+        al. use 1.0–1.25 on MNIST). A fixed :math:`\\alpha^2` has units: where the per-datum
+        gradient is large (a badly conditioned posterior, :math:`\\|V\\|^2 \\gg 1`)
+        :math:`\\alpha^2 = 1` makes the chain diverge at steps SGLD takes (posteriordb's
+        sblrc-blr and diamonds) or run away (a horseshoe MLP on digits); ``"auto"`` does not
+        (docs/benchmarks.md, step-size adaptation). The default was 1.0 in earlier
+        releases; pass ``alpha2=1.0`` for their behaviour.
     :param decay: :math:`\\lambda \\in [0, 1)`, default 0.9.
     :param correction: ``None`` (default), ``"exact"`` or ``"hutchinson"``.
     :param correction_form: ``"lagged"`` (default) or ``"instant"``
@@ -308,7 +311,7 @@ class MongeSGLD(SGMCMC):
         model=None,
         step_size=None,
         *,
-        alpha2=1.0,
+        alpha2="auto",
         decay=0.9,
         correction=None,
         max_drift_norm=None,

@@ -326,3 +326,63 @@ def test_a_rejected_warmup_step_shrinks_the_step_fourfold():
     # a rise of the minibatch potential beyond NumPyro's max_delta_energy, over T, is too steep
     assert bool(too_steep(10.0, 1011.0, 1.0)) and not bool(too_steep(10.0, 1009.0, 1.0))
     assert not bool(too_steep(10.0, 1011.0, 2.0))
+
+
+def test_the_score_product_estimates_the_posterior_averaged_curvature():
+    """E[(w.R^T g1)(w.R^T g2)] / T = E_pi[w^T A w] for independent noisy gradients g1, g2 at
+    a draw of pi ∝ exp(-U/T) (integration by parts; the gradient noise cancels). On U =
+    sum_i lam_i x_i^2 / 2 with D = diag(d): w^T A w = sum_i w_i^2 d_i lam_i. The mean of
+    20,000 i.i.d. products is compared with it by a z-score from their standard error."""
+    from numpyro_sgrld.adaptation import slow_rayleigh
+    from numpyro_sgrld.metrics._base import Preconditioner
+
+    lam, d, temperature = jnp.array([4.0, 0.5, 2.0]), jnp.array([0.3, 2.0, 1.0]), 1.5
+    w = {"x": jnp.array([0.6, 0.0, 0.8])}
+    root = Preconditioner(drift=lambda v: jax.tree.map(lambda a: d * a, v),
+                          noise=lambda v: jax.tree.map(lambda a: jnp.sqrt(d) * a, v))
+    hvp = lambda z, v: jax.tree.map(lambda a: lam * a, v)  # noqa: E731
+
+    def one(key):
+        kx, k1, k2 = random.split(key, 3)
+        x = random.normal(kx, (3,)) * jnp.sqrt(temperature / lam)
+        g1 = {"x": lam * x + 3.0 * random.normal(k1, (3,))}  # noise far above the signal
+        g2 = {"x": lam * x + 3.0 * random.normal(k2, (3,))}
+        r, _, f = slow_rayleigh(w, {"x": x}, root, hvp, 10.0, g1, g2, temperature)
+        return r, f
+
+    r, f = jax.vmap(one)(random.split(random.PRNGKey(0), 20_000))
+    exact = float(jnp.sum(w["x"] ** 2 * d * lam))
+    np.testing.assert_allclose(r, exact, rtol=1e-5)  # the local curvature, constant here
+    z = (float(f.mean()) - exact) / (float(f.std()) / np.sqrt(f.size))
+    assert abs(z) < bonferroni_z(1), (float(f.mean()), exact, z)
+
+
+def test_the_budget_rule_falls_back_to_the_score_where_the_curvature_is_not_positive():
+    """Where the mean curvature along the slow direction is not positive (a funnel's neck),
+    the mixing step comes from the mean score product; where it is positive, from it."""
+    from numpyro_sgrld.adaptation import StepSizeState, mixing_step, update_step_size
+
+    w, steps = MIN_WARMUP, 100_000
+
+    def final(curvature, score):
+        state = StepSizeState(
+            step_size=jnp.asarray(0.1), direction={"x": jnp.ones(1)}, estimate=jnp.asarray(1.0),
+            total=jnp.zeros(()), count=jnp.zeros((), jnp.int32),
+            num_warmup=jnp.asarray(w, jnp.int32), stiffness=jnp.zeros(()),
+            recent_stiffness=jnp.zeros(()), slow_direction={"x": jnp.ones(1)},
+            slow_total=jnp.zeros(()), slow_score_total=jnp.zeros(()),
+        )
+        def body(i, state):
+            return update_step_size(
+                state, i, jnp.asarray(10.0), {"x": jnp.ones(1)}, jnp.asarray(1e-3), True, 0.1,
+                random.PRNGKey(0), slow=(jnp.asarray(curvature), {"x": jnp.ones(1)},
+                                         jnp.asarray(score)),
+                mixing=(steps, 1.0))
+
+        return float(jax.lax.fori_loop(0, w, body, state).step_size)
+
+    bias = 0.1 / 10.0
+    np.testing.assert_allclose(final(-0.05, 0.02), mixing_step(0.02, steps, 1.0), rtol=1e-5)
+    np.testing.assert_allclose(final(0.02, 5.0), mixing_step(0.02, steps, 1.0), rtol=1e-5)
+    # neither positive: the bias target's step
+    np.testing.assert_allclose(final(-0.05, -0.01), bias, rtol=1e-5)

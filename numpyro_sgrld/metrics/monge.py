@@ -56,7 +56,7 @@ def _auto_alpha2(state, sq_norm):
     return jax.lax.stop_gradient(alpha2), m, count
 
 
-def monge(alpha2=1.0, decay=0.9, max_drift_norm=None) -> Metric:
+def monge(alpha2="auto", decay=0.9, max_drift_norm=None) -> Metric:
     r"""The Monge metric of Yu et al. (2023) / Hartmann et al. (2022), one over all sites.
 
     .. math::
@@ -73,8 +73,8 @@ def monge(alpha2=1.0, decay=0.9, max_drift_norm=None) -> Metric:
     :math:`\|D\nabla\hat U\| >` ``max_drift_norm``, that step uses
     :math:`D = (\text{max\_drift\_norm}/\|\nabla\hat U\|) I`. State: one number per parameter.
 
-    ``alpha2="auto"``: :math:`\alpha^2 = \kappa/\bar m` with :math:`\bar m` the (debiased)
-    moving average, decay :data:`AUTO_DECAY`, of :math:`\|V\|^2`, so that
+    ``alpha2="auto"`` (the default): :math:`\alpha^2 = \kappa/\bar m` with :math:`\bar m`
+    the (debiased) moving average, decay :data:`AUTO_DECAY`, of :math:`\|V\|^2`, so that
     :math:`\alpha^2\|V\|^2` is :math:`\kappa` = :data:`AUTO_STRENGTH` (0.1) on average,
     whatever the gradient's scale. A fixed :math:`\alpha^2` has units (one over a squared
     per-datum gradient): :math:`\alpha^2 = 1` is weak where
