@@ -83,6 +83,8 @@ KERNELS = {
     "SGHMC": SGHMC,
     "PSGLD": PSGLD,
     "PSGLD+Γ": partial(PSGLD, correction="exact"),
+    # the exact Γ costs d Hessian-vector products per step: for networks, the estimator
+    "PSGLD+Γ(Hutchinson)": partial(PSGLD, correction="hutchinson"),
     "MongeSGLD": partial(MongeSGLD, alpha2=1.0),  # the default before "auto"
     "MongeSGLD(auto)": partial(MongeSGLD, alpha2="auto"),
     "ShampooSGLD": ShampooSGLD,

@@ -44,6 +44,7 @@ from numpyro_sgrld import (
     ShampooSGLD,
     WenzelSGLD,
     expected_calibration_error,
+    fast_sampling_loop,
     predict_sites,
     priors,
 )
@@ -143,14 +144,17 @@ def run(args, name, seed, data, out):
     y_np = np.asarray(y_test)
     while saved["segment"] < total_segments:
         start = time.perf_counter()
-        if saved["segment"] == 0:
-            mcmc = first
-            mcmc.run(random.PRNGKey(seed), X_train, y_train, extra_fields=("diverging",))
-        else:
-            mcmc = later
-            state = jax.tree.map(jnp.asarray, saved["state"])
-            mcmc.post_warmup_state = state
-            mcmc.run(state.rng_key, X_train, y_train, extra_fields=("diverging",))
+        # our sampling loop: the same draws as NumPyro's loop (tests/test_sampling_loop.py),
+        # postprocessing only the kept draws: 1.6x faster per step on this MLP (docs/yu2023.md)
+        with fast_sampling_loop():
+            if saved["segment"] == 0:
+                mcmc = first
+                mcmc.run(random.PRNGKey(seed), X_train, y_train, extra_fields=("diverging",))
+            else:
+                mcmc = later
+                state = jax.tree.map(jnp.asarray, saved["state"])
+                mcmc.post_warmup_state = state
+                mcmc.run(state.rng_key, X_train, y_train, extra_fields=("diverging",))
         samples = mcmc.get_samples()
         jax.block_until_ready(samples)
         sampled = time.perf_counter() - start
