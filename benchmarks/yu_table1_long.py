@@ -145,7 +145,7 @@ def run(args, name, seed, data, out):
     while saved["segment"] < total_segments:
         start = time.perf_counter()
         # our sampling loop: the same draws as NumPyro's loop (tests/test_sampling_loop.py),
-        # postprocessing only the kept draws: 1.6x faster per step on this MLP (docs/yu2023.md)
+        # postprocessing only the kept draws: 1.8x faster per step on this MLP (docs/yu2023.md)
         with fast_sampling_loop():
             if saved["segment"] == 0:
                 mcmc = first
