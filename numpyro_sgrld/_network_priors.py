@@ -1,6 +1,7 @@
 """What the network bridges (:mod:`~numpyro_sgrld.haiku`, :mod:`~numpyro_sgrld.nnx`,
 :mod:`~numpyro_sgrld.equinox`) share: how ``prior=`` becomes one NumPyro site per parameter, and
-how the recorded inputs of the dense layers become the auxiliary values BNP reads.
+how the recorded inputs of the dense layers (and the patches of the convolutions) become the
+auxiliary values BNP reads.
 
 ``prior=`` is one of
 
@@ -12,6 +13,9 @@ how the recorded inputs of the dense layers become the auxiliary values BNP read
   (it may sample auxiliary sites itself; a returned value is recorded as a deterministic site).
 """
 
+import math
+
+import jax
 import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
@@ -90,6 +94,23 @@ def layer_inputs_sink(inputs):
             inputs.setdefault(key, []).append(x)
 
     return sink
+
+
+def patch_rows(x, kernel_shape, feature_axis, **conv):
+    """The patches of a convolution of ``x`` (with its batch axis) by a kernel of spatial
+    shape ``kernel_shape``: rows (batch × output positions) × the fan-in, in the order of an
+    HWIO kernel's ``w.reshape(-1, c_out)`` (spatial offsets, then input channels), so that the
+    convolution is ``patches @ w.reshape(-1, c_out)``. ``conv``: ``window_strides``,
+    ``padding``, ``lhs_dilation``, ``rhs_dilation``, ``dimension_numbers`` as XLA's
+    convolution takes them; ``feature_axis`` is the output's channel axis under those
+    dimension numbers (where ``conv_general_dilated_patches`` puts the fan-in, ordered
+    (c_in, *kernel))."""
+    patches = jax.lax.conv_general_dilated_patches(x, filter_shape=tuple(kernel_shape), **conv)
+    patches = jnp.moveaxis(patches, feature_axis, -1)
+    rows = math.prod(patches.shape[:-1])
+    c_in = patches.shape[-1] // math.prod(kernel_shape)
+    patches = jnp.reshape(patches, (rows, c_in, *kernel_shape))
+    return jnp.reshape(jnp.moveaxis(patches, 1, -1), (rows, -1))
 
 
 def record_layer_inputs(inputs):

@@ -34,6 +34,7 @@ from numpyro_sgrld._network_priors import (
     check_name,
     join_path,
     layer_inputs_sink,
+    patch_rows,
     record_layer_inputs,
     rename_dense_leaf,
     sample_parameter,
@@ -144,20 +145,59 @@ def _recorder_class():
     return RecordedLinear
 
 
+def conv_patches(conv, x):
+    """The patches of an ``eqx.nn.Conv`` call on one example ``x`` (channels, *spatial):
+    rows (output positions) × fan-in, in the order of the site ``w.reshape(-1, c_out)``
+    (spatial offsets, then input channels; the site is the HWIO kernel), so that the
+    convolution is ``patches @ w.reshape(-1, c_out)`` (+ bias)."""
+    padding = conv.padding
+    if conv.padding_mode != "ZEROS":
+        x, padding = conv._nonzero_pad(x), "VALID"
+    return patch_rows(x[None], conv.weight.shape[2:], 1, window_strides=conv.stride,
+                      padding=padding, rhs_dilation=conv.dilation)
+
+
+@functools.cache
+def _conv_recorder_class():
+    """The same for an ``eqx.nn.Conv`` (without groups): it hands the patches of its input."""
+    eqx = _import_equinox()
+
+    class RecordedConv(eqx.Module):
+        layer: eqx.nn.Conv
+        key: str = eqx.field(static=True)
+        sink: object = eqx.field(static=True)
+
+        def __call__(self, x, *args, **kwargs):
+            self.sink(self.key, conv_patches(self.layer, x))
+            return self.layer(x, *args, **kwargs)
+
+        def __getattr__(self, item):
+            if item in ("layer", "key", "sink") or item.startswith("__"):
+                raise AttributeError(item)
+            return getattr(self.layer, item)
+
+    return RecordedConv
+
+
 def _recording(eqx, net, name, sink):
     """``net`` with each ``eqx.nn.Linear`` replaced by a recorder handing its inputs (rows ×
-    fan-in) to ``sink("{name}/{layer path}", ...)``."""
-    recorder = _recorder_class()
+    fan-in) to ``sink("{name}/{layer path}", ...)``, and each ``eqx.nn.Conv`` without groups
+    by one handing its patches."""
+    linear, conv = _recorder_class(), _conv_recorder_class()
 
-    def is_linear(node):
-        return isinstance(node, eqx.nn.Linear)
+    def is_layer(node):
+        return isinstance(node, (eqx.nn.Linear, eqx.nn.Conv))
+
+    def record(path, node):
+        key = join_path([name, *_parts(path)])
+        if isinstance(node, eqx.nn.Linear):
+            return linear(node, key, sink)
+        if isinstance(node, eqx.nn.Conv) and node.groups == 1:
+            return conv(node, key, sink)
+        return node
 
     return jax.tree_util.tree_map_with_path(
-        lambda path, node: (
-            recorder(node, join_path([name, *_parts(path)]), sink) if is_linear(node) else node
-        ),
-        net,
-        is_leaf=is_linear,
+        lambda path, node: record(path, node) if is_layer(node) else node, net, is_leaf=is_layer
     )
 
 
@@ -177,7 +217,9 @@ def random_eqx_module(name, module, prior, *, batched=True):
         Equinox layers take one example at a time (the other arguments are not mapped).
         ``False``: ``apply`` calls the module on its arguments as they are.
     :return: ``apply``, the module with the sampled parameters. Every call records the inputs
-        of each ``eqx.nn.Linear`` (rows × fan-in, one row per example and call) as the
+        of each ``eqx.nn.Linear`` (rows × fan-in, one row per example and call), and the
+        patches of each ``eqx.nn.Conv`` without groups (one row per example, output position
+        and call, in the order of the site ``w.reshape(-1, c_out)``), as the
         auxiliary value ``"layer_inputs:{name}/{layer path}"``, which the BNP metric
         (:func:`numpyro_sgrld.metrics.bnp`) reads with the sites ``".../w"``, ``".../b"``.
         Do not wrap ``apply`` in ``jax.vmap`` yourself (let ``batched=True`` map it): inputs

@@ -24,6 +24,7 @@ from numpyro_sgrld._network_priors import (
     check_name,
     join_path,
     layer_inputs_sink,
+    patch_rows,
     record_layer_inputs,
     rename_dense_leaf,
     sample_parameter,
@@ -78,15 +79,37 @@ def _recording_dot_general(dot_general, key, sink):
     return recorded
 
 
+def _recording_conv(conv_general_dilated, key, sink):
+    """``conv_general_dilated`` that first hands the patches of its left operand (rows ×
+    fan-in, :func:`~numpyro_sgrld._network_priors.patch_rows`) to ``sink(key, ...)``.
+    ``nnx.Conv`` calls it with channels-last dimension numbers and an HWIO kernel (after its
+    own padding for the ``CIRCULAR``, ``REFLECT`` and ``CAUSAL`` modes); grouped convolutions
+    are not recorded."""
+
+    def recorded(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
+                 dimension_numbers=None, feature_group_count=1, **kwargs):
+        if feature_group_count == 1:
+            sink(key, patch_rows(lhs, rhs.shape[:-2], -1, window_strides=window_strides,
+                                 padding=padding, lhs_dilation=lhs_dilation,
+                                 rhs_dilation=rhs_dilation, dimension_numbers=dimension_numbers))
+        return conv_general_dilated(
+            lhs, rhs, window_strides, padding, lhs_dilation=lhs_dilation,
+            rhs_dilation=rhs_dilation, dimension_numbers=dimension_numbers,
+            feature_group_count=feature_group_count, **kwargs)
+
+    return recorded
+
+
 def _record_linear_inputs(nnx, model, name, sink):
     """Make every ``nnx.Linear`` of ``model`` (a fresh ``nnx.merge``, used for one call) hand
-    its inputs to ``sink`` under ``"{name}/{layer path}"``."""
-    linears = [
-        (path, node) for path, node in nnx.iter_graph(model) if isinstance(node, nnx.Linear)
-    ]
-    for path, node in linears:
+    its inputs, and every ``nnx.Conv`` without a mask its patches, to ``sink`` under
+    ``"{name}/{layer path}"``."""
+    for path, node in list(nnx.iter_graph(model)):
         key = join_path([name, *path])
-        node.dot_general = _recording_dot_general(node.dot_general, key, sink)
+        if isinstance(node, nnx.Linear):
+            node.dot_general = _recording_dot_general(node.dot_general, key, sink)
+        elif isinstance(node, nnx.Conv) and node.mask is None:
+            node.conv_general_dilated = _recording_conv(node.conv_general_dilated, key, sink)
 
 
 def _state(nnx, variables, values):
@@ -110,8 +133,10 @@ def random_nnx_module(name, module, prior):
         arguments. Its other state (``nnx.BatchStat``, ``nnx.Rngs`` counters, any variable that
         is not an ``nnx.Param``) is the ``numpyro.mutable`` site ``"{name}$state"``
         (``{"state": {path: value}}``, not sampled), updated on every call. Every call records
-        the inputs of each ``nnx.Linear`` (rows × fan-in, a layer's calls stacked) as the
-        auxiliary value ``"layer_inputs:{name}/{layer path}"``, which the BNP metric
+        the inputs of each ``nnx.Linear`` (rows × fan-in, a layer's calls stacked), and the
+        patches of each ``nnx.Conv`` without a mask or feature groups (rows = batch × output
+        positions, in the order of the site ``w.reshape(-1, c_out)``), as the auxiliary value
+        ``"layer_inputs:{name}/{layer path}"``, which the BNP metric
         (:func:`numpyro_sgrld.metrics.bnp`) reads with the sites ``".../w"``, ``".../b"``.
         A layer called inside a JAX transformation of the module's own (``nnx.scan``,
         ``nnx.vmap``, ``jax.checkpoint``) is not recorded (its inputs there are values of the

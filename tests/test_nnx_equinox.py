@@ -209,7 +209,57 @@ def test_an_equinox_convolution_has_the_hwio_layout_and_its_fan_in():
     ) + b[None, :, None, None]
     np.testing.assert_allclose(tr["out"]["value"], expected, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(conv_weight_to_site(conv_weight_from_site(w)), w)
-    assert not any(k.startswith("layer_inputs:") for k in tr)  # only dense layers recorded
+
+
+def _conv_net(kind, padding):
+    """A 3 -> 5 channel convolution with a (2, 4) kernel, stride (1, 2), and a batch of two
+    6 × 7 inputs in the library's layout; ``padding``: "zeros" (1 on each side) or
+    "circular"."""
+    x = random.normal(random.PRNGKey(1), (2, 6, 7, 3))  # channels last
+    if kind == "nnx":
+        nnx = _nnx()
+        from numpyro_sgrld.nnx import random_nnx_module
+
+        pad = 1 if padding == "zeros" else "CIRCULAR"
+        conv = nnx.Conv(3, 5, (2, 4), strides=(1, 2), padding=pad, rngs=nnx.Rngs(0))
+        return lambda: random_nnx_module("c", conv, priors.gaussian()), x, lambda y: y
+    eqx = _eqx()
+    from numpyro_sgrld.equinox import random_eqx_module
+
+    conv = eqx.nn.Conv2d(3, 5, (2, 4), stride=(1, 2), padding=1,
+                         padding_mode="ZEROS" if padding == "zeros" else "CIRCULAR",
+                         key=random.PRNGKey(0))
+    to_last = lambda y: jnp.moveaxis(y, 1, -1)  # noqa: E731
+    return (lambda: random_eqx_module("c", conv, priors.gaussian()),
+            jnp.moveaxis(x, -1, 1), to_last)
+
+
+@pytest.mark.parametrize("padding", ["zeros", "circular"])
+@pytest.mark.parametrize("kind", ["nnx", "eqx"])
+def test_a_convolution_records_its_patches_for_bnp(kind, padding):
+    """Each call records the patches of a convolution's input (rows = batch × output
+    positions, columns in the order of the HWIO site ``w.reshape(-1, c_out)``): the patches
+    times the site's kernel, plus the bias, are the layer's output; BNP's statistics of the
+    layer are those of the patches."""
+    make, x, channels_last = _conv_net(kind, padding)
+
+    def model(x):
+        return numpyro.deterministic("out", make()(x))
+
+    tr = _trace(model, x)
+    w, b = tr["c/w"]["value"], tr["c/b"]["value"]
+    patches = tr[layer_inputs_name("c")]["value"]
+    out = channels_last(tr["out"]["value"])
+    assert patches.shape == (out.size // 5, 2 * 4 * 3)
+    np.testing.assert_allclose(patches @ w.reshape(-1, 5) + b, out.reshape(-1, 5), rtol=1e-5,
+                               atol=1e-5)
+    rho = 0.9
+    position = _sites(tr)
+    aux = {k: s["value"] for k, s in tr.items() if s["type"] == "auxiliary"}
+    metric = metrics.bnp(rho)
+    _, state = metric.update(position, metric.init(position), position, StepContext(aux=aux))
+    np.testing.assert_allclose(state.mean["c"], (1 - rho) * patches.mean(0), rtol=1e-5,
+                               atol=1e-6)
 
 
 def test_predictive_and_substitute_give_the_network_called_with_those_parameters(lib):
