@@ -16,9 +16,12 @@ learning rate, burn-in 1000 steps, thinning 100, the horseshoe as they implement
 (``priors.init_to_unit_scales``), their update variants (``--updates authors``: pSGLD without
 bias correction, Wenzel's lagged refresh, Shampoo's fixed blocks, unpreconditioned vectors and
 ridge in the statistic; ``tests/test_reference_updates.py``), and their best learning rates
-at W = 400 with the horseshoe (h = lr / 50,000). Monge runs without a drift safeguard.
+at W = 400 with each prior (their Table 4; h = lr / 50,000; with the Gaussian prior Monge's
+best alpha² is 0, i.e. identity, so it has no run of its own). Monge runs without a drift
+safeguard. ``--samplers`` defaults to every sampler that has a learning rate for ``--prior``.
 
     python benchmarks/yu_table1_long.py --samplers identity Monge --epochs 400
+    python benchmarks/yu_table1_long.py --prior gaussian --epochs 400
 """
 
 import argparse
@@ -166,7 +169,8 @@ def run(args, name, seed, data, out):
     while saved["segment"] < total_segments:
         start = time.perf_counter()
         # our sampling loop: the same draws as NumPyro's loop (tests/test_sampling_loop.py),
-        # postprocessing only the kept draws: 1.8x faster per step on this MLP (docs/yu2023.md)
+        # without NumPyro's recompiling of its loop on every segment's run (3.5 s per
+        # segment on this MLP; the cost per step is the same: docs/yu2023.md)
         with fast_sampling_loop():
             if saved["segment"] == 0:
                 mcmc = first
@@ -215,7 +219,8 @@ def run(args, name, seed, data, out):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--samplers", nargs="+", default=list(KERNELS), choices=list(KERNELS))
+    p.add_argument("--samplers", nargs="+", default=None, choices=list(KERNELS),
+                   help="default: every sampler with a learning rate for --prior")
     p.add_argument("--prior", default="horseshoe", choices=["horseshoe", "gaussian"])
     p.add_argument("--width", type=int, default=400)
     p.add_argument("--epochs", type=int, default=400)
@@ -237,6 +242,9 @@ def main(argv=None):
     seg_steps = args.segment_epochs * (NUM_TRAIN // args.batch)
     if seg_steps <= args.burn_in:
         p.error("a segment must be longer than the burn-in")
+    if args.samplers is None:
+        rates = LEARNING_RATES if args.prior == "horseshoe" else GAUSSIAN_LEARNING_RATES
+        args.samplers = [name for name in KERNELS if name in rates]
     for name in args.samplers:
         try:
             learning_rate(name, args.prior)

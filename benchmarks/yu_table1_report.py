@@ -47,13 +47,14 @@ def paper_z(value, published):
     return (value - mean) / (sd * np.sqrt(1.0 + 1.0 / PAPER_RUNS))
 
 
-def _published(key, r):
-    """The paper's cell and the z-scores of this row (at the paper's 400 epochs only)."""
+def _published(key, rows):
+    """The paper's cell and the z-scores of the run's row at the paper's 400 epochs."""
     pub = PUBLISHED.get(key)
     if pub is None:
         return "—", "—"
     text = " / ".join(f"{m:.4f} ± {s:.4f}" for m, s in pub)
-    if r["epoch"] != PAPER_EPOCHS:
+    r = next((row for row in rows if row["epoch"] == PAPER_EPOCHS), None)
+    if r is None:
         return text, "— (not at 400 epochs)"
     zs = [paper_z(r[k], p) for k, p in zip(("log_prob", "accuracy", "ece"), pub)]
     return text, ", ".join(f"{z:+.1f}" for z in zs)
@@ -102,7 +103,7 @@ def table(runs, costs=None):
     for rows in runs.values():
         r = rows[-1]
         key = (r["sampler"], r["prior"], r["width"])
-        pub, z = _published(key, r)
+        pub, z = _published(key, rows)
         spe = seconds_per_epoch(rows)
         ident = base.get((r["prior"], r["width"]))
         ratio, equal = "—", "—"

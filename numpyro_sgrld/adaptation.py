@@ -207,8 +207,10 @@ def slow_rayleigh(direction, position, preconditioner, hvp, shift, grad1=None, g
     :math:`f = (w^\top R^\top g_1)(w^\top R^\top g_2)/T`: its mean under the posterior
     :math:`\pi \propto e^{-U/T}` is :math:`E_\pi[(w^\top R^\top\nabla U)^2]/T =
     E_\pi[w^\top A w]` (integration by parts; the minibatch noise cancels between the two
-    independent estimates), the posterior-averaged curvature along :math:`w`, which is
-    non-negative even where the local curvature is not (a funnel's neck)."""
+    independent estimates), the posterior-averaged curvature along :math:`w`, whose expectation
+    is non-negative even where the local curvature is not (a funnel's neck). The identity holds
+    for a fixed :math:`w` and :math:`R`; the warm-up's :math:`w` follows the power iteration
+    and :math:`R` the metric, so the mean of ``f`` over the window approximates it."""
     a = curvature_product(direction, position, preconditioner, hvp)
     r = _vdot(direction, a)
     w = _normalise(_scale_add(shift, direction, -1.0, a), direction)
@@ -375,7 +377,8 @@ def update_step_size(state, i, rho, y, stiffness, accepted, target_bias, key, sl
     run, more biased, where the bias target's step would not). Where that mean is not
     positive (the Hessian is indefinite along the chain's path, as in a funnel: the local
     curvature says nothing about relaxation), the mean of the score products ``f`` takes its
-    place: the curvature averaged over the posterior, positive by construction."""
+    place: the curvature averaged over the posterior, non-negative in expectation (the window's
+    mean may still not be positive; then the bias target's step stays)."""
     noisy, in_window = phases(i, state.num_warmup)
     rho = jnp.where(jnp.isfinite(rho), rho, state.estimate)
     since = jnp.where(noisy, i - state.num_warmup // 2, i)  # steps since the phase began

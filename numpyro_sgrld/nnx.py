@@ -112,10 +112,18 @@ def _record_linear_inputs(nnx, model, name, sink):
             node.conv_general_dilated = _recording_conv(node.conv_general_dilated, key, sink)
 
 
+def _value(var):
+    """A state leaf's value: an ``nnx.Variable``'s, or a plain array attribute itself (such as
+    an ``nnx.Conv``'s ``mask``)."""
+    return var.get_value() if hasattr(var, "get_value") else var
+
+
 def _state(nnx, variables, values):
-    """A fresh ``nnx.State``: each of ``variables`` (``(path, Variable)``) with a new value."""
+    """A fresh ``nnx.State``: each of ``variables`` (``(path, Variable)``, or a plain array)
+    with a new value."""
     return nnx.from_flat_state(
-        [(path, var.replace(value)) for (path, var), value in zip(variables, values)]
+        [(path, var.replace(value) if hasattr(var, "replace") and hasattr(var, "get_value")
+          else value) for (path, var), value in zip(variables, values)]
     )
 
 
@@ -166,7 +174,7 @@ def random_nnx_module(name, module, prior):
         state_site = mutable(f"{name}$state")
         if state_site is None:
             state_site = mutable(
-                f"{name}$state", {"state": {join_path(p): v.get_value() for p, v in rest_vars}}
+                f"{name}$state", {"state": {join_path(p): _value(v) for p, v in rest_vars}}
             )
 
     def apply(*args, **kwargs):
@@ -182,7 +190,7 @@ def random_nnx_module(name, module, prior):
         if state_site is not None:
             _, _, new_rest = nnx.split(model, nnx.Param, ...)
             state_site["state"] = {
-                join_path(p): jax.lax.stop_gradient(v.get_value())
+                join_path(p): jax.lax.stop_gradient(_value(v))
                 for p, v in nnx.to_flat_state(new_rest)
             }
         record_layer_inputs(inputs)

@@ -517,3 +517,25 @@ def test_a_missing_extra_says_how_to_install_it(monkeypatch):
         random_nnx_module("net", object(), dist.Normal())
     with pytest.raises(ImportError, match=r'pip install "numpyro-sgrld\[equinox\]"'):
         random_eqx_module("net", object(), dist.Normal())
+
+
+def test_a_masked_nnx_convolution_applies_its_mask_and_is_not_recorded():
+    """An ``nnx.Conv`` with a ``mask`` (a plain array attribute, kept in the state site) runs
+    with the mask applied to the sampled kernel; BNP does not precondition it (its recorded
+    patches would pair with the unmasked kernel)."""
+    nnx = _nnx()
+    from numpyro_sgrld.nnx import random_nnx_module
+
+    mask = jnp.ones((2, 2, 3, 5)).at[0, 0].set(0.0)
+    conv = nnx.Conv(3, 5, (2, 2), mask=mask, rngs=nnx.Rngs(0))
+    x = random.normal(random.PRNGKey(0), (2, 4, 4, 3))
+
+    def model(x):
+        return numpyro.deterministic("out", random_nnx_module("c", conv, priors.gaussian())(x))
+
+    tr = _trace(model, x)
+    w, b = tr["c/w"]["value"], tr["c/b"]["value"]
+    expected = jax.lax.conv_general_dilated(
+        x, w * mask, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")) + b
+    np.testing.assert_allclose(tr["out"]["value"], expected, rtol=1e-5, atol=1e-5)
+    assert not any(k.startswith("layer_inputs:") for k in tr)
