@@ -104,8 +104,11 @@ def patch_rows(x, kernel_shape, feature_axis, **conv):
     ``padding``, ``lhs_dilation``, ``rhs_dilation``, ``dimension_numbers`` as XLA's
     convolution takes them; ``feature_axis`` is the output's channel axis under those
     dimension numbers (where ``conv_general_dilated_patches`` puts the fan-in, ordered
-    (c_in, *kernel))."""
-    patches = jax.lax.conv_general_dilated_patches(x, filter_shape=tuple(kernel_shape), **conv)
+    (c_in, *kernel)). The patches are extracted at full precision (XLA extracts them with a
+    convolution, which accelerators would otherwise run in reduced precision, e.g. TF32)."""
+    patches = jax.lax.conv_general_dilated_patches(
+        x, filter_shape=tuple(kernel_shape), precision=jax.lax.Precision.HIGHEST, **conv
+    )
     patches = jnp.moveaxis(patches, feature_axis, -1)
     rows = math.prod(patches.shape[:-1])
     c_in = patches.shape[-1] // math.prod(kernel_shape)

@@ -39,6 +39,7 @@ def conv_patches(module, x):
         lhs_dilation=module.lhs_dilation,
         rhs_dilation=module.kernel_dilation,
         dimension_numbers=module.dimension_numbers,
+        precision=jax.lax.Precision.HIGHEST,  # a convolution: not TF32 on accelerators
     )  # features ordered (c_in, *kernel)
     rows = math.prod(patches.shape[:-1])
     patches = jnp.reshape(patches, (rows, x.shape[-1], *module.kernel_shape))
