@@ -121,28 +121,9 @@ def _layout(kind, leaf, shape):
     return shape, lambda value: value
 
 
-@functools.cache
-def _recorder_class():
-    """An ``eqx.Module`` standing in for an ``eqx.nn.Linear`` for one call of the network: it
-    hands the layer's input to ``sink`` and calls the layer; other attributes are the layer's."""
-    eqx = _import_equinox()
-
-    class RecordedLinear(eqx.Module):
-        layer: eqx.nn.Linear
-        key: str = eqx.field(static=True)
-        sink: object = eqx.field(static=True)
-
-        def __call__(self, x, *args, **kwargs):
-            fan_in = self.layer.weight.shape[-1]
-            self.sink(self.key, jnp.reshape(x, (-1, fan_in)))
-            return self.layer(x, *args, **kwargs)
-
-        def __getattr__(self, item):
-            if item in ("layer", "key", "sink") or item.startswith("__"):
-                raise AttributeError(item)
-            return getattr(self.layer, item)
-
-    return RecordedLinear
+def linear_rows(linear, x):
+    """An ``eqx.nn.Linear`` call's inputs as rows × fan-in."""
+    return jnp.reshape(x, (-1, linear.weight.shape[-1]))
 
 
 def conv_patches(conv, x):
@@ -158,32 +139,35 @@ def conv_patches(conv, x):
 
 
 @functools.cache
-def _conv_recorder_class():
-    """The same for an ``eqx.nn.Conv`` (without groups): it hands the patches of its input."""
+def _recorder_class():
+    """An ``eqx.Module`` standing in for a layer for one call of the network: it hands
+    ``rows(layer, x)`` (the layer's inputs as rows × fan-in: :func:`linear_rows`,
+    :func:`conv_patches`) to ``sink`` and calls the layer; other attributes are the layer's."""
     eqx = _import_equinox()
 
-    class RecordedConv(eqx.Module):
-        layer: eqx.nn.Conv
+    class RecordedLayer(eqx.Module):
+        layer: eqx.Module
         key: str = eqx.field(static=True)
         sink: object = eqx.field(static=True)
+        rows: object = eqx.field(static=True)
 
         def __call__(self, x, *args, **kwargs):
-            self.sink(self.key, conv_patches(self.layer, x))
+            self.sink(self.key, self.rows(self.layer, x))
             return self.layer(x, *args, **kwargs)
 
         def __getattr__(self, item):
-            if item in ("layer", "key", "sink") or item.startswith("__"):
+            if item in ("layer", "key", "sink", "rows") or item.startswith("__"):
                 raise AttributeError(item)
             return getattr(self.layer, item)
 
-    return RecordedConv
+    return RecordedLayer
 
 
 def _recording(eqx, net, name, sink):
     """``net`` with each ``eqx.nn.Linear`` replaced by a recorder handing its inputs (rows ×
     fan-in) to ``sink("{name}/{layer path}", ...)``, and each ``eqx.nn.Conv`` without groups
     by one handing its patches."""
-    linear, conv = _recorder_class(), _conv_recorder_class()
+    recorder = _recorder_class()
 
     def is_layer(node):
         return isinstance(node, (eqx.nn.Linear, eqx.nn.Conv))
@@ -191,9 +175,9 @@ def _recording(eqx, net, name, sink):
     def record(path, node):
         key = join_path([name, *_parts(path)])
         if isinstance(node, eqx.nn.Linear):
-            return linear(node, key, sink)
+            return recorder(node, key, sink, linear_rows)
         if isinstance(node, eqx.nn.Conv) and node.groups == 1:
-            return conv(node, key, sink)
+            return recorder(node, key, sink, conv_patches)
         return node
 
     return jax.tree_util.tree_map_with_path(
