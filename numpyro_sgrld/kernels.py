@@ -22,11 +22,13 @@ SGNHT         identity                sgnht
 """
 
 import math
+import warnings
 
 from numpyro_sgrld._adapter import SGMCMC
 from numpyro_sgrld._checks import integer, real
 from numpyro_sgrld.integrators import adaptive_drift, badodab, baoab, langevin, sghmc, sgnht
 from numpyro_sgrld.metrics import bnp, identity, monge, rmsprop, shampoo, wenzel
+from numpyro_sgrld.metrics.monge import AUTO_FREEZE
 from numpyro_sgrld.schedules import cyclical
 
 __all__ = [
@@ -295,8 +297,11 @@ class MongeSGLD(SGMCMC):
         gradient is large (a badly conditioned posterior, :math:`\\|V\\|^2 \\gg 1`)
         :math:`\\alpha^2 = 1` makes the chain diverge at steps SGLD takes (posteriordb's
         sblrc-blr and diamonds) or run away (a horseshoe MLP on digits); ``"auto"`` does not
-        (docs/benchmarks.md, step-size adaptation). The default was 1.0 in earlier
-        releases; pass ``alpha2=1.0`` for their behaviour.
+        (docs/benchmarks.md, step-size adaptation). With ``correction``, an ``"auto"``
+        :math:`\\alpha^2` is fixed after :data:`~numpyro_sgrld.metrics.monge.AUTO_FREEZE`
+        (1000) steps, so that Γ corrects the metric the chain uses (use ``num_warmup`` at
+        least that long). The default was 1.0 in earlier releases; pass ``alpha2=1.0`` for
+        their behaviour.
     :param decay: :math:`\\lambda \\in [0, 1)`, default 0.9.
     :param correction: ``None`` (default), ``"exact"`` or ``"hutchinson"``.
     :param correction_form: ``"lagged"`` (default) or ``"instant"``
@@ -317,10 +322,26 @@ class MongeSGLD(SGMCMC):
         max_drift_norm=None,
         **kwargs,
     ):
-        metric = monge(alpha2, decay, max_drift_norm=max_drift_norm)
+        auto = isinstance(alpha2, str) and alpha2 == "auto"
+        # with Γ, an adapted alpha2 is fixed after AUTO_FREEZE steps (metrics.monge)
+        freeze = AUTO_FREEZE if auto and correction is not None else None
+        metric = monge(alpha2, decay, max_drift_norm=max_drift_norm, freeze_after=freeze)
+        self._freeze_alpha2 = freeze
         super().__init__(
             model, step_size, metric=metric, integrator=langevin(), correction=correction, **kwargs
         )
+
+    def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
+        if self._freeze_alpha2 is not None and num_warmup < self._freeze_alpha2:
+            warnings.warn(
+                f"MongeSGLD(alpha2='auto', correction=...) fixes alpha2 after "
+                f"{self._freeze_alpha2} steps, but num_warmup={num_warmup}: until then Γ "
+                "corrects a metric that still changes. Use num_warmup >= "
+                f"{self._freeze_alpha2}, or give a number alpha2.",
+                UserWarning,
+                stacklevel=2,
+            )
+        return super().init(rng_key, num_warmup, init_params, model_args, model_kwargs)
 
 
 class ShampooSGLD(SGMCMC):

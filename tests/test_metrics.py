@@ -124,6 +124,40 @@ def test_monge_alpha2_must_be_a_number_or_auto():
         metrics.monge(alpha2=-1.0)
 
 
+def test_monge_auto_alpha2_freezes_after_k_updates_and_gamma_needs_it():
+    """``freeze_after=K``: the average of |V|^2 (so alpha2) stops after K updates while V
+    goes on; without it a Γ correction is refused (the lagged Γ does not differentiate an
+    alpha2 that follows the chain), and MongeSGLD(correction=...) freezes at AUTO_FREEZE."""
+    from numpyro_sgrld.models.gaussian import standard_normal
+
+    from numpyro_sgrld import SGMCMC, MongeSGLD
+    from numpyro_sgrld.metrics.monge import AUTO_FREEZE
+
+    keys = random.split(random.PRNGKey(0), 12)
+    grads = [_tree(k, SHAPES) for k in keys]
+    metric = metrics.monge(alpha2="auto", decay=0.9, freeze_after=5)
+    free = metrics.monge(alpha2="auto", decay=0.9)
+    state, free_state = metric.init(grads[0]), free.init(grads[0])
+    for i, g in enumerate(grads):
+        _, state = metric.update(g, state, g, _ctx(7))
+        _, free_state = free.update(g, free_state, g, _ctx(7))
+        if i == 4:
+            at_five = state
+    assert int(state.count) == 5 and float(state.sq_norm) == float(at_five.sq_norm)
+    np.testing.assert_allclose(_flat(state.avg), _flat(free_state.avg), rtol=1e-6)  # V goes on
+    assert float(free_state.sq_norm) != float(state.sq_norm)
+    assert metric.decay == 0.9 and free.decay is None
+    with pytest.raises(ValueError, match="freeze_after=K"):
+        SGMCMC(standard_normal, 1e-3, metric=free, correction="exact")
+    with pytest.raises(ValueError, match="drop freeze_after"):
+        metrics.monge(alpha2=1.0, freeze_after=5)
+    with pytest.raises(ValueError, match="freeze_after"):
+        metrics.monge(alpha2="auto", freeze_after=0)
+    kernel = MongeSGLD(standard_normal, step_size=1e-3, correction="exact")
+    with pytest.warns(UserWarning, match=f"num_warmup >= {AUTO_FREEZE}"):
+        kernel.init(random.PRNGKey(0), 10, model_args=(), model_kwargs={})
+
+
 # ----------------------------------------------------------------------------- RMSprop
 def test_rmsprop_against_hand_computation():
     metric = metrics.rmsprop(decay=0.9, eps=1e-3)

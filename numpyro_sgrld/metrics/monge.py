@@ -5,7 +5,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from numpyro_sgrld._checks import real
+from numpyro_sgrld._checks import integer, real
 from numpyro_sgrld._tree import tree_dot, tree_norm
 from numpyro_sgrld.metrics._base import (
     Metric,
@@ -38,6 +38,10 @@ AUTO_STRENGTH = 0.1
 #: ``monge(alpha2="auto")``: the decay of the moving average of :math:`\|V\|^2`.
 AUTO_DECAY = 0.99
 
+#: ``MongeSGLD(alpha2="auto", correction=...)``: :math:`\alpha^2` is held fixed after this many
+#: steps (``monge(..., freeze_after=...)``), so that Γ is that of the metric the chain uses.
+AUTO_FREEZE = 1000
+
 
 def _monge_noise_coefficient(alpha2, sq_norm):
     # f = ((1 + a s)^(-1/2) - 1) / s = -a / (sqrt(1 + a s) (1 + sqrt(1 + a s))): no 0/0 at s = 0
@@ -45,18 +49,21 @@ def _monge_noise_coefficient(alpha2, sq_norm):
     return -alpha2 / (root * (1.0 + root))
 
 
-def _auto_alpha2(state, sq_norm):
+def _auto_alpha2(state, sq_norm, freeze_after=None):
     """``(alpha2, new_sq_norm, new_count)``: :data:`AUTO_STRENGTH` over the debiased moving
-    average of ``sq_norm``, held constant under differentiation (0 while that average is 0)."""
-    count = state.count + 1
-    m = AUTO_DECAY * state.sq_norm + (1.0 - AUTO_DECAY) * sq_norm
+    average of ``sq_norm``, held constant under differentiation (0 while that average is 0);
+    with ``freeze_after``, the average (and so alpha2) stops moving after that many updates."""
+    moving = True if freeze_after is None else state.count < freeze_after
+    count = jnp.where(moving, state.count + 1, state.count)
+    m = jnp.where(moving, AUTO_DECAY * state.sq_norm + (1.0 - AUTO_DECAY) * sq_norm,
+                  state.sq_norm)
     debiased = m / (1.0 - AUTO_DECAY ** count.astype(m.dtype))
     ok = jnp.isfinite(debiased) & (debiased > 0)
     alpha2 = jnp.where(ok, AUTO_STRENGTH / jnp.where(ok, debiased, 1.0), 0.0)
     return jax.lax.stop_gradient(alpha2), m, count
 
 
-def monge(alpha2="auto", decay=0.9, max_drift_norm=None) -> Metric:
+def monge(alpha2="auto", decay=0.9, max_drift_norm=None, freeze_after=None) -> Metric:
     r"""The Monge metric of Yu et al. (2023) / Hartmann et al. (2022), one over all sites.
 
     .. math::
@@ -82,11 +89,21 @@ def monge(alpha2="auto", decay=0.9, max_drift_norm=None) -> Metric:
     badly conditioned sblrc-blr regression), suppresses the drift along :math:`V` two
     thousandfold while the gradient's changing part moves at full step: the chain diverges at
     steps SGLD takes. :math:`\kappa` trades the metric's strength against its bias without Γ
-    (Rensmeyer & Niggemann: on N(0, 1) the variance is inflated by about :math:`2\kappa`);
+    (Rensmeyer & Niggemann: a fixed :math:`\alpha^2` of that strength inflates the variance of
+    N(0, 1) by about :math:`2\kappa`; in one dimension the adapting :math:`\alpha^2` tracks
+    :math:`1/\theta^2`, keeps :math:`D` nearly constant, and the variance is 1.03);
     measured with adapted steps: German credit total error 0.11 at :math:`\kappa = 0.1`, 0.69
     at 1 (0.075 with :math:`\alpha^2 = 1`); sblrc-blr no divergence at either (docs/benchmarks.md,
-    step-size adaptation). :math:`\alpha^2` is a lagged statistic, like :math:`V`: the Γ
-    correction holds it constant at each step.
+    step-size adaptation).
+
+    **Γ with** ``"auto"``: :math:`\alpha^2` follows the chain (in one dimension it tracks
+    :math:`1/\theta^2`, which makes :math:`D` nearly constant), and the lagged Γ, which
+    differentiates :math:`V` only, would then correct a position dependence the metric does not
+    have (on N(0, 1): variance 0.85 with Γ against 1.03 without). So a correction needs
+    ``freeze_after=K``: :math:`\alpha^2` stops adapting after ``K`` updates (a warm-up of at
+    least ``K`` steps) and the metric is a fixed-:math:`\alpha^2` Monge metric from then on,
+    whose Γ is exact. ``MongeSGLD(correction=...)`` sets ``K`` = :data:`AUTO_FREEZE`; without
+    ``freeze_after`` the metric refuses a correction.
     """
     auto = isinstance(alpha2, str) and alpha2 == "auto"
     if not auto:
@@ -96,6 +113,13 @@ def monge(alpha2="auto", decay=0.9, max_drift_norm=None) -> Metric:
                 "(Yu et al.'s scale) or alpha2='auto' (scaled to the gradient)."
             )
         alpha2 = _check_nonnegative(alpha2, "alpha2")
+    if freeze_after is not None:
+        if not auto:
+            raise ValueError(
+                f"`freeze_after` fixes an adapted alpha2 (alpha2='auto'), but alpha2={alpha2!r} "
+                "is given: drop freeze_after."
+            )
+        freeze_after = integer(freeze_after, "freeze_after", low=1)
     decay = _check_decay(decay)
     if max_drift_norm is not None:
         max_drift_norm = real(
@@ -114,7 +138,7 @@ def monge(alpha2="auto", decay=0.9, max_drift_norm=None) -> Metric:
         avg = jax.tree.map(lambda v, g: decay * v + (1 - decay) * g / num_data, state.avg, grad)
         sq_norm = tree_dot(avg, avg)
         if auto:
-            strength, m, count = _auto_alpha2(state, sq_norm)
+            strength, m, count = _auto_alpha2(state, sq_norm, freeze_after)
             new_state = MongeAutoState(avg, m, count)
         else:
             strength, new_state = alpha2, MongeState(avg)
@@ -145,6 +169,13 @@ def monge(alpha2="auto", decay=0.9, max_drift_norm=None) -> Metric:
 
         return Preconditioner(safe_drift, safe_noise), new_state
 
+    correctable = not auto or freeze_after is not None
     return Metric(
-        init, update, decay, averages_gradient=True, statistic_order=1, name="monge"
+        init, update, decay if correctable else None, averages_gradient=True, statistic_order=1,
+        name="monge",
+        correction_hint=(
+            "with alpha2='auto' the metric's strength follows the chain, which Γ does not "
+            "differentiate; pass freeze_after=K (alpha2 fixed after K steps, a warm-up of at "
+            "least K; MongeSGLD(correction=...) does this) or a number alpha2"
+        ),
     )
