@@ -138,9 +138,10 @@ def segment_prob_sum(model, samples, X_test):
 
 def run_name(args, name, seed):
     monge = f"_a{args.alpha2:g}" if (name == "Monge" and args.alpha2 is not None) else ""
+    split = "" if getattr(args, "split", "classic") == "classic" else f"_{args.split}"
     return (
         f"{name}{monge}_{args.prior}_W{args.width}_{args.updates}_x{args.step_scale:g}"
-        f"_seed{seed}"
+        f"{split}_seed{seed}"
     )
 
 
@@ -193,6 +194,7 @@ def run(args, name, seed, data, out):
         row = dict(
             run=tag,
             sampler=name,
+            split=args.split,
             prior=args.prior,
             width=args.width,
             updates=args.updates,
@@ -234,6 +236,9 @@ def main(argv=None):
     p.add_argument(
         "--alpha2", type=float, default=None, help="Monge's alpha^2 (default 1.25, Yu et al.'s)"
     )
+    p.add_argument("--split", default="classic", choices=["classic", "yu2023"],
+                   help="which 50,000 training images: MNIST's first (classic) or those of "
+                   "Yu et al.'s code (a seeded random 10,000 held out)")
     p.add_argument("--out", default="docs/results/yu_table1_long.jsonl")
     p.add_argument("--checkpoints", default="yu_table1_checkpoints")
     args = p.parse_args(argv)
@@ -251,7 +256,7 @@ def main(argv=None):
         except ValueError as e:
             p.error(str(e))
     Path(args.checkpoints).mkdir(parents=True, exist_ok=True)
-    X_train, y_train, X_test, y_test = load_mnist(validation="drop")
+    X_train, y_train, X_test, y_test = load_mnist(validation="drop", split=args.split)
     data = tuple(jnp.asarray(a) for a in (X_train, y_train, X_test, y_test))
     for seed in args.seeds:
         for name in args.samplers:

@@ -86,6 +86,12 @@ def at_epochs(rows, epochs):
     return best
 
 
+def _label(r):
+    """The sampler, with the training split when it is not MNIST's classic one."""
+    split = r.get("split", "classic")
+    return r["sampler"] if split == "classic" else f"{r['sampler']} ({split} split)"
+
+
 def table(runs, costs=None):
     """``costs``: ``{sampler: seconds per step}`` measured side by side (or ``None``: the
     recorded wall times' ratios)."""
@@ -93,7 +99,7 @@ def table(runs, costs=None):
     for rows in runs.values():
         r = rows[-1]
         if r["sampler"] == "identity":
-            base[(r["prior"], r["width"])] = rows
+            base[(r["prior"], r["width"], r.get("split", "classic"))] = rows
     lines = [
         "| sampler | prior | W | epochs | draws | diverging draws | test log-prob | accuracy "
         "| ECE | Yu et al. log-prob / acc / ECE (± sd over 10 runs) | z vs Yu et al. "
@@ -105,7 +111,7 @@ def table(runs, costs=None):
         key = (r["sampler"], r["prior"], r["width"])
         pub, z = _published(key, rows)
         spe = seconds_per_epoch(rows)
-        ident = base.get((r["prior"], r["width"]))
+        ident = base.get((r["prior"], r["width"], r.get("split", "classic")))
         ratio, equal = "—", "—"
         if costs is not None and r["sampler"] in costs and "identity" in costs:
             cost = costs[r["sampler"]] / costs["identity"]
@@ -120,7 +126,7 @@ def table(runs, costs=None):
                 if hit is not None:
                     equal = f"{hit['epoch']}, {hit['log_prob']:.4f}, {hit['accuracy']:.4f}"
         lines.append(
-            f"| {r['sampler']} | {r['prior']} | {r['width']} | {r['epoch']} | {r['draws']} "
+            f"| {_label(r)} | {r['prior']} | {r['width']} | {r['epoch']} | {r['draws']} "
             f"| {r['diverging_draws']} | {r['log_prob']:.4f} | {r['accuracy']:.4f} "
             f"| {r['ece']:.4f} | {pub} | {z} | {spe:.1f} | {ratio} | {equal} |"
         )
@@ -135,7 +141,7 @@ def figure(runs, path):
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     for rows in runs.values():
-        label = f"{rows[-1]['sampler']} ({rows[-1]['prior']}, W={rows[-1]['width']})"
+        label = f"{_label(rows[-1])} ({rows[-1]['prior']}, W={rows[-1]['width']})"
         epochs = [r["epoch"] for r in rows]
         for ax, key in zip(axes, ("log_prob", "accuracy", "ece")):
             ax.plot(epochs, [r[key] for r in rows], marker=".", label=label)

