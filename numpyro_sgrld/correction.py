@@ -117,10 +117,13 @@ def check_correction(correction, metric, integrator, form="lagged"):
         )
     if correction is not None and metric.decay is None:
         hint = metric.correction_hint or "it has no moving-average statistic to differentiate"
+        others = ", ".join(
+            m for m in ("metrics.rmsprop", "metrics.monge", "metrics.shampoo with "
+                        "update_interval=1") if not m.startswith(f"metrics.{metric.name}")
+        )
         raise ValueError(
             f"The metric {metric.name!r} cannot carry correction={correction!r}: {hint}. "
-            "Use correction=None, or a metric with a moving-average statistic (metrics.rmsprop, "
-            "metrics.monge, metrics.shampoo with update_interval=1)."
+            f"Use correction=None, or a metric with a moving-average statistic ({others})."
         )
     if correction is not None and not integrator.carries_correction:
         raise ValueError(
