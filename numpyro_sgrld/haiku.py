@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jax import random
 from numpyro.primitives import mutable
 
-from numpyro_sgrld._network_priors import record_layer_inputs, sample_parameter
+from numpyro_sgrld._network_priors import patch_rows, record_layer_inputs, sample_parameter
 
 __all__ = ["conv_patches", "random_haiku_module", "site_name"]
 
@@ -31,19 +31,16 @@ def conv_patches(module, x):
     channels), so that the convolution is ``patches @ w.reshape(-1, c_out)`` (+ bias)."""
     if x.ndim == module.num_spatial_dims + 1:
         x = x[None]
-    patches = jax.lax.conv_general_dilated_patches(
+    return patch_rows(
         x,
-        filter_shape=module.kernel_shape,
+        module.kernel_shape,
+        -1,
         window_strides=module.stride,
         padding=module.padding,
         lhs_dilation=module.lhs_dilation,
         rhs_dilation=module.kernel_dilation,
         dimension_numbers=module.dimension_numbers,
-        precision=jax.lax.Precision.HIGHEST,  # a convolution: not TF32 on accelerators
-    )  # features ordered (c_in, *kernel)
-    rows = math.prod(patches.shape[:-1])
-    patches = jnp.reshape(patches, (rows, x.shape[-1], *module.kernel_shape))
-    return jnp.reshape(jnp.moveaxis(patches, 1, -1), (rows, -1))
+    )
 
 
 def _layer_inputs(context, call_args, call_kwargs):
