@@ -45,6 +45,15 @@ Results go to a JSON-lines file as they come (a rerun skips the cells already th
 compares it with the same grid (around the bias target's step); the table then shows both
 adapted steps.
 
+``--replicate CELL_FILE --seeds 1 2 3`` redoes, on other seeds, each cell's adapted run and its
+best grid step, and reports the mean total errors with standard errors from the spread between
+the seeds (independent replicates; a single unconverged run's ESS-based error is not to be
+trusted) and the ratio's z-score:
+
+    python benchmarks/step_size_adaptation.py --problems diamonds --kernels ShampooSGLD \
+        --replicate docs/results/step_size_adaptation_200k_budget.jsonl --seeds 1 2 3 \
+        --out docs/results/step_size_adaptation_replicates.jsonl
+
 ``--overhead`` measures what adaptation costs per step, side by side in one process (compiled
 first, then best of 3 timed runs each, alternating, on the opt-in sampling loop so that a
 repeated run does not recompile): the warm-up with ``step_size=None`` against a warm-up with a
@@ -255,6 +264,61 @@ def run_budget_aware(cell):
     return verdict(new)
 
 
+def run_replicates(cell, seeds):
+    """The cell's adapted run (with its ``sampling_steps`` if it has one) and its best grid step
+    (the same fixed step) redone on each of ``seeds``: independent replicates whose spread is
+    the Monte Carlo error of each mean total error, without the single run's ESS-based
+    estimate (which is unreliable for an unconverged chain)."""
+    problem = PROBLEMS[cell["problem"]]()
+    best = next(g for g in cell["grid"] if g["factor"] == cell["best_factor"])
+    fixed = float(best["step_size"][0])
+    rows = []
+    for seed in seeds:
+        adapted = run_one(problem, cell["kernel"], None, cell["warmup"], cell["steps"],
+                          cell["chains"], seed, sampling_steps=cell.get("sampling_steps"))
+        grid = run_one(problem, cell["kernel"], fixed, cell["warmup"], cell["steps"],
+                       cell["chains"], seed)
+        jax.clear_caches()
+        rows.append(dict(seed=seed, adapted=adapted, grid=grid))
+        print(f"  seed {seed}: adapted {_fmt_run(adapted)}, grid {_fmt_run(grid)}", flush=True)
+    return dict(problem=cell["problem"], kernel=cell["kernel"], warmup=cell["warmup"],
+                steps=cell["steps"], chains=cell["chains"],
+                sampling_steps=cell.get("sampling_steps"), grid_step=fixed,
+                grid_factor=cell["best_factor"], replicates=rows)
+
+
+def merged_replicates(path, rep):
+    """``rep`` with the replicates of every earlier record of the same cell in ``path`` (one
+    per seed)."""
+    same = ("problem", "kernel", "warmup", "steps", "chains", "sampling_steps", "grid_step")
+    seeds = {}
+    for line in path.read_text().splitlines():
+        other = json.loads(line)
+        if all(other.get(k) == rep.get(k) for k in same):
+            seeds.update({r["seed"]: r for r in other["replicates"]})
+    return dict(rep, replicates=[seeds[k] for k in sorted(seeds)])
+
+
+def replicate_summary(rep, original=None):
+    """Mean total error of the adapted and the grid step over the replicates (and the
+    original cell's run when given), each with its standard error from the spread between
+    seeds, their ratio, and the z-score of the ratio's excess over :data:`RATIO`."""
+    a = [r["adapted"]["total"] for r in rep["replicates"]]
+    g = [r["grid"]["total"] for r in rep["replicates"]]
+    if original is not None:
+        best = next(x for x in original["grid"] if x["factor"] == original["best_factor"])
+        a, g = [original["adapted"]["total"], *a], [best["total"], *g]
+    a, g = np.asarray(a), np.asarray(g)
+    n = len(a)
+    ma, mg = a.mean(), g.mean()
+    sa, sg = a.std(ddof=1) / np.sqrt(n), g.std(ddof=1) / np.sqrt(n)
+    z = (ma - RATIO * mg) / np.hypot(sa, RATIO * sg)
+    return dict(n=n, adapted=ma, adapted_se=sa, grid=mg, grid_se=sg, ratio=ma / mg, z=z,
+                adapted_unconverged=int(sum(r["adapted"]["unconverged"]
+                                            for r in rep["replicates"])),
+                grid_unconverged=int(sum(r["grid"]["unconverged"] for r in rep["replicates"])))
+
+
 def verdict(cell):
     good = [g for g in cell["grid"] if not (g["divergent"] or g["unconverged"])]
     pool = good or cell["grid"]
@@ -387,7 +451,25 @@ def main(argv=None):
                         help="redo the adapted run of every cell of GRID_FILE (matching "
                         "--problems and --kernels) with sampling_steps=steps, against the same "
                         "grid; results to --out")
+    parser.add_argument("--replicate", type=Path, default=None, metavar="CELL_FILE",
+                        help="redo the adapted run and the best grid step of every cell of "
+                        "CELL_FILE (matching --problems and --kernels) on --seeds; results to "
+                        "--out")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     args = parser.parse_args(argv)
+    if args.replicate is not None:
+        for line in args.replicate.read_text().splitlines():
+            cell = json.loads(line)
+            if cell["problem"] not in args.problems or cell["kernel"] not in args.kernels:
+                continue
+            rep = run_replicates(cell, args.seeds)
+            with args.out.open("a") as f:
+                f.write(json.dumps(rep) + "\n")
+            s = replicate_summary(merged_replicates(args.out, rep), cell)
+            print(f"{cell['problem']} {cell['kernel']}: {s['n']} seeds, adapted "
+                  f"{s['adapted']:.3f} ± {s['adapted_se']:.3f}, grid {s['grid']:.3f} ± "
+                  f"{s['grid_se']:.3f}, ratio {s['ratio']:.2f}, z = {s['z']:.1f}", flush=True)
+        return
     if args.overhead is not None:
         print("| kernel | warm-up µs/step: adapted / fixed (ratio) | sampling µs/step: after "
               "adaptation / fixed (ratio) |\n|---|---|---|")

@@ -123,7 +123,8 @@ def check_correction(correction, metric, integrator, form="lagged"):
         )
         raise ValueError(
             f"The metric {metric.name!r} cannot carry correction={correction!r}: {hint}. "
-            f"Use correction=None, or a metric with a moving-average statistic ({others})."
+            f"Otherwise use correction=None, or a metric whose statistic Γ differentiates "
+            f"({others})."
         )
     if correction is not None and not integrator.carries_correction:
         raise ValueError(

@@ -200,9 +200,10 @@ BUDGET = {
     else c for c in sorted(BUDGET)
 ])
 def test_the_budget_rule_raises_the_step_until_the_slowest_direction_mixes(case):
-    """With ``sampling_steps`` the frozen step is max(h_bias, min(h_mix, h_cap)): h_bias =
+    """With ``sampling_steps`` the frozen step is max(h_bias, min(h_mix, h_cap, h_inf)): h_bias =
     target_bias / (c_curv lam_max), h_mix = 2 ESS / (g lam_min N), h_cap = 1/2 / (c_curv
-    lam_max). Exact gradients of a fixed Hessian make every power-iteration product exact, so
+    lam_max), h_inf = 3 / (c_curv lam_max) (never binding here: it is 6x h_cap). Exact gradients
+    of a fixed Hessian make every power-iteration product exact, so
     the estimates of lam_min = 1 and lam_max = 100 and hence the step are exact."""
     from numpyro_sgrld.adaptation import MIXING_ESS
 
@@ -386,3 +387,38 @@ def test_the_budget_rule_falls_back_to_the_score_where_the_curvature_is_not_posi
     np.testing.assert_allclose(final(0.02, 5.0), mixing_step(0.02, steps, 1.0), rtol=1e-5)
     # neither positive: the bias target's step
     np.testing.assert_allclose(final(-0.05, -0.01), bias, rtol=1e-5)
+
+
+def test_the_budget_rule_stops_at_the_largest_predicted_variance_inflation():
+    """The raised step is at most MAX_INFLATION over the window's mean quotient (a predicted
+    sd of twice the posterior's); below that the mixing step is taken as it is."""
+    from numpyro_sgrld.adaptation import (
+        MAX_INFLATION,
+        StepSizeState,
+        mixing_step,
+        update_step_size,
+    )
+
+    w, steps, rho = MIN_WARMUP, 100_000, 10.0
+
+    def final(curvature):
+        state = StepSizeState(
+            step_size=jnp.asarray(0.1), direction={"x": jnp.ones(1)}, estimate=jnp.asarray(1.0),
+            total=jnp.zeros(()), count=jnp.zeros((), jnp.int32),
+            num_warmup=jnp.asarray(w, jnp.int32), stiffness=jnp.zeros(()),
+            recent_stiffness=jnp.zeros(()), slow_direction={"x": jnp.ones(1)},
+            slow_total=jnp.zeros(()), slow_score_total=jnp.zeros(()),
+        )
+
+        def body(i, state):
+            return update_step_size(
+                state, i, jnp.asarray(rho), {"x": jnp.ones(1)}, jnp.asarray(1e-3), True, 0.1,
+                random.PRNGKey(0), slow=(jnp.asarray(curvature), {"x": jnp.ones(1)}),
+                mixing=(steps, 1.0))
+
+        return float(jax.lax.fori_loop(0, w, body, state).step_size)
+
+    cap = MAX_INFLATION / rho
+    assert mixing_step(0.002, steps, 1.0) > cap > mixing_step(0.05, steps, 1.0) > 0.1 / rho
+    np.testing.assert_allclose(final(0.002), cap, rtol=1e-5)
+    np.testing.assert_allclose(final(0.05), mixing_step(0.05, steps, 1.0), rtol=1e-5)
