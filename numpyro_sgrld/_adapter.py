@@ -226,12 +226,13 @@ class SGMCMC(MCMCKernel):
         5 %). Smaller is more exact and mixes more slowly.
     :param sampling_steps: with ``step_size=None``, the number of steps the run will take after
         warm-up (``MCMC``'s ``num_samples``, which counts steps: the draws kept are
-        ``num_samples // thinning``), when known: ``MCMC`` does not tell a kernel. The warm-up then also estimates the smallest curvature
-        :math:`\lambda_{\min}` (one more Hessian-vector product per warm-up step), and where the
-        bias target's step would not mix within the run (an effective sample size of 300 per
-        chain in the slowest direction), the frozen step is raised to one that does, at most
-        to the stability limit and to a predicted sd twice the posterior's in the worst
-        direction (:data:`~numpyro_sgrld.adaptation.MAX_INFLATION`): more biased, but converged
+        ``num_samples // thinning``), when known: ``MCMC`` does not tell a kernel. The warm-up
+        then also estimates the smallest curvature :math:`\lambda_{\min}` (one more
+        Hessian-vector product per warm-up step), and where the bias target's step would not mix
+        within the run (an effective sample size of 300 per chain in the slowest direction), the
+        frozen step is raised to one that does, at most to the stability limit and to a
+        predicted sd twice the posterior's in the worst direction
+        (:data:`~numpyro_sgrld.adaptation.MAX_INFLATION`): more biased, but converged
         (:func:`~numpyro_sgrld.adaptation.mixing_step`). ``None`` (default): the bias target
         alone.
     :param potential_fn: instead of ``model``, a potential ``z -> U(z)`` on an unconstrained
