@@ -358,67 +358,52 @@ def test_the_score_product_estimates_the_posterior_averaged_curvature():
     assert abs(z) < bonferroni_z(1), (float(f.mean()), exact, z)
 
 
+def _frozen_budget_step(slow, steps, rho=10.0, stiffness=1e-3):
+    """The frozen step of a warm-up of MIN_WARMUP steps whose every step has Rayleigh quotient
+    ``rho``, curvature term ``stiffness`` and slow-direction terms ``slow`` (``(r,)`` or
+    ``(r, score)``), with ``sampling_steps=steps`` and ``target_bias=0.1``."""
+    from numpyro_sgrld.adaptation import StepSizeState, update_step_size
+
+    one = {"x": jnp.ones(1)}
+    state = StepSizeState(
+        step_size=jnp.asarray(0.1), direction=one, estimate=jnp.asarray(1.0),
+        total=jnp.zeros(()), count=jnp.zeros((), jnp.int32),
+        num_warmup=jnp.asarray(MIN_WARMUP, jnp.int32), stiffness=jnp.zeros(()),
+        recent_stiffness=jnp.zeros(()), slow_direction=one,
+        slow_total=jnp.zeros(()), slow_score_total=jnp.zeros(()),
+    )
+    terms = (jnp.asarray(slow[0]), one, *map(jnp.asarray, slow[1:]))
+
+    def body(i, state):
+        return update_step_size(state, i, jnp.asarray(rho), one, jnp.asarray(stiffness), True,
+                                0.1, random.PRNGKey(0), slow=terms, mixing=(steps, 1.0))
+
+    return float(jax.lax.fori_loop(0, MIN_WARMUP, body, state).step_size)
+
+
 def test_the_budget_rule_falls_back_to_the_score_where_the_curvature_is_not_positive():
     """Where the mean curvature along the slow direction is not positive (a funnel's neck),
     the mixing step comes from the mean score product; where it is positive, from it."""
-    from numpyro_sgrld.adaptation import StepSizeState, mixing_step, update_step_size
+    from numpyro_sgrld.adaptation import mixing_step
 
-    w, steps = MIN_WARMUP, 100_000
-
-    def final(curvature, score):
-        state = StepSizeState(
-            step_size=jnp.asarray(0.1), direction={"x": jnp.ones(1)}, estimate=jnp.asarray(1.0),
-            total=jnp.zeros(()), count=jnp.zeros((), jnp.int32),
-            num_warmup=jnp.asarray(w, jnp.int32), stiffness=jnp.zeros(()),
-            recent_stiffness=jnp.zeros(()), slow_direction={"x": jnp.ones(1)},
-            slow_total=jnp.zeros(()), slow_score_total=jnp.zeros(()),
-        )
-        def body(i, state):
-            return update_step_size(
-                state, i, jnp.asarray(10.0), {"x": jnp.ones(1)}, jnp.asarray(1e-3), True, 0.1,
-                random.PRNGKey(0), slow=(jnp.asarray(curvature), {"x": jnp.ones(1)},
-                                         jnp.asarray(score)),
-                mixing=(steps, 1.0))
-
-        return float(jax.lax.fori_loop(0, w, body, state).step_size)
-
-    bias = 0.1 / 10.0
-    np.testing.assert_allclose(final(-0.05, 0.02), mixing_step(0.02, steps, 1.0), rtol=1e-5)
-    np.testing.assert_allclose(final(0.02, 5.0), mixing_step(0.02, steps, 1.0), rtol=1e-5)
+    steps = 100_000
+    np.testing.assert_allclose(_frozen_budget_step((-0.05, 0.02), steps),
+                               mixing_step(0.02, steps, 1.0), rtol=1e-5)
+    np.testing.assert_allclose(_frozen_budget_step((0.02, 5.0), steps),
+                               mixing_step(0.02, steps, 1.0), rtol=1e-5)
     # neither positive: the bias target's step
-    np.testing.assert_allclose(final(-0.05, -0.01), bias, rtol=1e-5)
+    np.testing.assert_allclose(_frozen_budget_step((-0.05, -0.01), steps), 0.1 / 10.0,
+                               rtol=1e-5)
 
 
 def test_the_budget_rule_stops_at_the_largest_predicted_variance_inflation():
     """The raised step is at most MAX_INFLATION over the window's mean quotient (a predicted
     sd of twice the posterior's); below that the mixing step is taken as it is."""
-    from numpyro_sgrld.adaptation import (
-        MAX_INFLATION,
-        StepSizeState,
-        mixing_step,
-        update_step_size,
-    )
+    from numpyro_sgrld.adaptation import MAX_INFLATION, mixing_step
 
-    w, steps, rho = MIN_WARMUP, 100_000, 10.0
-
-    def final(curvature):
-        state = StepSizeState(
-            step_size=jnp.asarray(0.1), direction={"x": jnp.ones(1)}, estimate=jnp.asarray(1.0),
-            total=jnp.zeros(()), count=jnp.zeros((), jnp.int32),
-            num_warmup=jnp.asarray(w, jnp.int32), stiffness=jnp.zeros(()),
-            recent_stiffness=jnp.zeros(()), slow_direction={"x": jnp.ones(1)},
-            slow_total=jnp.zeros(()), slow_score_total=jnp.zeros(()),
-        )
-
-        def body(i, state):
-            return update_step_size(
-                state, i, jnp.asarray(rho), {"x": jnp.ones(1)}, jnp.asarray(1e-3), True, 0.1,
-                random.PRNGKey(0), slow=(jnp.asarray(curvature), {"x": jnp.ones(1)}),
-                mixing=(steps, 1.0))
-
-        return float(jax.lax.fori_loop(0, w, body, state).step_size)
-
+    steps, rho = 100_000, 10.0
     cap = MAX_INFLATION / rho
     assert mixing_step(0.002, steps, 1.0) > cap > mixing_step(0.05, steps, 1.0) > 0.1 / rho
-    np.testing.assert_allclose(final(0.002), cap, rtol=1e-5)
-    np.testing.assert_allclose(final(0.05), mixing_step(0.05, steps, 1.0), rtol=1e-5)
+    np.testing.assert_allclose(_frozen_budget_step((0.002,), steps, rho), cap, rtol=1e-5)
+    np.testing.assert_allclose(_frozen_budget_step((0.05,), steps, rho),
+                               mixing_step(0.05, steps, 1.0), rtol=1e-5)
