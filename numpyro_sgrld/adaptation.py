@@ -132,10 +132,12 @@ MIXING_ESS = 300
 #: worst direction, ``h * mu`` (``mu`` the window's mean Rayleigh quotient: ``target_bias`` at
 #: the bias target's step), is this: a standard deviation up to ``sqrt(1 + 3) = 2`` times the
 #: posterior's, an error of one posterior sd, which is the error of a chain that has not
-#: crossed its slowest direction, so raising the step further for mixing cannot lower the
-#: total error. The first-order prediction ``sqrt(1 + h mu) - 1`` of the sd error holds far
-#: out: 0.60 predicted, 0.56 measured on German credit at 15.6x the bias target's step; 2.67
-#: against 2.52 +- 0.03 on posteriordb's diamonds at 125x (``docs/step_size.md``).
+#: crossed its slowest direction, so raising the step further for mixing is not expected to
+#: lower the total error (except where no step reaches the posterior's bulk, when every error
+#: is far larger). The first-order prediction ``sqrt(1 + h mu) - 1`` of the sd error holds far
+#: out where the gradient noise dominates: 0.60 predicted, 0.56 measured on German credit at
+#: 15.6x the bias target's step; 2.70 against 2.52 +- 0.03 on posteriordb's diamonds at 127x
+#: (``docs/step_size.md``).
 MAX_INFLATION = 3.0
 
 #: The slow direction's power iteration runs on ``SLOW_SHIFT * lambda_max - A`` (its top

@@ -387,10 +387,11 @@ def test_the_budget_rule_falls_back_to_the_score_where_the_curvature_is_not_posi
     from numpyro_sgrld.adaptation import mixing_step
 
     steps = 100_000
-    np.testing.assert_allclose(_frozen_budget_step((-0.05, 0.02), steps),
-                               mixing_step(0.02, steps, 1.0), rtol=1e-5)
-    np.testing.assert_allclose(_frozen_budget_step((0.02, 5.0), steps),
-                               mixing_step(0.02, steps, 1.0), rtol=1e-5)
+    # mixing steps of 0.12, below the inflation cap 3 / 10 = 0.3
+    np.testing.assert_allclose(_frozen_budget_step((-0.05, 0.05), steps),
+                               mixing_step(0.05, steps, 1.0), rtol=1e-5)
+    np.testing.assert_allclose(_frozen_budget_step((0.05, 5.0), steps),
+                               mixing_step(0.05, steps, 1.0), rtol=1e-5)
     # neither positive: the bias target's step
     np.testing.assert_allclose(_frozen_budget_step((-0.05, -0.01), steps), 0.1 / 10.0,
                                rtol=1e-5)
