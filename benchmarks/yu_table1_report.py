@@ -134,22 +134,31 @@ def table(runs, costs=None):
 
 
 def figure(runs, path):
+    """Fig. 3: the ensemble's metrics against epochs, one row of panels per prior (the paper's
+    Fig. 3 is the horseshoe's), one colour per sampler in every row."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for rows in runs.values():
-        label = f"{_label(rows[-1])} ({rows[-1]['prior']}, W={rows[-1]['width']})"
-        epochs = [r["epoch"] for r in rows]
-        for ax, key in zip(axes, ("log_prob", "accuracy", "ece")):
-            ax.plot(epochs, [r[key] for r in rows], marker=".", label=label)
-    for ax, title in zip(axes, ("test log-probability", "test accuracy", "ECE")):
-        ax.set_xlabel("epoch")
-        ax.set_title(f"ensemble {title}")
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
+    priors = sorted({rows[-1]["prior"] for rows in runs.values()}, key=lambda p: p != "horseshoe")
+    samplers = sorted({_label(rows[-1]) for rows in runs.values()})
+    colours = dict(zip(samplers, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 3))
+    fig, axes = plt.subplots(len(priors), 3, figsize=(13, 3.6 * len(priors)), squeeze=False)
+    for row, prior in zip(axes, priors):
+        for rows in runs.values():
+            if rows[-1]["prior"] != prior:
+                continue
+            label = f"{_label(rows[-1])} (W={rows[-1]['width']})"
+            epochs = [r["epoch"] for r in rows]
+            for ax, key in zip(row, ("log_prob", "accuracy", "ece")):
+                ax.plot(epochs, [r[key] for r in rows], marker=".", label=label,
+                        color=colours[_label(rows[-1])])
+        for ax, title in zip(row, ("test log-probability", "test accuracy", "ECE")):
+            ax.set_xlabel("epoch")
+            ax.set_title(f"{prior} prior: ensemble {title}")
+            ax.grid(alpha=0.3)
+        row[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
