@@ -232,6 +232,11 @@ def run_one(problem, kernel_name, step_size, warmup, steps, chains, seed, sampli
     row = dict(step_size=adapted.tolist(), rejected=rejected, finite=finite,
                rejected_in_warmup=rejected_in_warmup,
                warmup_seconds=t_warmup, sampling_seconds=t_sampling, thinning=thinning)
+    adaptation = mcmc.post_warmup_state.adaptation
+    if adaptation is not None and adaptation.trial_position is not None:
+        # the pooled rule of vectorised chains: its step on trial (0: not used) and outcome
+        row["pooled_trial_step"] = float(np.max(np.asarray(adaptation.trial_step)))
+        row["pooled_trial_failed"] = bool(np.any(np.asarray(adaptation.trial_failed)))
     evaluate = problem.get("evaluate", partial(_summary, problem=problem))
     row.update(evaluate(mcmc) if finite else dict(total=float("inf")))
     row["divergent"] = rejected > 0 or not finite
@@ -347,6 +352,14 @@ def _h(run):
     return float(np.exp(np.mean(np.log(run["step_size"]))))
 
 
+def _pooled(run):
+    """A mark for a step chosen by the pooled rule of vectorised chains (``†``: kept after its
+    trial; ``‡``: its trial failed and the chains kept their own steps)."""
+    if not run.get("pooled_trial_step"):
+        return ""
+    return " ‡" if run.get("pooled_trial_failed") else " †"
+
+
 def _within(c):
     """``yes``, or ``**no**`` with the excess's z-score (``within MC error`` when z <= 2)."""
     if c["within"]:
@@ -375,7 +388,7 @@ def table(cells):
                 else "| – | – " if budget else "")
         lines.append(
             f"| {c['problem']} | {LABELS.get(c['kernel'], c['kernel'])} {bias}"
-            f"| {h:.2e} | {_fmt_run(a)} "
+            f"| {h:.2e}{_pooled(a)} | {_fmt_run(a)} "
             f"| {a['warmup_seconds']:.1f} / {fixed:.1f} "
             f"| {centre * 10 ** best['factor']:.2e} (×10^{best['factor']:+.1f}) | {_fmt_run(best)} "
             f"| {c['ratio']:.2f} | {_within(c)} "

@@ -30,6 +30,7 @@ from numpyro_sgrld._composition import (
 )
 from numpyro_sgrld._tree import tree_norm, tree_where
 from numpyro_sgrld.adaptation import (
+    CHAIN_AXIS,
     check_adaptation,
     init_step_size,
     phases,
@@ -37,6 +38,7 @@ from numpyro_sgrld.adaptation import (
     slow_rayleigh,
     slow_shift,
     too_steep,
+    trial_restart,
     update_step_size,
 )
 from numpyro_sgrld.gradients import (
@@ -233,7 +235,10 @@ class SGMCMC(MCMCKernel):
         frozen step is raised to one that does, at most to the stability limit and to a
         predicted sd twice the posterior's in the worst direction
         (:data:`~numpyro_sgrld.adaptation.MAX_INFLATION`): more biased, but converged
-        (:func:`~numpyro_sgrld.adaptation.mixing_step`). ``None`` (default): the bias target
+        (:func:`~numpyro_sgrld.adaptation.mixing_step`). With ``chain_method="vectorized"``,
+        where the curvature along the slowest direction is indefinite (a funnel), the chains
+        pool their warm-ups and share one step, tried before it is kept
+        (:func:`~numpyro_sgrld.adaptation.pooled_step`). ``None`` (default): the bias target
         alone.
     :param potential_fn: instead of ``model``, a potential ``z -> U(z)`` on an unconstrained
         pytree; ``init_params`` is then required and minibatching is the caller's business.
@@ -367,6 +372,7 @@ class SGMCMC(MCMCKernel):
         self._inv_transforms = None
         self._replay = False
         self._sample_fn = None
+        self._axis_name = None  # CHAIN_AXIS with vectorised chains: the kernel's own vmap's
         self._jitted = {}
 
     # ------------------------------------------------------------------ properties
@@ -598,7 +604,7 @@ class SGMCMC(MCMCKernel):
             mixing = (self._sampling_steps, self.integrator.relaxation_weight)
         return update_step_size(
             state.adaptation, state.i, rho, y, stiffness, ok, self._target_bias, key_direction,
-            slow=slow, mixing=mixing,
+            slow=slow, mixing=mixing, axis_name=self._axis_name, position=state.z,
         )
 
     def _hvp(self, target, idx):
@@ -620,6 +626,7 @@ class SGMCMC(MCMCKernel):
             key, z, preconditioner, self._hvp(target, idx), gradient,
             self.integrator.bias_weights, self._temperature, self._target_bias, num_warmup,
             slow=self._sampling_steps is not None,
+            pooled=self._sampling_steps is not None and self._axis_name is not None,
         )
 
     def _init_one(self, z, rng_key, model_args, model_kwargs, num_warmup=0):
@@ -732,9 +739,13 @@ class SGMCMC(MCMCKernel):
                     sampler_state.integrator, adaptation.step_size / step_size
                 ))
             step_size = adaptation.step_size  # the next step's: the frozen one after warm-up
+        z = tree_where(ok, z, state.z)
+        if adaptation is not None and adaptation.trial_position is not None:
+            # the pooled step's trial failed: back to where the chain was when it began
+            z = tree_where(trial_restart(adaptation, state.i), adaptation.trial_position, z)
         return SGState(
             i=state.i + 1,
-            z=tree_where(ok, z, state.z),
+            z=z,
             sampler_state=sampler_state,
             batch_state=batch_state,
             potential_energy=est.value,
@@ -773,6 +784,7 @@ class SGMCMC(MCMCKernel):
         check_divisible(self._plates, self._index_sharding)
         if self.adapts_step_size:
             check_adaptation(num_warmup, self.integrator, self._temperature)
+        self._axis_name = CHAIN_AXIS if vectorized else None
         if vectorized:
             self._sample_fn = partial(_sample_vectorized, self._sample_one)
             init_one = jax.vmap(self._init_one, in_axes=(0, 0, None, None, None))
@@ -829,7 +841,7 @@ def _sample_vectorized(sample_one, state, model_args, model_kwargs):
     if state.adaptation is not None:
         adapting = state.i[0] < state.adaptation.num_warmup[0]
     return jax.vmap(partial(sample_one, adapting=adapting, step=state.i[0]),
-                    in_axes=(0, None, None))(
+                    in_axes=(0, None, None), axis_name=CHAIN_AXIS)(
         state, model_args, model_kwargs
     )
 

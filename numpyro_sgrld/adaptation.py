@@ -65,6 +65,17 @@ predicted variance inflation of :data:`MAX_INFLATION`, to the :func:`mixing_step
 slowest direction has an effective sample size of :data:`MIXING_ESS` per chain
 (:func:`slow_rayleigh`, :func:`update_step_size`).
 
+**Pooling vectorised chains** (with the budget): where the mean curvature along the slow
+direction, over all chains, is not significantly positive (a funnel: one chain's warm-up sees
+only the part of the posterior it visited, and the chains' own steps differ up to tenfold), the
+chains of ``chain_method="vectorized"`` (run under the kernel's own ``vmap`` over
+:data:`CHAIN_AXIS`) freeze at one step from their pooled statistics, the larger of the bias
+target and ``min(lyapunov_step, MAX_INFLATION / mu_bar)`` (:func:`pooled_step`): stable on
+average along all the chains' paths (:func:`lyapunov_step`), its predicted variance inflation
+bounded. The step is tried over the warm-up's last :data:`TRIAL_FRACTION`-th; if a chain
+rejects a step there, every chain keeps its own step and goes back to where the trial began
+(:func:`trial_restart`).
+
 Why not the alternatives: a kernel Stein discrepancy on a grid of short runs (Coullon, South &
 Nemeth 2021) needs full-data gradients at every kept draw and several runs inside one
 warm-up, and loses power in high dimensions (our KSD tests need hundreds of draws for a
@@ -84,12 +95,16 @@ from jax import random
 from numpyro_sgrld._tree import tree_normal
 
 __all__ = [
+    "CHAIN_AXIS",
     "MIN_WARMUP",
     "StepSizeState",
     "check_adaptation",
     "too_steep",
     "init_step_size",
+    "lyapunov_step",
     "mixing_step",
+    "pooled_step",
+    "trial_restart",
     "update_step_size",
 ]
 
@@ -145,6 +160,27 @@ MAX_INFLATION = 3.0
 #: 1.5 keeps that with a 25 % underestimate of ``lambda_max``).
 SLOW_SHIFT = 1.5
 
+#: The name of the vectorised chains' axis (the kernel's own ``vmap`` over chains): where the
+#: curvature is indefinite along the chains' paths, the budget rule pools the chains' warm-up
+#: statistics over it (:func:`pooled_step`).
+CHAIN_AXIS = "chains"
+
+#: With pooling, the warm-up's second half keeps a histogram of its curvature terms ``s_t``
+#: in bins of ``STIFFNESS_BIN`` decades over ``STIFFNESS_RANGE`` (non-positive values count as
+#: neutral), for :func:`lyapunov_step`.
+STIFFNESS_RANGE = (-30.0, 30.0)
+STIFFNESS_BIN = 0.125
+
+#: :func:`lyapunov_step` searches multiples of the stability cap up to this.
+LYAPUNOV_SPAN = 1000.0
+
+#: The pooled rule applies where the mean curvature along the slow direction is not
+#: significantly positive: at most this many standard errors above zero.
+INDEFINITE_Z = 2.0
+
+#: The pooled step is tried over the warm-up's last ``1 / TRIAL_FRACTION`` before it is kept.
+TRIAL_FRACTION = 8
+
 
 class StepSizeState(NamedTuple):
     r"""The adaptation's state (``SGState.adaptation``; ``None`` with a given step size).
@@ -167,6 +203,13 @@ class StepSizeState(NamedTuple):
       the score products :math:`(w^\top R^\top g_1)(w^\top R^\top g_2)/T` there (the
       fallback where the mean curvature along :math:`w` is not positive, see
       :func:`update_step_size`).
+    - **stiffness_counts**, **trial_step**, **trial_rejected**, **trial_position**,
+      **trial_failed** – with ``sampling_steps`` and vectorised chains (``None`` or 0
+      otherwise): the histogram of the second half's curvature terms (:func:`lyapunov_step`),
+      the pooled step on trial over the warm-up's last eighth (0: none), this chain's
+      rejections during the trial, its position when the trial began, and whether the trial
+      failed in any chain (the chains then go back to their trial positions and keep their own
+      steps; :func:`pooled_step`, :func:`trial_restart`).
     """
 
     step_size: Any
@@ -180,6 +223,12 @@ class StepSizeState(NamedTuple):
     slow_direction: Any = None
     slow_total: Any = 0.0
     slow_score_total: Any = 0.0
+    stiffness_counts: Any = None
+    trial_step: Any = 0.0
+    trial_rejected: Any = 0
+    trial_position: Any = None
+    trial_failed: Any = False
+    slow_square_total: Any = 0.0
 
 
 def _vdot(a, b):
@@ -310,11 +359,13 @@ def check_adaptation(num_warmup, integrator, temperature):
 
 
 def init_step_size(key, position, preconditioner, hvp, gradient, weights, temperature,
-                   target_bias, num_warmup, slow=False):
+                   target_bias, num_warmup, slow=False, pooled=False):
     r"""The :class:`StepSizeState` at the initial position: :data:`INIT_ITERATIONS` power
     iterations, each with two fresh minibatch gradients (``gradient(key) -> grad``) and a
     Hessian-vector product; the estimate is the mean Rayleigh quotient of the second half.
-    ``slow``: also start the iteration for the smallest curvature (a random direction)."""
+    ``slow``: also start the iteration for the smallest curvature (a random direction);
+    ``pooled`` (with ``slow``, for vectorised chains): also keep what :func:`pooled_step`
+    needs."""
     key_u, key_it = random.split(key)
     u = _normalise(tree_normal(key_u, position), position)
 
@@ -342,6 +393,12 @@ def init_step_size(key, position, preconditioner, hvp, gradient, weights, temper
         ),
         slow_total=jnp.zeros(()),
         slow_score_total=jnp.zeros(()),
+        stiffness_counts=jnp.zeros(_num_bins()) if pooled else None,
+        trial_step=jnp.zeros(()),
+        trial_rejected=jnp.zeros((), jnp.int32),
+        trial_position=position if pooled else None,
+        trial_failed=jnp.zeros((), bool),
+        slow_square_total=jnp.zeros(()),
     )
 
 
@@ -364,6 +421,80 @@ def phases(i, num_warmup):
     return i >= half, i >= half + (num_warmup - half) // 2
 
 
+def _num_bins():
+    lo, hi = STIFFNESS_RANGE
+    return int(round((hi - lo) / STIFFNESS_BIN))
+
+
+def count_stiffness(counts, stiffness):
+    """``counts`` with one more curvature term in its bin of ``log10`` (the first bin for a
+    non-positive or non-finite one)."""
+    lo, _ = STIFFNESS_RANGE
+    ok = jnp.isfinite(stiffness) & (stiffness > 0)
+    k = jnp.floor((jnp.log10(jnp.where(ok, stiffness, 1.0)) - lo) / STIFFNESS_BIN)
+    k = jnp.clip(jnp.where(ok, k, 0), 0, counts.shape[0] - 1).astype(jnp.int32)
+    return counts.at[k].add(1.0)
+
+
+def lyapunov_step(counts, stiffness):
+    r"""The largest multiple of the stability cap :math:`h_c` = ``FAST_TARGET / stiffness``
+    (up to :data:`LYAPUNOV_SPAN`) at which the linearised recursion along the recorded path is
+    stable **on average**: with :math:`x_t = h s_t /` ``FAST_TARGET`` (:math:`h\lambda_t` for
+    Langevin; 1 at the stiffest point at the cap, half the Euler limit 2),
+
+    .. math:: \frac1T\sum_t \log|1 - x_t| \le 0,
+
+    the Lyapunov exponent of :math:`\prod_t (1 - h\lambda_t)` (each :math:`s_t` at its bin's
+    upper edge, ``counts`` the histogram of :func:`count_stiffness`). For a constant curvature
+    it is the Euler limit itself, twice the cap; where the stiffest point is rare it can be far
+    above the cap."""
+    lo, _ = STIFFNESS_RANGE
+    edges = 10.0 ** (lo + STIFFNESS_BIN * (jnp.arange(counts.shape[0]) + 1.0))
+    edges = jnp.minimum(edges, stiffness).at[0].set(0.0)
+    cap = FAST_TARGET / stiffness
+    multiples = jnp.geomspace(1.0, LYAPUNOV_SPAN, 241)
+    x = multiples[:, None] * cap * edges[None, :] / FAST_TARGET
+    growth = jnp.sum(counts * jnp.log(jnp.abs(1.0 - x) + 1e-30), axis=1)
+    stable = jnp.cumprod(growth <= 0.0)
+    return cap * jnp.max(jnp.where(stable > 0, multiples, 1.0))
+
+
+def pooled_step(counts, stiffness, total, count, slow_total, slow_square_total, target_bias,
+                axis_name):
+    r"""``(h, use)``: the budget rule over all vectorised chains (``axis_name``) where the
+    curvature is indefinite along their paths. Pooled over the chains: the window's mean
+    quotient :math:`\bar\mu`, the largest stiffness, the histogram of curvature terms and the
+    mean curvature along the slow direction. ``use`` where that mean is not positive (a
+    funnel: one chain's warm-up sees only the part of the posterior it happened to visit, and
+    the chains' own steps differ up to tenfold, ``docs/step_size.md``); then ``h`` is the
+    larger of the pooled bias target (with its stability cap) and
+    ``min(lyapunov_step, MAX_INFLATION / mu_bar)``: stable on average along every chain's
+    path, its predicted variance inflation bounded. It is tried before it is kept
+    (:func:`update_step_size`)."""
+    n = jax.lax.psum(count, axis_name)
+    mean = jax.lax.psum(total, axis_name) / jnp.maximum(n, 1)
+    slow_mean = jax.lax.psum(slow_total, axis_name) / jnp.maximum(n, 1)
+    slow_var = jax.lax.psum(slow_square_total, axis_name) / jnp.maximum(n, 1) - slow_mean**2
+    slow_se = jnp.sqrt(jnp.maximum(slow_var, 0.0) / jnp.maximum(n, 1))
+    stiff = jax.lax.pmax(stiffness, axis_name)
+    hist = jax.lax.psum(counts, axis_name)
+    base = target_bias / jnp.maximum(mean, stiff * target_bias / FAST_TARGET)
+    raised = jnp.minimum(lyapunov_step(hist, stiff), MAX_INFLATION / mean)
+    h = jnp.maximum(base, raised)
+    return h, (slow_mean <= INDEFINITE_Z * slow_se) & jnp.isfinite(h) & (h > 0) & (n > 0)
+
+
+def trial_start(num_warmup):
+    """The first warm-up step of the pooled step's trial."""
+    return num_warmup - num_warmup // TRIAL_FRACTION
+
+
+def trial_restart(state, i):
+    """Whether warm-up step ``i`` is the last and the pooled step's trial failed: the chain
+    then continues from ``state.trial_position``."""
+    return (i == state.num_warmup - 1) & state.trial_failed
+
+
 def mixing_step(slow_mean, sampling_steps, relaxation_weight):
     r"""The smallest step whose slowest direction mixes within the run: the AR(1) chain with
     relaxation rate :math:`r = g h \lambda_{\min}` per step (:math:`g` the integrator's
@@ -374,7 +505,7 @@ def mixing_step(slow_mean, sampling_steps, relaxation_weight):
 
 
 def update_step_size(state, i, rho, y, stiffness, accepted, target_bias, key, slow=None,
-                     mixing=None):
+                     mixing=None, axis_name=None, position=None):
     """The state after warm-up step ``i`` (0-based) with Rayleigh quotient ``rho`` and product
     ``y``; ``accepted`` is False when the step was rejected. The step is
     ``FAST_TARGET / estimate`` in the first half of warm-up (curvature only), then
@@ -392,7 +523,16 @@ def update_step_size(state, i, rho, y, stiffness, accepted, target_bias, key, sl
     positive (the Hessian is indefinite along the chain's path, as in a funnel: the local
     curvature says nothing about relaxation), the mean of the score products ``f`` takes its
     place: the curvature averaged over the posterior, non-negative in expectation (the window's
-    mean may still not be positive; then the bias target's step stays)."""
+    mean may still not be positive; then the bias target's step stays).
+
+    With vectorised chains (``axis_name``, and ``state.stiffness_counts`` kept) the chains
+    pool their statistics where the mean curvature along the slow direction, over all chains,
+    is not positive (:func:`pooled_step`). The pooled step is computed when the warm-up's
+    last eighth begins and the chains run at it until the end; if no chain rejects a step
+    (:data:`MAX_RISE`) there, every chain keeps it. A chain that rejects one returns to its
+    own step at once; then every chain keeps its own step and goes back to where it was when
+    the trial began (``position``, the chain's position at the start of step ``i``;
+    :func:`trial_restart`)."""
     noisy, in_window = phases(i, state.num_warmup)
     rho = jnp.where(jnp.isfinite(rho), rho, state.estimate)
     since = jnp.where(noisy, i - state.num_warmup // 2, i)  # steps since the phase began
@@ -405,6 +545,7 @@ def update_step_size(state, i, rho, y, stiffness, accepted, target_bias, key, sl
                          jnp.maximum(rho, forget * state.estimate))
     estimate = jnp.where(accepted, estimate, SHRINK * estimate)
     stiffness = jnp.where(jnp.isfinite(stiffness), stiffness, 0.0)
+    term = stiffness  # this step's curvature term s_t (``stiffness`` becomes their maximum)
     recent = jnp.maximum(stiffness, forget * state.recent_stiffness)
     recent = jnp.where(accepted, recent, SHRINK * recent)
     # a rejection in the window scales the window's mean by SHRINK too (the frozen step shrinks)
@@ -422,11 +563,14 @@ def update_step_size(state, i, rho, y, stiffness, accepted, target_bias, key, sl
                         jnp.maximum(estimate, recent * target_bias / FAST_TARGET), estimate)
     step_size = _step(target, jnp.where(last, final, current), state.step_size)
     slow_direction, slow_total = state.slow_direction, state.slow_total
+    slow_square_total = state.slow_square_total
     slow_score_total = state.slow_score_total
     if slow is not None:
         r, slow_direction = slow[:2]
         r = jnp.where(jnp.isfinite(r), r, 0.0)
         slow_total = jnp.where(accepted & in_window, slow_total + r, slow_total)
+        slow_square_total = jnp.where(accepted & in_window, state.slow_square_total + r * r,
+                                      state.slow_square_total)
         slow_mean = slow_total / jnp.maximum(count, 1)
         if len(slow) == 3:
             f = jnp.where(jnp.isfinite(slow[2]), slow[2], 0.0)
@@ -439,6 +583,33 @@ def update_step_size(state, i, rho, y, stiffness, accepted, target_bias, key, sl
             raised = jnp.minimum(raised, MAX_INFLATION / final)
             usable = jnp.isfinite(raised) & (raised > 0) & (count > 0)
             step_size = jnp.where(last & usable, jnp.maximum(step_size, raised), step_size)
+    pool = state.stiffness_counts is not None and axis_name is not None and mixing is not None
+    counts, trial_step, trial_rejected = (state.stiffness_counts, state.trial_step,
+                                          state.trial_rejected)
+    trial_position, trial_failed = state.trial_position, state.trial_failed
+    if pool:
+        counts = jnp.where(noisy, count_stiffness(counts, term), counts)
+        start = trial_start(state.num_warmup)
+        # computed once, when the trial begins (the flag is the same in every chain, so the
+        # branch stays a branch under the chains' vmap)
+        begins = jax.lax.pmax((i == start - 1).astype(jnp.int32), axis_name) > 0
+
+        def candidate():
+            h, use = pooled_step(counts, stiffness, total, count, slow_total,
+                                 slow_square_total, target_bias, axis_name)
+            return jnp.where(use, h, 0.0).astype(trial_step.dtype)
+
+        trial_step = jax.lax.cond(begins, candidate, lambda: trial_step)
+        on_trial = (i >= start) & (state.trial_step > 0)
+        trial_rejected = trial_rejected + (on_trial & ~accepted).astype(jnp.int32)
+        trial_position = jax.tree.map(lambda p, q: jnp.where(i == start, p, q), position,
+                                      trial_position)
+        # this chain's next step is on trial until it rejects one
+        step_size = jnp.where((i >= start - 1) & (trial_step > 0) & (trial_rejected == 0)
+                              & ~last, trial_step, step_size)
+        clean = jax.lax.psum(trial_rejected, axis_name) == 0
+        step_size = jnp.where(last & (trial_step > 0) & clean, trial_step, step_size)
+        trial_failed = last & (trial_step > 0) & ~clean
     return StepSizeState(
         step_size=step_size,
         direction=jax.lax.cond(
@@ -455,4 +626,10 @@ def update_step_size(state, i, rho, y, stiffness, accepted, target_bias, key, sl
         slow_direction=slow_direction,
         slow_total=slow_total,
         slow_score_total=slow_score_total,
+        stiffness_counts=counts,
+        trial_step=trial_step,
+        trial_rejected=trial_rejected,
+        trial_position=trial_position,
+        trial_failed=trial_failed,
+        slow_square_total=slow_square_total,
     )

@@ -408,3 +408,172 @@ def test_the_budget_rule_stops_at_the_largest_predicted_variance_inflation():
     np.testing.assert_allclose(_frozen_budget_step((0.002,), steps, rho), cap, rtol=1e-5)
     np.testing.assert_allclose(_frozen_budget_step((0.05,), steps, rho),
                                mixing_step(0.05, steps, 1.0), rtol=1e-5)
+
+
+def test_lyapunov_step_is_the_euler_limit_for_a_constant_curvature():
+    """With one curvature term the mean log-growth ``log|1 - h s / FAST_TARGET|`` is not
+    positive up to twice the cap (Euler's limit ``h lambda = 2`` for Langevin); with the
+    stiffest term a rare one the step may be above that, the largest step of the search up to
+    which the mean log-growth over the recorded terms is not positive."""
+    from numpyro_sgrld.adaptation import (
+        FAST_TARGET,
+        LYAPUNOV_SPAN,
+        STIFFNESS_BIN,
+        STIFFNESS_RANGE,
+        count_stiffness,
+        lyapunov_step,
+    )
+
+    # terms at bin edges, so that the histogram holds them exactly
+    def edge(k):
+        return 10.0 ** (STIFFNESS_RANGE[0] + STIFFNESS_BIN * (k + 1))
+
+    def histogram(terms):
+        counts = jnp.zeros(int(round((STIFFNESS_RANGE[1] - STIFFNESS_RANGE[0]) / STIFFNESS_BIN)))
+        for t in terms:  # count_stiffness bins by floor: an edge lands in the bin above it
+            counts = count_stiffness(counts, jnp.asarray(t * 0.999, jnp.float32))
+        return counts
+
+    stiff = edge(240)
+    cap = FAST_TARGET / stiff
+    multiples = np.geomspace(1.0, LYAPUNOV_SPAN, 241)
+    step = float(lyapunov_step(histogram([stiff] * 10), jnp.asarray(stiff)))
+    np.testing.assert_allclose(step, cap * multiples[multiples <= 2.0].max(), rtol=1e-4)
+
+    terms = [stiff] + [edge(240 - 24)] * 99  # one term at the cap, 99 at a thousandth of it
+    step = float(lyapunov_step(histogram(terms), jnp.asarray(stiff)))
+
+    def growth(h):
+        x = h * np.asarray(terms) / FAST_TARGET
+        return float(np.mean(np.log(np.abs(1.0 - x) + 1e-30)))
+
+    expected = cap * multiples[np.cumprod([growth(cap * m) <= 0 for m in multiples]) > 0].max()
+    assert expected > 2.1 * cap  # beyond the constant curvature's limit
+    np.testing.assert_allclose(step, expected, rtol=1e-4)
+
+
+def _pooled_warmup(rho, spikes, slow, rejected_at=(-1, -1), steps=100_000, pooled=True):
+    """Two vectorised chains' adaptation states after MIN_WARMUP steps of ``update_step_size``
+    under ``vmap`` with the chains' axis (``pooled=False``: without it, each chain its own
+    rule). Chain ``c`` has Rayleigh quotient ``rho[c]``; curvature terms ``scale`` every
+    ``every`` steps and a thousandth of it otherwise (``spikes[c] = (scale, every)``);
+    slow-direction terms alternating ``±size`` (a mean of zero) or constant ``size`` where
+    ``alternate`` is False, with score products ``score`` (``slow[c] = (size, alternate,
+    score)``); and rejects step ``rejected_at[c]``. Positions count the steps."""
+    from numpyro_sgrld.adaptation import CHAIN_AXIS, StepSizeState, update_step_size
+
+    one = {"x": jnp.ones(1)}
+
+    def init(_):
+        return StepSizeState(
+            step_size=jnp.asarray(0.1), direction=one, estimate=jnp.asarray(1.0),
+            total=jnp.zeros(()), count=jnp.zeros((), jnp.int32),
+            num_warmup=jnp.asarray(MIN_WARMUP, jnp.int32), stiffness=jnp.zeros(()),
+            recent_stiffness=jnp.zeros(()), slow_direction=one,
+            slow_total=jnp.zeros(()), slow_score_total=jnp.zeros(()),
+            stiffness_counts=jnp.zeros(480) if pooled else None, trial_step=jnp.zeros(()),
+            trial_rejected=jnp.zeros((), jnp.int32),
+            trial_position={"x": jnp.zeros(1)} if pooled else None,
+            trial_failed=jnp.zeros((), bool), slow_square_total=jnp.zeros(()),
+        )
+
+    arrays = [jnp.asarray(np.asarray(a, np.float32)) for a in
+              (rho, *zip(*spikes), *zip(*slow), rejected_at)]
+
+    def chain(state, rho, scale, every, size, alternate, score, rejected, i):
+        stiffness = jnp.where(i % every == 0, scale, scale / 1000.0)
+        r = jnp.where((alternate > 0) & (i % 2 == 1), -size, size)
+        return update_step_size(
+            state, i, rho, one, stiffness, i != rejected, 0.1, random.PRNGKey(0),
+            slow=(r, one, score), mixing=(steps, 1.0), axis_name=CHAIN_AXIS if pooled else None,
+            position={"x": jnp.full(1, i * 1.0)},
+        )
+
+    def body(i, states):
+        return jax.vmap(lambda s, *a: chain(s, *a, i), axis_name=CHAIN_AXIS)(states, *arrays)
+
+    return jax.jit(lambda: jax.lax.fori_loop(0, MIN_WARMUP, body,
+                                             jax.vmap(init)(jnp.arange(2))))()
+
+
+RHO = (20.0, 5.0)
+SPIKES = ((20.0, 50), (5.0, 25))
+INDEFINITE = ((1.0, True, 0.05), (0.5, True, 0.05))
+
+
+def test_vectorised_chains_pool_their_step_where_the_curvature_is_indefinite():
+    """Where the slow direction's curvature terms average to about zero (a funnel), the
+    chains' frozen step is one, the pooled rule's (``pooled_step``): the larger of the
+    pooled bias target and the Lyapunov step of the pooled histogram, at most MAX_INFLATION
+    over the pooled mean quotient; it was on trial over the last eighth and no chain rejected
+    a step there."""
+    from numpyro_sgrld.adaptation import (
+        FAST_TARGET,
+        MAX_INFLATION,
+        TRIAL_FRACTION,
+        count_stiffness,
+        lyapunov_step,
+    )
+
+    states = _pooled_warmup(RHO, SPIKES, INDEFINITE)
+    steps = np.asarray(states.step_size)
+    assert steps[0] == steps[1]
+    # the pooled rule from its parts: the second half's terms of both chains
+    half = MIN_WARMUP // 2
+    counts = jnp.zeros(480)
+    for scale, every in SPIKES:
+        for i in range(half, MIN_WARMUP - MIN_WARMUP // TRIAL_FRACTION - 1):
+            term = scale if i % every == 0 else scale / 1000.0
+            counts = count_stiffness(counts, jnp.asarray(term, jnp.float32))
+    mean = np.mean(RHO)
+    expected = max(0.1 / max(mean, 20.0 * 0.1 / FAST_TARGET),
+                   min(float(lyapunov_step(counts, jnp.asarray(20.0))), MAX_INFLATION / mean))
+    np.testing.assert_allclose(steps[0], expected, rtol=1e-5)
+    assert expected > FAST_TARGET / 20.0  # above the stiffest point's cap
+    assert not np.any(states.trial_failed)
+    # each chain's position when the trial began
+    np.testing.assert_array_equal(states.trial_position["x"][:, 0],
+                                  MIN_WARMUP - MIN_WARMUP // TRIAL_FRACTION)
+
+
+def test_a_rejection_on_trial_keeps_every_chains_own_step_and_restarts_it():
+    """One chain rejecting one step of the trial: every chain keeps the step of its own rule
+    (as without pooling) and goes back to where it was when the trial began."""
+    from numpyro_sgrld.adaptation import TRIAL_FRACTION, trial_restart
+
+    start = MIN_WARMUP - MIN_WARMUP // TRIAL_FRACTION
+    failed = _pooled_warmup(RHO, SPIKES, INDEFINITE, rejected_at=(-1, start + 3))
+    assert np.all(failed.trial_failed)
+    assert np.all(trial_restart(failed, MIN_WARMUP - 1))
+    assert not np.any(trial_restart(failed, MIN_WARMUP - 2))
+    np.testing.assert_array_equal(failed.trial_position["x"][:, 0], start)
+    # the same warm-ups without pooling: each chain's own rule
+    own = _pooled_warmup(RHO, SPIKES, INDEFINITE, rejected_at=(-1, start + 3), pooled=False)
+    steps = np.asarray(failed.step_size)
+    assert steps[0] != steps[1]
+    np.testing.assert_allclose(steps, np.asarray(own.step_size), rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_vectorised_chains_on_the_funnel_share_a_step_and_converge():
+    """Yu et al.'s funnel (noisy gradients) with PSGLD, four vectorised chains, 10,000 warm-up
+    and 200,000 sampling steps, ``sampling_steps`` given (the benchmark's cell): the pooled
+    step is one for all chains and passed its trial, and the chains converge (split R-hat at
+    most 1.01 and bulk ESS at least 100 for ``v`` and ``x``, the benchmark's health check),
+    where each chain's own rule left them unconverged (R-hat 1.04, ESS 54)."""
+    from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
+    from numpyro_sgrld.models import funnel
+
+    steps = 200_000
+    mcmc = MCMC(PSGLD(funnel.model, num_data=1, sampling_steps=steps), num_warmup=10_000,
+                num_samples=steps, thinning=100, num_chains=4, chain_method="vectorized",
+                progress_bar=False)
+    mcmc.run(random.PRNGKey(0), funnel.make_gradient_noise())
+    adaptation = mcmc.last_state.adaptation
+    step = np.asarray(mcmc.last_state.step_size)
+    assert np.all(step == step[0]) and np.all(np.asarray(adaptation.trial_step) == step[0])
+    assert not np.any(adaptation.trial_failed)
+    for name, draws in mcmc.get_samples(group_by_chain=True).items():
+        draws = np.asarray(draws)
+        assert split_gelman_rubin(draws) <= 1.01, name
+        assert effective_sample_size(draws) >= 100, name
