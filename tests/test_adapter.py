@@ -375,6 +375,7 @@ def test_progress_bar_diagnostics_string():
     assert "h=1.00e-03" in text and "|grad|=" in text
 
 
+@pytest.mark.slow  # compile-heavy: in the slow set, to keep the default run under 5 minutes
 def test_control_variate_estimator_is_unbiased_and_exact_at_its_centre():
     from numpyro_sgrld.gradients import control_variate, control_variate_estimate
 

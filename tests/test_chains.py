@@ -69,6 +69,7 @@ def test_continuing_from_last_state_equals_one_long_run(name):
     assert int(mcmc.last_state.i) == 120
 
 
+@pytest.mark.slow  # compile-heavy: in the slow set, to keep the default run under 5 minutes
 def test_continuing_vectorized_chains():
     long = _run(KERNELS["sghmc"](), num_samples=100, num_chains=2, chain_method="vectorized")
     mcmc = _run(KERNELS["sghmc"](), num_samples=50, num_chains=2, chain_method="vectorized")

@@ -232,6 +232,7 @@ def test_observation_that_broadcasts_is_refused():
 
 
 # --------------------------------------------------------------------------- 7. NumPy data
+@pytest.mark.slow  # compile-heavy: in the slow set, to keep the default run under 5 minutes
 def test_numpy_data_with_a_keyword_argument_and_chains():
     X, y = _data()
     mcmc = _mcmc(SGLD(regression(), step_size=1e-4), X, y=y, prior_scale=1.0, num_samples=10)

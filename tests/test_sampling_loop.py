@@ -89,6 +89,7 @@ def test_same_draws_as_numpyros_loop(kw):
     assert np.ptp(np.asarray(ours[0]["w"])) > 0  # the chains moved
 
 
+@pytest.mark.slow  # compile-heavy: in the slow set, to keep the default run under 5 minutes
 def test_postprocessing_runs_only_on_the_kept_steps():
     # deterministic sites are computed by replaying the model on all the data: NumPyro's loop
     # does it on every step (20 here) and once more, eagerly, for the shapes of its sample

@@ -77,6 +77,7 @@ def test_svrg_is_unbiased_and_exact_at_its_anchor():
     assert np.std(plain["w"], axis=0).max() > 1.0
 
 
+@pytest.mark.slow  # compile-heavy: in the slow set, to keep the default run under 5 minutes
 def test_the_anchor_is_refreshed_on_schedule():
     """The estimator re-anchors at the position it is given at steps k * update_every (k >= 1),
     one epoch (N / n) by default; and in a vectorised MCMC run with ``update_every=3`` the
