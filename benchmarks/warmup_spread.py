@@ -4,10 +4,11 @@ Step-size adaptation (``step_size=None``, ``docs/step_size.md``) runs in each ch
 chain's own warm-up path. Where the warm-up is long against the posterior's slowest relaxation,
 the chains' statistics agree; where it is not (a funnel, whose ``v`` relaxes over thousands of
 steps at a stable step), each chain measures the part of the posterior it happened to visit.
-This script runs the warm-up of ``--chains`` vectorised chains with ``sampling_steps`` set (the
-budget rule) and prints, per chain, what the adaptation saw at the end of the warm-up: the
-frozen step; the bias target's step ``target_bias / mean quotient`` of the last quarter; the
-stability cap ``FAST_TARGET / max stiffness`` of the second half; the inflation cap
+This script runs the warm-up of ``--chains`` sequential chains (each with its own rule: nothing
+is pooled) with ``sampling_steps`` set (the budget rule) and prints, per chain, what the
+adaptation saw at the end of the warm-up: the frozen step; the bias target's step
+``target_bias / mean quotient`` of the last quarter; the stability cap
+``FAST_TARGET / max stiffness`` of the second half; the inflation cap
 ``MAX_INFLATION / mean quotient``; the mean curvature along the slow direction and its
 score-product fallback. The spread across chains (max / min) ends each row.
 
@@ -36,8 +37,9 @@ def spread(problem_name, kernel_name, warmup, sampling_steps, chains, seed):
     problem = bench.PROBLEMS[problem_name]()
     kernel = bench.KERNELS[kernel_name](problem["model"], step_size=None,
                                         sampling_steps=sampling_steps, **problem["kwargs"])
+    # sequential chains: each its own rule (vectorised ones would pool on a funnel)
     mcmc = MCMC(kernel, num_warmup=warmup, num_samples=1, num_chains=chains,
-                chain_method="vectorized", progress_bar=False)
+                chain_method="sequential", progress_bar=False)
     mcmc.warmup(random.PRNGKey(seed), *problem["args"])
     state = mcmc.post_warmup_state
     a = state.adaptation

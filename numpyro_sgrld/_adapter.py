@@ -741,8 +741,15 @@ class SGMCMC(MCMCKernel):
             step_size = adaptation.step_size  # the next step's: the frozen one after warm-up
         z = tree_where(ok, z, state.z)
         if adaptation is not None and adaptation.trial_position is not None:
-            # the pooled step's trial failed: back to where the chain was when it began
-            z = tree_where(trial_restart(adaptation, state.i), adaptation.trial_position, z)
+            # the pooled step's trial failed: back to where the chain was when it began (a
+            # branch on the chains' shared warm-up flag: nothing to select while sampling)
+            z = jax.lax.cond(
+                adapting,
+                lambda z: tree_where(trial_restart(adaptation, state.i),
+                                     adaptation.trial_position, z),
+                lambda z: z,
+                z,
+            )
         return SGState(
             i=state.i + 1,
             z=z,

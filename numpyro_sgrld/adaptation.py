@@ -67,13 +67,14 @@ slowest direction has an effective sample size of :data:`MIXING_ESS` per chain
 
 **Pooling vectorised chains** (with the budget): where the mean curvature along the slow
 direction, over all chains, is not significantly positive (a funnel: one chain's warm-up sees
-only the part of the posterior it visited, and the chains' own steps differ up to tenfold), the
-chains of ``chain_method="vectorized"`` (run under the kernel's own ``vmap`` over
-:data:`CHAIN_AXIS`) freeze at one step from their pooled statistics, the larger of the bias
-target and ``min(lyapunov_step, MAX_INFLATION / mu_bar)`` (:func:`pooled_step`): stable on
-average along all the chains' paths (:func:`lyapunov_step`), its predicted variance inflation
-bounded. The step is tried over the warm-up's last :data:`TRIAL_FRACTION`-th; if a chain
-rejects a step there, every chain keeps its own step and goes back to where the trial began
+only the part of the posterior it visited, and the chains' own steps differ by one to two
+orders of magnitude), the chains of ``chain_method="vectorized"`` (run under the kernel's
+own ``vmap`` over :data:`CHAIN_AXIS`) freeze at one step from their pooled statistics, the
+larger of the bias target and ``min(lyapunov_step, MAX_INFLATION / mu_bar)``
+(:func:`pooled_step`): stable on average along all the chains' paths (:func:`lyapunov_step`),
+its predicted variance inflation bounded. The step is tried over the warm-up's last
+:data:`TRIAL_FRACTION`-th; if a chain rejects a step there, every chain freezes at its own
+rule's step from the warm-up before the trial and goes back to where the trial began
 (:func:`trial_restart`).
 
 Why not the alternatives: a kernel Stein discrepancy on a grid of short runs (Coullon, South &
@@ -208,8 +209,10 @@ class StepSizeState(NamedTuple):
       otherwise): the histogram of the second half's curvature terms (:func:`lyapunov_step`),
       the pooled step on trial over the warm-up's last eighth (0: none), this chain's
       rejections during the trial, its position when the trial began, and whether the trial
-      failed in any chain (the chains then go back to their trial positions and keep their own
-      steps; :func:`pooled_step`, :func:`trial_restart`).
+      failed in any chain (the chains then go back to their trial positions and freeze at
+      **own_step**, the step their own rule had chosen from the warm-up before the trial;
+      :func:`pooled_step`, :func:`trial_restart`); **slow_square_total**, the sum of the
+      squared slow-direction quotients (their standard error, :func:`pooled_step`).
     """
 
     step_size: Any
@@ -229,6 +232,7 @@ class StepSizeState(NamedTuple):
     trial_position: Any = None
     trial_failed: Any = False
     slow_square_total: Any = 0.0
+    own_step: Any = 0.0
 
 
 def _vdot(a, b):
@@ -399,6 +403,7 @@ def init_step_size(key, position, preconditioner, hvp, gradient, weights, temper
         trial_position=position if pooled else None,
         trial_failed=jnp.zeros((), bool),
         slow_square_total=jnp.zeros(()),
+        own_step=jnp.zeros(()),
     )
 
 
@@ -464,9 +469,11 @@ def pooled_step(counts, stiffness, total, count, slow_total, slow_square_total, 
     r"""``(h, use)``: the budget rule over all vectorised chains (``axis_name``) where the
     curvature is indefinite along their paths. Pooled over the chains: the window's mean
     quotient :math:`\bar\mu`, the largest stiffness, the histogram of curvature terms and the
-    mean curvature along the slow direction. ``use`` where that mean is not positive (a
+    mean curvature along the slow direction. ``use`` where that mean is not significantly
+    positive, at most :data:`INDEFINITE_Z` standard errors above zero (a
     funnel: one chain's warm-up sees only the part of the posterior it happened to visit, and
-    the chains' own steps differ up to tenfold, ``docs/step_size.md``); then ``h`` is the
+    the chains' own steps differ by one to two orders of magnitude, ``docs/step_size.md``);
+    then ``h`` is the
     larger of the pooled bias target (with its stability cap) and
     ``min(lyapunov_step, MAX_INFLATION / mu_bar)``: stable on average along every chain's
     path, its predicted variance inflation bounded. It is tried before it is kept
@@ -526,12 +533,14 @@ def update_step_size(state, i, rho, y, stiffness, accepted, target_bias, key, sl
     mean may still not be positive; then the bias target's step stays).
 
     With vectorised chains (``axis_name``, and ``state.stiffness_counts`` kept) the chains
-    pool their statistics where the mean curvature along the slow direction, over all chains,
-    is not positive (:func:`pooled_step`). The pooled step is computed when the warm-up's
-    last eighth begins and the chains run at it until the end; if no chain rejects a step
-    (:data:`MAX_RISE`) there, every chain keeps it. A chain that rejects one returns to its
-    own step at once; then every chain keeps its own step and goes back to where it was when
-    the trial began (``position``, the chain's position at the start of step ``i``;
+    pool their statistics (the window's so far) where the mean curvature along the slow
+    direction, over all chains, is not significantly positive (:func:`pooled_step`). The
+    pooled step is computed when the warm-up's last eighth begins and the chains run at it
+    until the end; if no chain rejects a step there (a rise above :data:`MAX_RISE`, or a
+    proposal that is not finite), every chain keeps it. A chain that rejects one returns to
+    its own current step at once; then every chain freezes at the step its own rule had
+    chosen from the warm-up before the trial (``own_step``) and goes back to where it was
+    when the trial began (``position``, the chain's position at the start of step ``i``;
     :func:`trial_restart`)."""
     noisy, in_window = phases(i, state.num_warmup)
     rho = jnp.where(jnp.isfinite(rho), rho, state.estimate)
@@ -583,10 +592,14 @@ def update_step_size(state, i, rho, y, stiffness, accepted, target_bias, key, sl
             raised = jnp.minimum(raised, MAX_INFLATION / final)
             usable = jnp.isfinite(raised) & (raised > 0) & (count > 0)
             step_size = jnp.where(last & usable, jnp.maximum(step_size, raised), step_size)
+            # the step this chain's own rule would freeze at if the warm-up ended here
+            own_now = _step(target_bias, final, state.step_size)
+            own_now = jnp.where(usable, jnp.maximum(own_now, raised), own_now)
     pool = state.stiffness_counts is not None and axis_name is not None and mixing is not None
     counts, trial_step, trial_rejected = (state.stiffness_counts, state.trial_step,
                                           state.trial_rejected)
     trial_position, trial_failed = state.trial_position, state.trial_failed
+    own_step = state.own_step
     if pool:
         counts = jnp.where(noisy, count_stiffness(counts, term), counts)
         start = trial_start(state.num_warmup)
@@ -597,9 +610,11 @@ def update_step_size(state, i, rho, y, stiffness, accepted, target_bias, key, sl
         def candidate():
             h, use = pooled_step(counts, stiffness, total, count, slow_total,
                                  slow_square_total, target_bias, axis_name)
-            return jnp.where(use, h, 0.0).astype(trial_step.dtype)
+            return jnp.where(use, h, 0.0).astype(jnp.result_type(float))
 
         trial_step = jax.lax.cond(begins, candidate, lambda: trial_step)
+        # a failed trial falls back to this: the chain's own rule on the warm-up before it
+        own_step = jnp.where(i == start - 1, own_now, own_step)
         on_trial = (i >= start) & (state.trial_step > 0)
         trial_rejected = trial_rejected + (on_trial & ~accepted).astype(jnp.int32)
         trial_position = jax.tree.map(lambda p, q: jnp.where(i == start, p, q), position,
@@ -610,6 +625,7 @@ def update_step_size(state, i, rho, y, stiffness, accepted, target_bias, key, sl
         clean = jax.lax.psum(trial_rejected, axis_name) == 0
         step_size = jnp.where(last & (trial_step > 0) & clean, trial_step, step_size)
         trial_failed = last & (trial_step > 0) & ~clean
+        step_size = jnp.where(trial_failed, own_step, step_size)
     return StepSizeState(
         step_size=step_size,
         direction=jax.lax.cond(
@@ -632,4 +648,5 @@ def update_step_size(state, i, rho, y, stiffness, accepted, target_bias, key, sl
         trial_position=trial_position,
         trial_failed=trial_failed,
         slow_square_total=slow_square_total,
+        own_step=own_step,
     )

@@ -452,15 +452,23 @@ def test_lyapunov_step_is_the_euler_limit_for_a_constant_curvature():
     np.testing.assert_allclose(step, expected, rtol=1e-4)
 
 
-def _pooled_warmup(rho, spikes, slow, rejected_at=(-1, -1), steps=100_000, pooled=True):
+def _pooled_warmup(rho, spikes, slow, rejected_at=(-1, -1), steps=100_000, pooled=True,
+                   trial_factor=1.0):
     """Two vectorised chains' adaptation states after MIN_WARMUP steps of ``update_step_size``
     under ``vmap`` with the chains' axis (``pooled=False``: without it, each chain its own
     rule). Chain ``c`` has Rayleigh quotient ``rho[c]``; curvature terms ``scale`` every
     ``every`` steps and a thousandth of it otherwise (``spikes[c] = (scale, every)``);
     slow-direction terms alternating ``±size`` (a mean of zero) or constant ``size`` where
     ``alternate`` is False, with score products ``score`` (``slow[c] = (size, alternate,
-    score)``); and rejects step ``rejected_at[c]``. Positions count the steps."""
-    from numpyro_sgrld.adaptation import CHAIN_AXIS, StepSizeState, update_step_size
+    score)``); and rejects step ``rejected_at[c]``. During the last eighth (the pooled
+    step's trial) the quotients are ``trial_factor`` times larger. Positions count the
+    steps."""
+    from numpyro_sgrld.adaptation import (
+        CHAIN_AXIS,
+        StepSizeState,
+        trial_start,
+        update_step_size,
+    )
 
     one = {"x": jnp.ones(1)}
 
@@ -483,6 +491,7 @@ def _pooled_warmup(rho, spikes, slow, rejected_at=(-1, -1), steps=100_000, poole
     def chain(state, rho, scale, every, size, alternate, score, rejected, i):
         stiffness = jnp.where(i % every == 0, scale, scale / 1000.0)
         r = jnp.where((alternate > 0) & (i % 2 == 1), -size, size)
+        rho = rho * jnp.where(i >= trial_start(MIN_WARMUP), trial_factor, 1.0)
         return update_step_size(
             state, i, rho, one, stiffness, i != rejected, 0.1, random.PRNGKey(0),
             slow=(r, one, score), mixing=(steps, 1.0), axis_name=CHAIN_AXIS if pooled else None,
@@ -522,7 +531,7 @@ def test_vectorised_chains_pool_their_step_where_the_curvature_is_indefinite():
     half = MIN_WARMUP // 2
     counts = jnp.zeros(480)
     for scale, every in SPIKES:
-        for i in range(half, MIN_WARMUP - MIN_WARMUP // TRIAL_FRACTION - 1):
+        for i in range(half, MIN_WARMUP - MIN_WARMUP // TRIAL_FRACTION):  # to the trial
             term = scale if i % every == 0 else scale / 1000.0
             counts = count_stiffness(counts, jnp.asarray(term, jnp.float32))
     mean = np.mean(RHO)
@@ -537,21 +546,61 @@ def test_vectorised_chains_pool_their_step_where_the_curvature_is_indefinite():
 
 
 def test_a_rejection_on_trial_keeps_every_chains_own_step_and_restarts_it():
-    """One chain rejecting one step of the trial: every chain keeps the step of its own rule
-    (as without pooling) and goes back to where it was when the trial began."""
-    from numpyro_sgrld.adaptation import TRIAL_FRACTION, trial_restart
+    """One chain rejecting one step of the trial: every chain freezes at the step its own rule
+    had chosen from the warm-up before the trial (here each chain's inflation cap: the
+    quotients quadruple during the trial, which must not count) and goes back to where it was
+    when the trial began."""
+    from numpyro_sgrld.adaptation import (
+        FAST_TARGET,
+        MAX_INFLATION,
+        TRIAL_FRACTION,
+        mixing_step,
+        trial_restart,
+    )
 
     start = MIN_WARMUP - MIN_WARMUP // TRIAL_FRACTION
-    failed = _pooled_warmup(RHO, SPIKES, INDEFINITE, rejected_at=(-1, start + 3))
+    steps = 100_000
+    rhos = (200.0, 50.0)  # inflation caps 0.015 and 0.06, below the stability caps
+    failed = _pooled_warmup(rhos, SPIKES, INDEFINITE, rejected_at=(-1, start + 3), steps=steps,
+                            trial_factor=4.0)
     assert np.all(failed.trial_failed)
     assert np.all(trial_restart(failed, MIN_WARMUP - 1))
     assert not np.any(trial_restart(failed, MIN_WARMUP - 2))
     np.testing.assert_array_equal(failed.trial_position["x"][:, 0], start)
-    # the same warm-ups without pooling: each chain's own rule
-    own = _pooled_warmup(RHO, SPIKES, INDEFINITE, rejected_at=(-1, start + 3), pooled=False)
-    steps = np.asarray(failed.step_size)
-    assert steps[0] != steps[1]
-    np.testing.assert_allclose(steps, np.asarray(own.step_size), rtol=1e-6)
+    # the own rule before the trial: the window's first (start - 150) alternating terms
+    window = start - (MIN_WARMUP // 2 + MIN_WARMUP // 4)
+    expected = []
+    for rho, (stiff, _), (size, _, _) in zip(rhos, SPIKES, INDEFINITE):
+        slow_mean = size * (window % 2) / window  # one more +size than -size
+        raised = min(mixing_step(slow_mean, steps, 1.0), FAST_TARGET / stiff, MAX_INFLATION / rho)
+        expected.append(max(0.1 / max(rho, stiff * 0.1 / FAST_TARGET), raised))
+    assert expected[0] != expected[1]
+    np.testing.assert_allclose(np.asarray(failed.step_size), expected, rtol=1e-5)
+
+
+def test_nothing_is_pooled_where_the_slow_curvature_is_clearly_positive():
+    """With the slow direction's curvature terms constant and positive the pooled rule does
+    not apply: each chain's frozen step is, bit for bit, what it is without the chains' axis;
+    and a kernel's vectorised chains (its named vmap, the trial's state and branches) give
+    the sequential chains' steps and draws."""
+    positive = ((1.0, False, 0.05), (0.5, False, 0.05))
+    pooled = _pooled_warmup(RHO, SPIKES, positive)
+    assert not np.any(np.asarray(pooled.trial_step) > 0)
+    np.testing.assert_array_equal(np.asarray(pooled.step_size),
+                                  np.asarray(_pooled_warmup(RHO, SPIKES, positive,
+                                                            pooled=False).step_size))
+    runs = {}
+    for method in ("vectorized", "sequential"):
+        mcmc = MCMC(SGLD(noisy_gaussian, sampling_steps=100), num_warmup=MIN_WARMUP,
+                    num_samples=100, num_chains=2, chain_method=method, progress_bar=False)
+        mcmc.run(random.PRNGKey(1), NOISE)
+        runs[method] = (np.asarray(mcmc.last_state.step_size),
+                        np.asarray(mcmc.get_samples(group_by_chain=True)["x"]))
+        if method == "vectorized":
+            assert mcmc.last_state.adaptation.trial_position is not None
+            assert not np.any(np.asarray(mcmc.last_state.adaptation.trial_step) > 0)
+    for a, b in zip(runs["vectorized"], runs["sequential"]):
+        np.testing.assert_allclose(a, b, rtol=1e-5)
 
 
 @pytest.mark.slow
