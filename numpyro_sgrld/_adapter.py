@@ -742,11 +742,13 @@ class SGMCMC(MCMCKernel):
         z = tree_where(ok, z, state.z)
         if adaptation is not None and adaptation.trial_position is not None:
             # the pooled step's trial failed: back to where the chain was when it began (a
-            # branch on the chains' shared warm-up flag: nothing to select while sampling)
+            # branch on flags shared by the chains: nothing to select on any other step)
             z = jax.lax.cond(
                 adapting,
-                lambda z: tree_where(trial_restart(adaptation, state.i),
-                                     adaptation.trial_position, z),
+                lambda z: jax.lax.cond(
+                    trial_restart(adaptation, state.i, self._axis_name),
+                    lambda z: adaptation.trial_position, lambda z: z, z,
+                ),
                 lambda z: z,
                 z,
             )

@@ -496,10 +496,15 @@ def trial_start(num_warmup):
     return num_warmup - num_warmup // TRIAL_FRACTION
 
 
-def trial_restart(state, i):
+def trial_restart(state, i, axis_name=None):
     """Whether warm-up step ``i`` is the last and the pooled step's trial failed: the chain
-    then continues from ``state.trial_position``."""
-    return (i == state.num_warmup - 1) & state.trial_failed
+    then continues from ``state.trial_position``. With ``axis_name`` the flag is made the same
+    object in every chain (it is the same value: the step index and the trial's verdict are
+    shared), so a ``lax.cond`` on it stays a branch under the chains' ``vmap``."""
+    flag = (i == state.num_warmup - 1) & state.trial_failed
+    if axis_name is None:
+        return flag
+    return jax.lax.pmax(flag.astype(jnp.int32), axis_name) > 0
 
 
 def mixing_step(slow_mean, sampling_steps, relaxation_weight):
@@ -617,8 +622,10 @@ def update_step_size(state, i, rho, y, stiffness, accepted, target_bias, key, sl
         own_step = jnp.where(i == start - 1, own_now, own_step)
         on_trial = (i >= start) & (state.trial_step > 0)
         trial_rejected = trial_rejected + (on_trial & ~accepted).astype(jnp.int32)
-        trial_position = jax.tree.map(lambda p, q: jnp.where(i == start, p, q), position,
-                                      trial_position)
+        # the position is kept once, when the trial begins (a branch, as above: no select
+        # over the whole position on every warm-up step)
+        keeps = jax.lax.pmax((i == start).astype(jnp.int32), axis_name) > 0
+        trial_position = jax.lax.cond(keeps, lambda: position, lambda: trial_position)
         # this chain's next step is on trial until it rejects one
         step_size = jnp.where((i >= start - 1) & (trial_step > 0) & (trial_rejected == 0)
                               & ~last, trial_step, step_size)

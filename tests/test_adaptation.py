@@ -578,6 +578,27 @@ def test_a_rejection_on_trial_keeps_every_chains_own_step_and_restarts_it():
     np.testing.assert_allclose(np.asarray(failed.step_size), expected, rtol=1e-5)
 
 
+def test_a_failed_trial_puts_each_chain_back_through_the_kernel(monkeypatch):
+    """The same through a kernel's vectorised chains: a pooled step no chain can take (forced
+    to 10^6) fails its trial, and each chain ends its warm-up where it was when the trial
+    began, at the step its own rule had chosen before it."""
+    import numpyro_sgrld.adaptation as adaptation
+
+    monkeypatch.setattr(adaptation, "pooled_step",
+                        lambda *args: (jnp.asarray(1e6), jnp.asarray(True)))
+    mcmc = MCMC(SGLD(noisy_gaussian, sampling_steps=100), num_warmup=MIN_WARMUP,
+                num_samples=1, num_chains=2, chain_method="vectorized", progress_bar=False)
+    mcmc.warmup(random.PRNGKey(1), NOISE)
+    state = mcmc.post_warmup_state
+    assert np.all(np.asarray(state.adaptation.trial_failed))
+    assert np.all(np.asarray(state.adaptation.trial_rejected) > 0)
+    np.testing.assert_array_equal(np.asarray(state.z["x"]),
+                                  np.asarray(state.adaptation.trial_position["x"]))
+    np.testing.assert_array_equal(np.asarray(state.step_size),
+                                  np.asarray(state.adaptation.own_step))
+    assert np.all(np.asarray(state.step_size) < 1.0)
+
+
 def test_nothing_is_pooled_where_the_slow_curvature_is_clearly_positive():
     """With the slow direction's curvature terms constant and positive the pooled rule does
     not apply: each chain's frozen step is, bit for bit, what it is without the chains' axis;
