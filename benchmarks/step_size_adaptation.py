@@ -271,6 +271,20 @@ def run_budget_aware(cell):
     return verdict(new)
 
 
+def check_warmup(cell):
+    """The cell's adapted warm-up again with the current code (its ``sampling_steps`` if it has
+    one): the steps it freezes at, to compare with the recorded ones
+    after a change to the adaptation (a cell whose steps are the same needs no rerun)."""
+    problem = PROBLEMS[cell["problem"]]()
+    extra = {} if cell.get("sampling_steps") is None else {"sampling_steps": cell["steps"]}
+    kernel = KERNELS[cell["kernel"]](problem["model"], step_size=None, **problem["kwargs"],
+                                     **extra)
+    mcmc = MCMC(kernel, num_warmup=cell["warmup"], num_samples=cell["steps"],
+                num_chains=cell["chains"], chain_method="vectorized", progress_bar=False)
+    mcmc.warmup(random.PRNGKey(cell["seed"]), *problem["args"])
+    return np.asarray(mcmc.post_warmup_state.step_size, np.float64)
+
+
 def run_replicates(cell, seeds):
     """The cell's adapted run (with its ``sampling_steps`` if it has one) and its best grid step
     (the same fixed step) redone on each of ``seeds``: independent replicates whose spread is
@@ -472,7 +486,27 @@ def main(argv=None):
                         "CELL_FILE (matching --problems and --kernels) on --seeds; results to "
                         "--out")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--check-warmups", type=Path, default=None, metavar="CELL_FILE",
+                        help="rerun the adapted warm-up of every cell of CELL_FILE (matching "
+                        "--problems and --kernels; a replicate file's every seed) and print "
+                        "whether it freezes at the recorded steps")
     args = parser.parse_args(argv)
+    if args.check_warmups is not None:
+        for line in args.check_warmups.read_text().splitlines():
+            cell = json.loads(line)
+            if cell["problem"] not in args.problems or cell["kernel"] not in args.kernels:
+                continue
+            runs = ([(r["seed"], r["adapted"]) for r in cell["replicates"]]
+                    if "replicates" in cell else [(cell["seed"], cell["adapted"])])
+            for seed, adapted in runs:
+                new = check_warmup(dict(cell, seed=seed))
+                old = np.asarray(adapted["step_size"], np.float64)
+                print(f"{cell['problem']} {cell['kernel']} seed {seed}: "
+                      f"{'same' if np.array_equal(new, old) else 'CHANGED'} "
+                      f"(recorded {np.array2string(old, precision=3)}, now "
+                      f"{np.array2string(new, precision=3)})", flush=True)
+            jax.clear_caches()
+        return
     if args.replicate is not None:
         if args.out == parser.get_default("out"):
             parser.error("--replicate writes records of its own: name their file with --out")

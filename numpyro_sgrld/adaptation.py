@@ -195,7 +195,11 @@ class StepSizeState(NamedTuple):
     - **stiffness** – the largest curvature term :math:`c_\lambda u^\top A u` seen in the
       warm-up's second half (the stability cap: the frozen step is at most
       ``FAST_TARGET / stiffness``); **recent_stiffness**, its maximum decaying by
-      ``1 - 1/SMOOTHING`` per step, caps the warm-up's steps the same way.
+      ``1 - 1/SMOOTHING`` per step, caps the warm-up's steps the same way;
+      **first_stiffness**, that decaying maximum at the end of the first half, where the power
+      iteration follows the curvature alone (its top direction): the budget rule's raised step
+      is capped by it too, since the second half's direction follows the top of curvature
+      *plus* gradient noise and misses the stiffest curvature where the noise points elsewhere.
     - **num_warmup** – the warm-up length; the step freezes when ``i`` reaches it.
     - **slow_direction**, **slow_total** – with ``sampling_steps`` given (``None`` and 0
       otherwise): the unit vector of the power iteration for the *smallest* curvature,
@@ -233,6 +237,7 @@ class StepSizeState(NamedTuple):
     trial_failed: Any = False
     slow_square_total: Any = 0.0
     own_step: Any = 0.0
+    first_stiffness: Any = 0.0
 
 
 def _vdot(a, b):
@@ -404,6 +409,7 @@ def init_step_size(key, position, preconditioner, hvp, gradient, weights, temper
         trial_failed=jnp.zeros((), bool),
         slow_square_total=jnp.zeros(()),
         own_step=jnp.zeros(()),
+        first_stiffness=jnp.zeros(()),
     )
 
 
@@ -561,6 +567,9 @@ def update_step_size(state, i, rho, y, stiffness, accepted, target_bias, key, sl
     stiffness = jnp.where(jnp.isfinite(stiffness), stiffness, 0.0)
     term = stiffness  # this step's curvature term s_t (``stiffness`` becomes their maximum)
     recent = jnp.maximum(stiffness, forget * state.recent_stiffness)
+    # the first half's last step: the curvature's own top, before the noise joins the iteration
+    first_stiffness = jnp.where(~noisy & phases(i + 1, state.num_warmup)[0], recent,
+                                state.first_stiffness)
     recent = jnp.where(accepted, recent, SHRINK * recent)
     # a rejection in the window scales the window's mean by SHRINK too (the frozen step shrinks)
     total = jnp.where(accepted, state.total + jnp.where(in_window, rho, 0.0), SHRINK * state.total)
@@ -593,7 +602,8 @@ def update_step_size(state, i, rho, y, stiffness, accepted, target_bias, key, sl
             slow_mean = jnp.where(slow_mean > 0, slow_mean,
                                   slow_score_total / jnp.maximum(count, 1))
         if mixing is not None:
-            raised = jnp.minimum(mixing_step(slow_mean, *mixing), FAST_TARGET / stiffness)
+            raised = jnp.minimum(mixing_step(slow_mean, *mixing),
+                                 FAST_TARGET / jnp.maximum(stiffness, first_stiffness))
             raised = jnp.minimum(raised, MAX_INFLATION / final)
             usable = jnp.isfinite(raised) & (raised > 0) & (count > 0)
             step_size = jnp.where(last & usable, jnp.maximum(step_size, raised), step_size)
@@ -656,4 +666,5 @@ def update_step_size(state, i, rho, y, stiffness, accepted, target_bias, key, sl
         trial_failed=trial_failed,
         slow_square_total=slow_square_total,
         own_step=own_step,
+        first_stiffness=first_stiffness,
     )

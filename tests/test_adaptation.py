@@ -578,6 +578,21 @@ def test_a_rejection_on_trial_keeps_every_chains_own_step_and_restarts_it():
     np.testing.assert_allclose(np.asarray(failed.step_size), expected, rtol=1e-5)
 
 
+def test_the_budget_rule_stays_stable_where_the_noise_points_elsewhere():
+    """The gradient noise only along the flat coordinate (variance 1), the curvature 100 along
+    the other: the second half's power iteration follows curvature plus noise, whose top is
+    the flat coordinate, and its curvature terms there (about 1) missed the stiff one. With a
+    short run (``sampling_steps=100``) the budget rule raises the step to its stability cap,
+    which must then come from the first half's curvature alone: every chain's frozen step is
+    below Euler's limit 2 / 100 (it was 0.039 in one chain, which rejected a fifth of its
+    proposals), and no sampling step is rejected."""
+    mcmc = MCMC(SGLD(noisy_gaussian, sampling_steps=100), num_warmup=MIN_WARMUP,
+                num_samples=100, num_chains=4, chain_method="vectorized", progress_bar=False)
+    mcmc.run(random.PRNGKey(1), NOISE, extra_fields=("diverging",))
+    assert np.all(np.asarray(mcmc.last_state.step_size) < 2.0 / HESSIAN.max())
+    assert not np.any(np.asarray(mcmc.get_extra_fields()["diverging"]))
+
+
 def test_a_failed_trial_puts_each_chain_back_through_the_kernel(monkeypatch):
     """The same through a kernel's vectorised chains: a pooled step no chain can take (forced
     to 10^6) fails its trial, and each chain ends its warm-up where it was when the trial
