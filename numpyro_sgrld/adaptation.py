@@ -535,7 +535,9 @@ def update_step_size(state, i, rho, y, stiffness, accepted, target_bias, key, sl
     ``slow = (r, w')`` or ``(r, w', f)`` (:func:`slow_rayleigh`) and ``mixing =
     (sampling_steps, relaxation_weight)``: the run's length is known, and the frozen step is at
     least :func:`mixing_step` of the mean of ``r`` over the last quarter, but no more than the
-    stability limit ``FAST_TARGET / stiffness`` nor ``MAX_INFLATION`` over the window's mean
+    stability limit ``FAST_TARGET / max(stiffness, first_stiffness)`` (the second half's largest
+    curvature term and the first half's last, :class:`StepSizeState`) nor ``MAX_INFLATION``
+    over the window's mean
     quotient (:data:`MAX_INFLATION`; the budget rule: a step that mixes within the
     run, more biased, where the bias target's step would not). Where that mean is not
     positive (the Hessian is indefinite along the chain's path, as in a funnel: the local
