@@ -84,6 +84,18 @@ def _rejections(val):
     return getattr(state, "num_rejected", None) if hasattr(state, "diverging") else None
 
 
+def _adaptive_steps(val, upper):
+    """How many of this run's first steps are the step-size adaptation's warm-up (0 with a
+    given step or after warm-up): there a step whose minibatch potential rises too steeply is
+    rejected and the step shrinks, which is how the adaptation works, not a fault."""
+    state = _state_of(val)
+    adaptation = getattr(state, "adaptation", None)
+    if adaptation is None or not hasattr(state, "diverging") or _is_traced((state.i, adaptation)):
+        return 0
+    left = int(np.max(np.asarray(adaptation.num_warmup) - np.asarray(state.i)))
+    return min(max(left, 0), upper)
+
+
 def _window(val, since):
     """``val`` whose ``diverging`` says whether any step since the previous recorded draw (the
     count ``since``) was rejected, not only the recorded step: with ``thinning`` a rejected
@@ -186,22 +198,34 @@ def collect(
     run = _compiled(body_fun, transform, traced)
     start, thin = np.int32(start), np.int32(thinning)
     since = _rejections(init_val)
+    # the run in two parts where the step-size adaptation's warm-up ends, to count the
+    # rejections after it (the same draws: the loop's bounds are arguments)
+    adaptive = 0 if traced else _adaptive_steps(init_val, upper)
+    counted = since
     if not progbar or upper == 0 or traced:
-        val, collection, _ = run(
-            np.int32(0), np.int32(upper), init_val, collection, start, thin, since
-        )
+        val = init_val
+        parts = ((0, adaptive), (adaptive, upper)) if 0 < adaptive < upper else ((0, upper),)
+        for lo, hi in parts:
+            val, collection, since = run(
+                np.int32(lo), np.int32(hi), val, collection, start, thin, since
+            )
+            if hi == adaptive:
+                counted = _rejections(val)
     else:
-        val, collection = _with_progress_bar(
-            run, upper, init_val, collection, start, thin, since, progress_rate, progbar_opts
+        val, collection, counted = _with_progress_bar(
+            run, upper, init_val, collection, start, thin, since, progress_rate, progbar_opts,
+            adaptive,
         )
-    _warn_if_rejected(since, _rejections(val), upper)
+    _warn_if_rejected(counted, _rejections(val), upper - adaptive, adaptive)
     return (collection, val) if return_last_val else collection
 
 
-def _warn_if_rejected(before, after, num_steps):
+def _warn_if_rejected(before, after, num_steps, adaptive=0):
     """Warn when steps of this run were rejected (whatever the ``thinning``: a chain stuck
-    where the gradient is not finite rejects every step and repeats one point)."""
-    if before is None or _is_traced((before, after)):
+    where the gradient is not finite rejects every step and repeats one point). ``before``
+    is the count after the run's first ``adaptive`` steps, the step-size adaptation's warm-up,
+    whose rejections are not a fault (:func:`_adaptive_steps`)."""
+    if before is None or num_steps == 0 or _is_traced((before, after)):
         return
     rejected = np.asarray(after) - np.asarray(before)
     if not np.any(rejected > 0):
@@ -210,8 +234,13 @@ def _warn_if_rejected(before, after, num_steps):
     chains = ""
     if rejected.size > 1:
         chains = f" in {int(np.sum(rejected > 0))} of {rejected.size} chains"
+    after_warmup = (
+        f" after the step-size adaptation's {adaptive} warm-up steps (whose rejections of "
+        "too steep a rise shrink the step and are not counted)" if adaptive else ""
+    )
     warnings.warn(
-        f"{int(np.sum(rejected))} of {num_steps * rejected.size} steps were rejected{chains} "
+        f"{int(np.sum(rejected))} of {num_steps * rejected.size} steps were rejected{chains}"
+        f"{after_warmup} "
         f"(up to {worst} in one chain): the potential, its gradient or the new state was not "
         "finite, and the chain stayed where it was. A few rejections mean the step size is "
         "too large at times; a chain that rejects every step from some point on is stuck "
@@ -239,23 +268,28 @@ def _caller_level():
 
 
 def _with_progress_bar(
-    run, upper, val, collection, start, thin, since, progress_rate, progbar_opts
+    run, upper, val, collection, start, thin, since, progress_rate, progbar_opts, adaptive=0
 ):
     """Chunks of ``progress_rate`` steps (default ``upper / 20``), the bar updated after each
-    with NumPyro's description and the kernel's diagnostics string."""
+    with NumPyro's description and the kernel's diagnostics string; a chunk also ends after
+    the first ``adaptive`` steps. Returns the last state, the collection and the rejection
+    count after those steps (at the start if none)."""
     from tqdm import tqdm  # the bar NumPyro's one-chain loop shows
 
     rate = progress_rate or max(upper // 20, 1)
     describe = progbar_opts.get("progbar_desc", lambda i: "")
     diagnostics = progbar_opts.get("diagnostics_fn")
+    bounds = sorted((set(range(0, upper, rate)) | {adaptive, upper}) - {0})
+    counted = since
     with tqdm(total=upper) as bar:
-        for lo in range(0, upper, rate):
-            hi = min(lo + rate, upper)
+        for lo, hi in zip([0] + bounds[:-1], bounds):
             val, collection, since = run(
                 np.int32(lo), np.int32(hi), val, collection, start, thin, since
             )
+            if hi == adaptive:
+                counted = _rejections(val)
             bar.set_description(describe(hi - 1), refresh=False)
             if diagnostics is not None:
                 bar.set_postfix_str(diagnostics(val), refresh=False)
             bar.update(hi - lo)
-    return val, collection
+    return val, collection, counted

@@ -157,6 +157,30 @@ def test_no_draw_where_the_density_is_zero():
     assert rejected > 0 and rejected == int(np.sum(mcmc.get_extra_fields()["diverging"]))
 
 
+def test_the_warning_counts_the_rejections_after_the_adaptations_warm_up():
+    """With ``step_size=None`` the warm-up rejects steps as part of choosing the step (a rise
+    too steep, here also the wall): the warning counts only the sampling steps' rejections,
+    which the draws' ``diverging`` marks one by one (thinning 1), and says so."""
+    import re
+
+    def model():
+        x = numpyro.sample("x", dist.Normal(0.0, 1.0))
+        numpyro.factor("wall", jnp.where(x > 0, 0.0, -jnp.inf))
+
+    kernel = SGLD(model, init_strategy=init_to_value(values={"x": 1.0}))
+    with fast_sampling_loop(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mcmc = _mcmc(kernel, num_warmup=400, num_samples=2000, num_chains=2)
+    messages = [str(w.message) for w in caught if "steps were rejected" in str(w.message)]
+    assert len(messages) == 1
+    found = re.match(r"(\d+) of (\d+) steps were rejected", messages[0])
+    sampled = int(np.sum(mcmc.get_extra_fields()["diverging"]))
+    assert int(found.group(2)) == 2 * 2000 and int(found.group(1)) == sampled > 0
+    assert "after the step-size adaptation's 400 warm-up steps" in messages[0]
+    # the warm-up's own rejections are there, in the state's count, and not in the warning
+    assert int(np.sum(np.asarray(mcmc.last_state.num_rejected))) > sampled
+
+
 def test_potential_fn_infinite_outside_a_box():
     pot = lambda z: jnp.where(jnp.abs(z["t"]) < 1, 0.5 * z["t"] ** 2, jnp.inf)  # noqa: E731
     with fast_sampling_loop(), pytest.warns(UserWarning, match="steps were rejected"):
