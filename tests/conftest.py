@@ -19,24 +19,16 @@ import pytest
 from numpyro_sgrld.models._data import DataNotFoundError
 
 jax.config.update("jax_platform_name", "cpu")
-
-
-def pytest_configure(config):
-    """A compilation cache for the default run (per process, or shared where the variable is
-    inherited, as by the xdist workers): tests that build the same program (the same kernel
-    on the same model and shapes) compile it once. A fresh directory per run, removed at its
-    end by the process that made it: nothing carries over between runs. Other selections (the
-    slow set) run without it: writing an executable to it crashed an xdist worker with a
-    segmentation fault inside JAX (``compilation_cache.put_executable_and_time``) some twenty
-    minutes into the slow set, in two runs (docs/testing.md)."""
-    if config.getoption("markexpr", "") != "not slow":
-        return
-    if "NUMPYRO_SGRLD_TEST_JAX_CACHE" not in os.environ:
-        os.environ["NUMPYRO_SGRLD_TEST_JAX_CACHE"] = tempfile.mkdtemp(prefix="jax-cache-")
-        atexit.register(shutil.rmtree, os.environ["NUMPYRO_SGRLD_TEST_JAX_CACHE"], True)
-    jax.config.update("jax_compilation_cache_dir", os.environ["NUMPYRO_SGRLD_TEST_JAX_CACHE"])
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+# A compilation cache for the run (per process, or shared where the variable is inherited):
+# tests that build the same program (the same kernel on the same model and shapes) compile it
+# once. A fresh directory per run, removed at its end by the process that made it: nothing
+# carries over between runs.
+if "NUMPYRO_SGRLD_TEST_JAX_CACHE" not in os.environ:
+    os.environ["NUMPYRO_SGRLD_TEST_JAX_CACHE"] = tempfile.mkdtemp(prefix="jax-cache-")
+    atexit.register(shutil.rmtree, os.environ["NUMPYRO_SGRLD_TEST_JAX_CACHE"], True)
+jax.config.update("jax_compilation_cache_dir", os.environ["NUMPYRO_SGRLD_TEST_JAX_CACHE"])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 @pytest.fixture(scope="session")
