@@ -21,6 +21,8 @@ from numpyro_sgrld import (
     schedules,
     sharding,
     streaming,
+    verdict,
+    warmup,
 )
 from numpyro_sgrld._adapter import SGMCMC, SGMCMCKernel, SGState
 from numpyro_sgrld._compat import (
@@ -85,11 +87,16 @@ from numpyro_sgrld.streaming import (
     run_streaming,
 )
 from numpyro_sgrld.subsample import SubsamplePlate, find_subsample_plates, full_batch
+from numpyro_sgrld.verdict import Verdict, check
 
 __version__ = "0.1.0"
 
 __all__ = [
     "SGMCMC",
+    "Verdict",
+    "check",
+    "verdict",
+    "warmup",
     "SamplerState",
     "auxiliary",
     "gradients",

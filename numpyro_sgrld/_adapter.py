@@ -35,6 +35,7 @@ from numpyro_sgrld.adaptation import (
     init_step_size,
     phases,
     rayleigh,
+    remeasure,
     slow_rayleigh,
     slow_shift,
     too_steep,
@@ -45,14 +46,16 @@ from numpyro_sgrld.gradients import (
     ControlVariate,
     GradientEstimator,
     Target,
+    activate_control_variates,
     control_variates,
     hessian_diagonal_estimate,
     minibatch,
     minibatch_potential,
     minibatch_potential_with_aux,
+    warmup_control_variates,
 )
 from numpyro_sgrld.integrators import langevin
-from numpyro_sgrld.metrics import StepContext
+from numpyro_sgrld.metrics import StepContext, learnt_diagonal
 from numpyro_sgrld.metrics import identity as identity_metric
 from numpyro_sgrld.schedules import as_schedule
 from numpyro_sgrld.sharding import check_divisible, index_sharding
@@ -65,6 +68,14 @@ from numpyro_sgrld.subsample import (
     placeholder_plates,
     trace_model,
 )
+from numpyro_sgrld.warmup import (
+    first_window_start,
+    init_preconditioner,
+    preconditioner_scale,
+    reset_preconditioner,
+    update_preconditioner,
+)
+from numpyro_sgrld.warmup.schedule import final_window_start
 
 __all__ = ["SGState", "SGMCMC", "SGMCMCKernel"]
 
@@ -102,6 +113,10 @@ class SGState(NamedTuple):
       variates (also readable as ``control_variate``).
     - **adaptation** – with ``step_size=None``, the step-size adaptation's
       :class:`~numpyro_sgrld.adaptation.StepSizeState` (``None`` with a given step size).
+    - **warmup** – with ``step_size=None`` and a metric learnt in warm-up
+      (:func:`~numpyro_sgrld.metrics.learnt_diagonal`, the default then), the current slow
+      window's statistics (:class:`~numpyro_sgrld.warmup.PreconditionerWarmup`); ``None``
+      otherwise. The learnt preconditioner itself is ``sampler_state.metric.scale``.
     """
 
     i: Any
@@ -116,6 +131,7 @@ class SGState(NamedTuple):
     num_rejected: Any = 0
     gradient_state: Any = None
     adaptation: Any = None
+    warmup: Any = None
 
     @property
     def control_variate(self):
@@ -342,7 +358,11 @@ class SGMCMC(MCMCKernel):
             gradient, control_variate, mode_steps, start_at_centre, model
         )
         self._check_proposal = _check_bool(check_proposal, "check_proposal")
-        metric = identity_metric() if metric is None else metric
+        if metric is None:
+            metric = learnt_diagonal() if step_size is None else identity_metric()
+            if step_size is None and gradient is None and control_variate is None and (
+                    model is not None):
+                self._gradient = warmup_control_variates()
         integrator = langevin() if integrator is None else integrator
         self._sampler = build_sampler(metric, integrator, correction, correction_form)
         if step_size is None:
@@ -459,6 +479,7 @@ class SGMCMC(MCMCKernel):
             }
         self._prototype = prototype
         self._check_data(model_args, model_kwargs)
+        _setup.check_init_values(self._init_strategy, model_trace)
         if init_params is not None:
             init_params = init_params.z if isinstance(init_params, ParamInfo) else init_params
             num_chains = None if is_prng_key(rng_key) else rng_key.shape[0]
@@ -607,6 +628,66 @@ class SGMCMC(MCMCKernel):
             slow=slow, mixing=mixing, axis_name=self._axis_name, position=state.z,
         )
 
+    @property
+    def _learns_metric(self):
+        """Whether warm-up learns the metric (:func:`~numpyro_sgrld.metrics.learnt_diagonal`
+        with ``step_size=None``)."""
+        return self.adapts_step_size and self.metric.name == "learnt_diagonal"
+
+    def _learn(self, state, z, target, idx, est, adaptation, warmup, sampler_state, key):
+        """A warm-up step of the learnt preconditioner (:mod:`numpyro_sgrld.warmup`): the new
+        position ``z`` and a Hessian-diagonal estimate at the step's start join the window's
+        statistics; at a window's end the metric becomes their estimate, the step is measured
+        again in that geometry (:func:`~numpyro_sgrld.adaptation.remeasure`), the integrator
+        starts afresh (its momentum belongs to the old geometry) and the next window begins."""
+        i = target.step  # unbatched for vectorised chains: the branch below stays one
+        key_curv, key_end = random.split(key)
+        in_windows = (i >= first_window_start(adaptation.num_warmup)) & (
+            i < final_window_start(adaptation.num_warmup))
+        curvature = hessian_diagonal_estimate(
+            lambda x, b: target.potential(x, b)[0], state.z, idx, key_curv
+        )
+        updated = update_preconditioner(warmup, z, curvature)
+        warmup = jax.tree.map(lambda new, old: jnp.where(in_windows, new, old), updated, warmup)
+
+        def window_end(adaptation, warmup, sampler_state, gradient_state):
+            metric_state = sampler_state.metric._replace(
+                scale=preconditioner_scale(warmup, sampler_state.metric.scale)
+            )
+            preconditioner, _ = self.metric.update(est.grad, metric_state, z,
+                                                   self._context(state.i, est.aux))
+            if self._gradient.name == "warmup_control_variates":
+                # from the second window on, the window's mean is the centre, if it pays
+                last = i + 1 > warmup.window_ends[0]
+                root = preconditioner.noise_transpose or preconditioner.noise
+                gradient_state = jax.lax.cond(
+                    last,
+                    lambda g: activate_control_variates(
+                        g, warmup.mean, z, target,
+                        lambda k: self._draw_indices(k, None)[0], root,
+                        random.fold_in(key_end, 2)),
+                    lambda g: g,
+                    gradient_state,
+                )
+
+            def gradient(k):
+                return self._gradient.estimate(z, self._draw_indices(k, None)[0],
+                                               gradient_state, target).grad
+
+            adaptation = remeasure(
+                adaptation, key_end, z, preconditioner, self._hvp(target, idx), gradient,
+                self.integrator.bias_weights, self._temperature, self._target_bias, i,
+            )
+            integrator_state = self.integrator.init(z, random.fold_in(key_end, 1),
+                                                    adaptation.step_size, self._temperature)
+            sampler_state = sampler_state._replace(metric=metric_state,
+                                                   integrator=integrator_state)
+            return adaptation, reset_preconditioner(warmup), sampler_state, gradient_state
+
+        ends = jnp.any(i + 1 == warmup.window_ends)
+        return jax.lax.cond(ends, window_end, lambda *a: a,
+                            adaptation, warmup, sampler_state, est.state)
+
     def _hvp(self, target, idx):
         """``(z, v) -> H v`` of the minibatch potential on ``idx``."""
         grad = jax.grad(lambda x: target.potential(x, idx)[0])
@@ -658,6 +739,7 @@ class SGMCMC(MCMCKernel):
         sampler_state = init_sampler(
             self._sampler, key_sampler, z, curvature, context, step_size, self._temperature,
         )
+        warmup = init_preconditioner(z, num_warmup) if self._learns_metric else None
         return SGState(
             i=jnp.zeros((), jnp.int32),
             z=z,
@@ -671,6 +753,7 @@ class SGMCMC(MCMCKernel):
             num_rejected=jnp.zeros((), jnp.int32),
             gradient_state=est.state,
             adaptation=adaptation,
+            warmup=warmup,
         )
 
     def _sample_one(self, state, model_args, model_kwargs, adapting=None, step=None):
@@ -702,7 +785,8 @@ class SGMCMC(MCMCKernel):
     def _transition(self, state, model_args, model_kwargs, adapting, step, temperature):
         target = self._target(model_args, model_kwargs)
         # the transition's index, unbatched for vectorised chains (a branch on it stays one)
-        target = target._replace(step=state.i if step is None else step)
+        target = target._replace(step=state.i if step is None else step,
+                                 axis_name=self._axis_name)
         key_next, key_idx, key_step = random.split(state.rng_key, 3)
         idx, batch_state = self._draw_indices(key_idx, state.batch_state)
         est = self._gradient.estimate(state.z, idx, state.gradient_state, target)
@@ -721,7 +805,8 @@ class SGMCMC(MCMCKernel):
             value = target.potential(z, idx)[0]
             landed = jnp.isfinite(value)
             if state.adaptation is not None:
-                landed = landed & ~(adapting & too_steep(est.value, value, self._temperature))
+                start = est.value if est.batch_value is None else est.batch_value
+                landed = landed & ~(adapting & too_steep(start, value, self._temperature))
         ok, sampler_state = accept(
             usable(est.value, grad_norm, step_size), z, landed, sampler_state,
             state.sampler_state, self._sampler.state_averages_gradient,
@@ -752,6 +837,15 @@ class SGMCMC(MCMCKernel):
                 lambda z: z,
                 z,
             )
+        warmup, gradient_state = state.warmup, est.state
+        if warmup is not None:
+            adaptation, warmup, sampler_state, gradient_state = jax.lax.cond(
+                adapting,
+                lambda: self._learn(state, z, target, idx, est, adaptation, warmup,
+                                    sampler_state, random.fold_in(key_step, 11)),
+                lambda: (adaptation, warmup, sampler_state, gradient_state),
+            )
+            step_size = adaptation.step_size
         return SGState(
             i=state.i + 1,
             z=z,
@@ -763,8 +857,9 @@ class SGMCMC(MCMCKernel):
             diverging=~ok,
             rng_key=key_next,
             num_rejected=state.num_rejected + (~ok).astype(jnp.int32),
-            gradient_state=est.state,
+            gradient_state=gradient_state,
             adaptation=adaptation,
+            warmup=warmup,
         )
 
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
@@ -804,9 +899,35 @@ class SGMCMC(MCMCKernel):
         state = init_one(
             init_params, rng_key, model_args, model_kwargs, jnp.asarray(num_warmup, jnp.int32)
         )
+        self._check_initial_density(state, vectorized, model_args, model_kwargs)
         if self._gradient.check is not None:
             self._gradient.check(state.gradient_state)
         return state
+
+    def _check_initial_density(self, state, vectorized, model_args, model_kwargs):
+        """Refuse an initial position where the potential is not finite: every step from there
+        would be rejected and every draw would repeat it."""
+        value = state.potential_energy
+        if not _setup.concrete(value):
+            return
+        finite = np.isfinite(np.asarray(value))
+        if np.all(finite):
+            return
+        chain = int(np.flatnonzero(~finite.ravel())[0])
+        z = jax.tree.map(lambda x: x[chain], state.z) if vectorized else state.z
+        where = ""
+        if self._model is not None:
+            with _setup.evaluate_now():
+                sites = _setup.nonfinite_sites(placeholder_plates(self._prepared_model),
+                                               model_args, model_kwargs, z)
+            where = f" at the sites {sites}" if sites else ""
+        raise ValueError(
+            f"The log-density is not finite at the initial position"
+            f"{f' of chain {chain}' if vectorized else ''}{where} (potential "
+            f"{float(np.asarray(value).ravel()[chain])}): every step would be rejected there. "
+            "Give `init_params` (unconstrained values) or an init strategy "
+            "(e.g. numpyro.infer.init_to_median) where every site has a positive density."
+        )
 
     def sample(self, state, model_args, model_kwargs):
         return self._sample_fn(state, model_args, model_kwargs)

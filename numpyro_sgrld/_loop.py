@@ -217,7 +217,26 @@ def collect(
             adaptive,
         )
     _warn_if_rejected(counted, _rejections(val), upper - adaptive, adaptive)
+    if not traced and adaptive < upper:
+        _judge(collection, kept, val, body_fun, upper - lower)
     return (collection, val) if return_last_val else collection
+
+
+def _judge(collection, kept, val, body_fun, num_steps):
+    """The run's :func:`~numpyro_sgrld.verdict.verdict` on its kept draws, warned when they
+    cannot be trusted or the kernel's metric is not Γ-corrected."""
+    from numpyro_sgrld.verdict import _leaves_by_chain, verdict
+
+    draws = collection[0] if isinstance(collection, (list, tuple)) else collection
+    state = _state_of(val)
+    if not isinstance(draws, dict) or kept < 4 or not hasattr(state, "diverging"):
+        return
+    chain_axis = 1 if np.ndim(state.i) == 1 else None
+    draws = _leaves_by_chain({k: np.asarray(x)[:kept] for k, x in draws.items()}, chain_axis)
+    kernel = getattr(body_fun, "keywords", {}).get("sampler")
+    v = verdict(draws, None, num_steps, kernel, np.asarray(state.step_size))
+    if not v.trusted or any("Γ-corrected" in n for n in v.notes):
+        warnings.warn(str(v), UserWarning, stacklevel=_caller_level())
 
 
 def _warn_if_rejected(before, after, num_steps, adaptive=0):

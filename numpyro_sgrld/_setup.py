@@ -411,3 +411,43 @@ def same_objects(a, b):
 def concrete(tree):
     """Whether no leaf of ``tree`` is a tracer (values known now, not inside a trace)."""
     return all(not_jax_tracer(x) for x in jax.tree.leaves(tree))
+
+
+def check_init_values(init_strategy, model_trace):
+    """Refuse ``init_to_value(values=...)`` whose value for a latent site has another shape
+    than the site (NumPyro would fail inside the model with a shape error that names
+    neither)."""
+    from numpyro.infer.initialization import init_to_value
+
+    if getattr(init_strategy, "func", None) is not init_to_value:
+        return
+    values = (getattr(init_strategy, "keywords", None) or {}).get("values") or {}
+    for name, value in values.items():
+        site = model_trace.get(name)
+        if site is None or site["type"] != "sample" or site.get("is_observed"):
+            continue
+        want, got = tuple(jnp.shape(site["value"])), tuple(jnp.shape(value))
+        if got != want:
+            raise ModelSetupError(
+                f"init_to_value(values=...) gives the site {name!r} a value of shape {got}, but "
+                f"the site's shape is {want} (constrained space). Give a value of shape {want}."
+            )
+
+
+def nonfinite_sites(model, model_args, model_kwargs, z):
+    """The latent and observed sites whose log-density is not finite at the unconstrained
+    position ``z`` (one chain's), evaluated with the model's placeholder minibatches."""
+    from numpyro.infer.util import constrain_fn
+
+    params = constrain_fn(model, model_args, model_kwargs, z)
+    trace = handlers.trace(handlers.substitute(model, data=params)).get_trace(
+        *model_args, **model_kwargs
+    )
+    bad = []
+    for name, site in trace.items():
+        if site["type"] != "sample":
+            continue
+        log_prob = jnp.sum(site["fn"].log_prob(site["value"]))
+        if not bool(jnp.isfinite(log_prob)):
+            bad.append(name)
+    return bad

@@ -94,6 +94,7 @@ import numpy as np
 from jax import random
 
 from numpyro_sgrld._tree import tree_normal
+from numpyro_sgrld.warmup.schedule import final_window_start, first_window_start
 
 __all__ = [
     "CHAIN_AXIS",
@@ -132,6 +133,13 @@ FAST_TARGET = 0.5
 #: exceeds NumPyro's ``max_delta_energy = 1000``: where the curvature changes faster than the
 #: step (a funnel's neck) a step that was stable where it started can land where it is not.
 MAX_RISE = 1000.0
+
+#: The bias the step aims at in the slow windows (:mod:`numpyro_sgrld.warmup.schedule`): a
+#: variance inflation of at most 1.5 where the gradient noise dominates and 2 where the
+#: curvature does (the stability cap), five times ``target_bias``'s default, so that the
+#: chain crosses its slow directions five times faster while the preconditioner is learnt
+#: from its draws; the final window aims at ``target_bias``.
+WINDOW_BIAS = 0.5
 
 #: A rejected warm-up step multiplies the curvature estimate (divides the step) by this.
 SHRINK = 4.0
@@ -426,10 +434,49 @@ def _step(target_bias, estimate, previous):
 
 def phases(i, num_warmup):
     """``(noisy, in_window)`` for warm-up step ``i``: whether the step's Rayleigh quotient
-    includes the gradient noise (the second half of warm-up), and whether it counts towards
-    the frozen step (the last quarter)."""
-    half = num_warmup // 2
-    return i >= half, i >= half + (num_warmup - half) // 2
+    includes the gradient noise (after the approach), and whether it counts towards the frozen
+    step (the final window; :mod:`numpyro_sgrld.warmup.schedule`)."""
+    return i >= first_window_start(num_warmup), i >= final_window_start(num_warmup)
+
+
+def stage_target(i, num_warmup, target_bias):
+    """The bias the step at warm-up step ``i`` aims at: :data:`FAST_TARGET` (curvature only)
+    during the approach, :data:`WINDOW_BIAS` in the slow windows, ``target_bias`` in the
+    final window (where the frozen step is averaged)."""
+    noisy, final = phases(i, num_warmup)
+    return jnp.where(final, target_bias, jnp.where(noisy, WINDOW_BIAS, FAST_TARGET))
+
+
+def remeasure(state, key, position, preconditioner, hvp, gradient, weights, temperature,
+              target_bias, i):
+    r"""The step-size state after the preconditioner changed at the end of a slow window
+    (step ``i``): :data:`INIT_ITERATIONS` power iterations with the noise term at
+    ``position`` in the new geometry (each with two fresh gradients, ``gradient(key) ->
+    grad``), as :func:`init_step_size` does at the start. The estimate is the mean Rayleigh
+    quotient of their second half, the stiffness their largest curvature term; the step is
+    the next stage's target over it."""
+    key_u, key_it = random.split(key)
+    u = _normalise(tree_normal(key_u, position), position)
+
+    def body(j, carry):
+        u, total, stiff = carry
+        k1, k2 = random.split(random.fold_in(key_it, j))
+        rho, y, s = rayleigh(u, position, preconditioner, hvp, gradient(k1), gradient(k2),
+                             weights, temperature, with_noise=True)
+        rho = jnp.where(jnp.isfinite(rho), rho, 0.0)
+        s = jnp.where(jnp.isfinite(s), s, 0.0)
+        total = total + jnp.where(j >= INIT_ITERATIONS // 2, rho, 0.0)
+        return _rotate(u, y, rho), total, jnp.maximum(stiff, s)
+
+    u, total, stiff = jax.lax.fori_loop(
+        0, INIT_ITERATIONS, body, (u, jnp.zeros(()), jnp.zeros(()))
+    )
+    estimate = total / (INIT_ITERATIONS - INIT_ITERATIONS // 2)
+    target = stage_target(i + 1, state.num_warmup, target_bias)
+    step = _step(target, jnp.maximum(estimate, stiff * target / FAST_TARGET), state.step_size)
+    estimate = jnp.where(jnp.isfinite(estimate) & (estimate > 0), estimate, state.estimate)
+    return state._replace(step_size=step, direction=u, estimate=estimate, stiffness=stiff,
+                          recent_stiffness=stiff)
 
 
 def _num_bins():
@@ -557,7 +604,7 @@ def update_step_size(state, i, rho, y, stiffness, accepted, target_bias, key, sl
     :func:`trial_restart`)."""
     noisy, in_window = phases(i, state.num_warmup)
     rho = jnp.where(jnp.isfinite(rho), rho, state.estimate)
-    since = jnp.where(noisy, i - state.num_warmup // 2, i)  # steps since the phase began
+    since = jnp.where(noisy, i - first_window_start(state.num_warmup), i)  # since the phase began
     weight = 1.0 / jnp.minimum(since + 2, SMOOTHING).astype(rho.dtype)
     forget = 1.0 - 1.0 / SMOOTHING
     # first half: a decaying maximum (a stiff region the chain visited keeps the step small
@@ -582,10 +629,10 @@ def update_step_size(state, i, rho, y, stiffness, accepted, target_bias, key, sl
     # the stability cap: where the curvature varies along the chain (a funnel), the mean
     # Rayleigh quotient may allow a step that is unstable where the chain has been
     final = jnp.maximum(final, stiffness * target_bias / FAST_TARGET)
-    target = jnp.where(phases(i + 1, state.num_warmup)[0], target_bias, FAST_TARGET)
-    # during the second half the same cap, from the decaying maximum of the stiffness
+    target = stage_target(i + 1, state.num_warmup, target_bias)
+    # after the approach the same cap, from the decaying maximum of the stiffness
     current = jnp.where(phases(i + 1, state.num_warmup)[0],
-                        jnp.maximum(estimate, recent * target_bias / FAST_TARGET), estimate)
+                        jnp.maximum(estimate, recent * target / FAST_TARGET), estimate)
     step_size = _step(target, jnp.where(last, final, current), state.step_size)
     slow_direction, slow_total = state.slow_direction, state.slow_total
     slow_square_total = state.slow_square_total
@@ -648,7 +695,7 @@ def update_step_size(state, i, rho, y, stiffness, accepted, target_bias, key, sl
     return StepSizeState(
         step_size=step_size,
         direction=jax.lax.cond(
-            i + 1 == state.num_warmup // 2,
+            i + 1 == first_window_start(state.num_warmup),
             lambda: _normalise(tree_normal(key, state.direction), state.direction),
             lambda: _rotate(state.direction, y, estimate),
         ),

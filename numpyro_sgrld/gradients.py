@@ -50,6 +50,9 @@ __all__ = [
     "minibatch",
     "control_variates",
     "svrg",
+    "WarmupControlVariate",
+    "activate_control_variates",
+    "warmup_control_variates",
     "minibatch_potential",
     "minibatch_potential_with_aux",
     "hessian_diagonal_estimate",
@@ -242,25 +245,31 @@ class Target(NamedTuple):
     from a ``potential_fn``), and ``draw_batch(key) -> batch``, fresh minibatch indices;
     ``steps_per_epoch`` (:math:`N/n` of the largest subsample plate) and ``step``, the
     transition's index (the same for all chains of a vectorised run, so that a decision on it
-    stays a branch under ``vmap``)."""
+    stays a branch under ``vmap``); ``axis_name``, the name of the vectorised chains' axis
+    (``None`` otherwise), over which a decision shared by the chains is made one value."""
 
     potential: Callable
     full_potential: Callable | None
     draw_batch: Callable
     steps_per_epoch: int = 1
     step: Any = None
+    axis_name: Any = None
 
 
 class Estimate(NamedTuple):
     r"""One step's estimate: ``value`` :math:`\hat U`, ``grad`` :math:`\nabla\hat U`, ``aux``
     (the model's auxiliary values on this minibatch), the estimator's new ``state``, and
-    ``oracle(z) -> (value, grad)``: the same estimator on the same minibatch at ``z``."""
+    ``oracle(z) -> (value, grad)``: the same estimator on the same minibatch at ``z``;
+    ``batch_value``, the plain minibatch potential at the position, where ``value`` is
+    another estimate (control variates add a constant to it; ``None``: ``value`` is it).
+    The proposal check compares it with the plain minibatch potential at the proposal."""
 
     value: Any
     grad: Any
     aux: Any
     state: Any
     oracle: Callable
+    batch_value: Any = None
 
 
 class GradientEstimator(NamedTuple):
@@ -319,7 +328,7 @@ def _centred(position, batch, cv, target):
         v, g = jax.value_and_grad(lambda x: target.potential(x, batch)[0])(z)
         return v + offset, jax.tree.map(jnp.add, g, shift)
 
-    return value + offset, jax.tree.map(jnp.add, grad, shift), aux, oracle
+    return value + offset, jax.tree.map(jnp.add, grad, shift), aux, oracle, value
 
 
 def control_variates(centre="mode", mode_steps=1000, start_at_centre=False) -> GradientEstimator:
@@ -357,8 +366,8 @@ def control_variates(centre="mode", mode_steps=1000, start_at_centre=False) -> G
         return control_variate(target.full_potential, point)
 
     def estimate(position, batch, cv, target):
-        value, grad, aux, oracle = _centred(position, batch, cv, target)
-        return Estimate(value, grad, aux, cv, oracle)
+        value, grad, aux, oracle, batch_value = _centred(position, batch, cv, target)
+        return Estimate(value, grad, aux, cv, oracle, batch_value)
 
     def start(cv, z):
         return tree_where(tree_all_finite(cv.centre), cv.centre, z)
@@ -371,6 +380,108 @@ def control_variates(centre="mode", mode_steps=1000, start_at_centre=False) -> G
         check=warn_if_far_centre,
         name="control_variates",
     )
+
+
+class WarmupControlVariate(NamedTuple):
+    """The state of :func:`warmup_control_variates`: the :class:`ControlVariate` and whether
+    it is in use (``active``, a boolean scalar)."""
+
+    cv: ControlVariate
+    active: Any
+
+
+def shared_flag(flag, axis_name):
+    """``flag`` as one value for all vectorised chains (true if it is in any chain), so that a
+    ``lax.cond`` on it stays a branch under their ``vmap``; ``flag`` itself without an axis."""
+    if axis_name is None:
+        return flag
+    return lax.pmax(flag.astype(jnp.int32), axis_name) > 0
+
+
+def warmup_control_variates() -> GradientEstimator:
+    r"""The plain minibatch gradient until warm-up switches control variates on
+    (:func:`control_variate_estimate`, Baker et al. 2019), centred at the warm-up's estimate of
+    the posterior's centre, where they reduce the gradient noise enough to pay for their second
+    gradient (:func:`activate_control_variates`). The default gradient estimator of the
+    kernels whose warm-up learns their metric. Each step costs one minibatch gradient while
+    inactive and two when active; the switch costs one full-data gradient."""
+
+    def init(position, key, target):
+        zero = jnp.zeros((), jnp.result_type(float))
+        cv = ControlVariate(position, zero, jax.tree.map(jnp.zeros_like, position),
+                            jnp.full((), jnp.inf))
+        return WarmupControlVariate(cv, jnp.zeros((), bool))
+
+    def estimate(position, batch, state, target):
+        active = shared_flag(state.active, target.axis_name)
+
+        def centred(position):
+            value, grad, aux, _, batch_value = _centred(position, batch, state.cv, target)
+            return value, grad, aux, batch_value
+
+        def plain(position):
+            (value, aux), grad = jax.value_and_grad(target.potential, has_aux=True)(
+                position, batch)
+            return value, grad, aux, value
+
+        value, grad, aux, batch_value = lax.cond(active, centred, plain, position)
+
+        def oracle(z):
+            return lax.cond(active, lambda z: _centred(z, batch, state.cv, target)[3](z),
+                            lambda z: jax.value_and_grad(
+                                lambda x: target.potential(x, batch)[0])(z), z)
+
+        return Estimate(value, grad, aux, state, oracle, batch_value)
+
+    return GradientEstimator(init, estimate, needs_full_data=True,
+                             name="warmup_control_variates")
+
+
+#: Control variates are switched on where they cut the gradient noise's variance (in the
+#: preconditioned metric) to at most this fraction: the step the bias target allows grows about
+#: as the noise shrinks where the noise dominates, and a control-variate step costs two
+#: gradients, so a reduction to a quarter at least doubles the draws per gradient.
+CONTROL_VARIATE_GAIN = 0.25
+
+#: Pairs of minibatch gradients the switch compares.
+CONTROL_VARIATE_PROBES = 10
+
+
+def activate_control_variates(state, centre, position, target, draw, root, key):
+    r"""The :class:`WarmupControlVariate` after deciding, at ``position``, whether control
+    variates centred at ``centre`` pay: with pairs of gradients on independent minibatches
+    (``draw(key) -> batch``), the noise :math:`e = R^	op(g_1 - g_2)` of the plain estimator
+    and :math:`e' = R^	opig((g_1 - g_1^c) - (g_2 - g_2^c)ig)` of the centred one
+    (:math:`g^c` at the centre, same minibatch; ``root`` applies :math:`R^	op`, the
+    preconditioner's root), they are switched on where :math:`\sum\lVert e'
+Vert^2 \le`
+    :data:`CONTROL_VARIATE_GAIN` :math:`\sum\lVert e
+Vert^2`, summed over
+    :data:`CONTROL_VARIATE_PROBES` pairs (and over the vectorised chains, ``target.axis_name``:
+    they decide together). Switching on costs one full-data gradient at the centre."""
+    grad = jax.grad(lambda z, b: target.potential(z, b)[0])
+
+    def probe(j, carry):
+        plain, centred = carry
+        b1, b2 = draw(random.fold_in(key, 2 * j)), draw(random.fold_in(key, 2 * j + 1))
+        g1, g2 = grad(position, b1), grad(position, b2)
+        c1, c2 = grad(centre, b1), grad(centre, b2)
+        e = root(jax.tree.map(jnp.subtract, g1, g2))
+        e_c = root(jax.tree.map(lambda a, b, c, d: (a - c) - (b - d), g1, g2, c1, c2))
+        return plain + tree_dot(e, e), centred + tree_dot(e_c, e_c)
+
+    zero = jnp.zeros((), jnp.result_type(float))
+    plain, centred = lax.fori_loop(0, CONTROL_VARIATE_PROBES, probe, (zero, zero))
+    if target.axis_name is not None:
+        plain, centred = lax.psum(plain, target.axis_name), lax.psum(centred, target.axis_name)
+    use = (centred <= CONTROL_VARIATE_GAIN * plain) & (plain > 0) & tree_all_finite(centre)
+    use = shared_flag(use, target.axis_name)
+
+    def switch_on(state):
+        return WarmupControlVariate(control_variate(target.full_potential, centre),
+                                    jnp.ones((), bool))
+
+    return lax.cond(use, switch_on, lambda s: s, state)
 
 
 def svrg(update_every=None) -> GradientEstimator:
@@ -413,8 +524,8 @@ def svrg(update_every=None) -> GradientEstimator:
         if target.step is not None:
             refresh = (target.step > 0) & (target.step % every == 0)
             cv = lax.cond(refresh, lambda: anchor(target, position), lambda: cv)
-        value, grad, aux, oracle = _centred(position, batch, cv, target)
-        return Estimate(value, grad, aux, cv, oracle)
+        value, grad, aux, oracle, batch_value = _centred(position, batch, cv, target)
+        return Estimate(value, grad, aux, cv, oracle, batch_value)
 
     return GradientEstimator(init, estimate, needs_full_data=True, name="svrg")
 

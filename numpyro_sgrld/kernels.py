@@ -102,8 +102,8 @@ class SGLD(SGMCMC):
         (500,)
     """
 
-    def __init__(self, model=None, step_size=None, **kwargs):
-        super().__init__(model, step_size, metric=identity(), integrator=langevin(), **kwargs)
+    def __init__(self, model=None, step_size=None, *, metric=None, **kwargs):
+        super().__init__(model, step_size, metric=metric, integrator=langevin(), **kwargs)
 
 
 class SGHMC(SGMCMC):
@@ -178,7 +178,6 @@ class SGHMC(SGMCMC):
     ):
         integrator = sghmc(friction, noise_estimate, initial_momentum, resample_momentum_every,
                            partial_refresh, naive)
-        metric = identity() if metric is None else metric
         super().__init__(model, step_size, metric=metric, integrator=integrator, **kwargs)
 
 

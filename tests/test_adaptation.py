@@ -25,6 +25,7 @@ from numpyro_sgrld import (
     to_inference_data,
 )
 from numpyro_sgrld.adaptation import MIN_WARMUP
+from numpyro_sgrld.warmup import final_window_start, first_window_start
 
 # A Gaussian with Hessian diag(1, 100) and gradient noise of covariance diag(S1, 0): the noise
 # comes from a subsample plate of size 1 whose factor adds <z_m, x> with centred z_m = (s xi, 0)
@@ -51,8 +52,8 @@ def _mu(weights, scale):
 
 
 CASES = {
-    "sgld": (lambda: SGLD(noisy_gaussian), (0.5, 0.5), np.ones(2)),
-    "sghmc": (lambda: SGHMC(noisy_gaussian, friction=0.1),
+    "sgld": (lambda: SGLD(noisy_gaussian, metric=metrics.identity()), (0.5, 0.5), np.ones(2)),
+    "sghmc": (lambda: SGHMC(noisy_gaussian, friction=0.1, metric=metrics.identity()),
               (1 / (2 * 1.9), 1 / (2 * 0.1)), np.ones(2)),
     # a fixed preconditioner turns the stiff direction into the worst one (curvature term)
     "diagonal": (
@@ -208,7 +209,8 @@ def test_the_budget_rule_raises_the_step_until_the_slowest_direction_mixes(case)
     from numpyro_sgrld.adaptation import MIXING_ESS
 
     make, c_curv, g, steps = BUDGET[case]
-    mcmc = MCMC(make(stiff_gaussian, sampling_steps=steps), num_warmup=400, num_samples=1,
+    mcmc = MCMC(make(stiff_gaussian, sampling_steps=steps, metric=metrics.identity()),
+                num_warmup=400, num_samples=1,
                 progress_bar=False)
     mcmc.warmup(random.PRNGKey(0))
     state = mcmc.post_warmup_state.adaptation
@@ -219,7 +221,8 @@ def test_the_budget_rule_raises_the_step_until_the_slowest_direction_mixes(case)
     assert expected == {"bias target binds": h_bias, "stability caps": h_cap}.get(case, h_mix)
     np.testing.assert_allclose(mcmc.post_warmup_state.step_size, expected, rtol=1e-3)
     # without the hint: the bias target alone, and no slow direction in the state
-    plain = MCMC(make(stiff_gaussian), num_warmup=400, num_samples=1, progress_bar=False)
+    plain = MCMC(make(stiff_gaussian, metric=metrics.identity()), num_warmup=400,
+                 num_samples=1, progress_bar=False)
     plain.warmup(random.PRNGKey(0))
     assert plain.post_warmup_state.adaptation.slow_direction is None
     np.testing.assert_allclose(plain.post_warmup_state.step_size, h_bias, rtol=1e-3)
@@ -306,12 +309,13 @@ def test_the_frozen_step_is_the_window_mean_capped_by_the_stiffest_curvature():
 
     w = MIN_WARMUP
     rhos = np.full(w, 10.0)
-    rhos[3 * w // 4:] = np.linspace(5.0, 15.0, w - 3 * w // 4)  # window mean 10
+    start = final_window_start(w)
+    rhos[start:] = np.linspace(5.0, 15.0, w - start)  # window mean 10
     final = _run_updates(rhos, np.full(w, 1.0))[-1]
-    np.testing.assert_allclose(final.step_size, 0.1 / rhos[3 * w // 4:].mean(), rtol=1e-5)
-    # one stiff point in the second half: the step is at most FAST_TARGET / its curvature
+    np.testing.assert_allclose(final.step_size, 0.1 / rhos[start:].mean(), rtol=1e-5)
+    # one stiff point after the approach: the step is at most FAST_TARGET / its curvature
     stiff = np.full(w, 1.0)
-    stiff[w // 2 + 3] = 400.0
+    stiff[first_window_start(w) + 3] = 400.0
     final = _run_updates(rhos, stiff)[-1]
     np.testing.assert_allclose(final.step_size, FAST_TARGET / 400.0, rtol=1e-5)
 
@@ -527,8 +531,8 @@ def test_vectorised_chains_pool_their_step_where_the_curvature_is_indefinite():
     states = _pooled_warmup(RHO, SPIKES, INDEFINITE)
     steps = np.asarray(states.step_size)
     assert steps[0] == steps[1]
-    # the pooled rule from its parts: the second half's terms of both chains
-    half = MIN_WARMUP // 2
+    # the pooled rule from its parts: the terms after the approach of both chains
+    half = first_window_start(MIN_WARMUP)
     counts = jnp.zeros(480)
     for scale, every in SPIKES:
         for i in range(half, MIN_WARMUP - MIN_WARMUP // TRIAL_FRACTION):  # to the trial
@@ -568,7 +572,7 @@ def test_a_rejection_on_trial_keeps_every_chains_own_step_and_restarts_it():
     assert not np.any(trial_restart(failed, MIN_WARMUP - 2))
     np.testing.assert_array_equal(failed.trial_position["x"][:, 0], start)
     # the own rule before the trial: the window's first (start - 150) alternating terms
-    window = start - (MIN_WARMUP // 2 + MIN_WARMUP // 4)
+    window = start - final_window_start(MIN_WARMUP)
     expected = []
     for rho, (stiff, _), (size, _, _) in zip(rhos, SPIKES, INDEFINITE):
         slow_mean = size * (window % 2) / window  # one more +size than -size
@@ -586,7 +590,8 @@ def test_the_budget_rule_stays_stable_where_the_noise_points_elsewhere():
     which must then come from the first half's curvature alone: every chain's frozen step is
     below Euler's limit 2 / 100 (it was 0.039 in one chain, which rejected a fifth of its
     proposals), and no sampling step is rejected."""
-    mcmc = MCMC(SGLD(noisy_gaussian, sampling_steps=100), num_warmup=MIN_WARMUP,
+    mcmc = MCMC(SGLD(noisy_gaussian, sampling_steps=100, metric=metrics.identity()),
+                    num_warmup=MIN_WARMUP,
                 num_samples=100, num_chains=4, chain_method="vectorized", progress_bar=False)
     mcmc.run(random.PRNGKey(1), NOISE, extra_fields=("diverging",))
     assert np.all(np.asarray(mcmc.last_state.step_size) < 2.0 / HESSIAN.max())
@@ -601,7 +606,8 @@ def test_a_failed_trial_puts_each_chain_back_through_the_kernel(monkeypatch):
 
     monkeypatch.setattr(adaptation, "pooled_step",
                         lambda *args: (jnp.asarray(1e6), jnp.asarray(True)))
-    mcmc = MCMC(SGLD(noisy_gaussian, sampling_steps=100), num_warmup=MIN_WARMUP,
+    mcmc = MCMC(SGLD(noisy_gaussian, sampling_steps=100, metric=metrics.identity()),
+                    num_warmup=MIN_WARMUP,
                 num_samples=1, num_chains=2, chain_method="vectorized", progress_bar=False)
     mcmc.warmup(random.PRNGKey(1), NOISE)
     state = mcmc.post_warmup_state
@@ -627,7 +633,8 @@ def test_nothing_is_pooled_where_the_slow_curvature_is_clearly_positive():
                                                             pooled=False).step_size))
     runs = {}
     for method in ("vectorized", "sequential"):
-        mcmc = MCMC(SGLD(noisy_gaussian, sampling_steps=100), num_warmup=MIN_WARMUP,
+        mcmc = MCMC(SGLD(noisy_gaussian, sampling_steps=100, metric=metrics.identity()),
+                    num_warmup=MIN_WARMUP,
                     num_samples=100, num_chains=2, chain_method=method, progress_bar=False)
         mcmc.run(random.PRNGKey(1), NOISE)
         runs[method] = (np.asarray(mcmc.last_state.step_size),

@@ -24,7 +24,14 @@ of the previous statistic in the moving average (``None`` when the correction do
 
 from numpyro_sgrld.metrics._base import Metric, Preconditioner, StepContext
 from numpyro_sgrld.metrics.bnp import BNPState, bnp
-from numpyro_sgrld.metrics.constant import DiagonalState, IdentityState, diagonal, identity
+from numpyro_sgrld.metrics.constant import (
+    DiagonalState,
+    IdentityState,
+    LearntDiagonalState,
+    diagonal,
+    identity,
+    learnt_diagonal,
+)
 from numpyro_sgrld.metrics.monge import MongeAutoState, MongeState, monge
 from numpyro_sgrld.metrics.rmsprop import RMSpropState, rmsprop
 from numpyro_sgrld.metrics.shampoo import ShampooState, shampoo, shampoo_block_shapes
@@ -36,6 +43,7 @@ __all__ = [
     "StepContext",
     "identity",
     "diagonal",
+    "learnt_diagonal",
     "rmsprop",
     "monge",
     "shampoo",
@@ -44,6 +52,7 @@ __all__ = [
     "shampoo_block_shapes",
     "IdentityState",
     "DiagonalState",
+    "LearntDiagonalState",
     "RMSpropState",
     "MongeAutoState",
     "MongeState",

@@ -1,6 +1,6 @@
 r"""Constant metrics: the identity (SGLD) and a fixed diagonal (a mass matrix)."""
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -80,4 +80,39 @@ def diagonal(scale) -> Metric:
         averages_gradient=True,
         correction_hint="a constant metric has Γ = 0: there is nothing to correct",
         name="diagonal",
+    )
+
+
+# --------------------------------------------------------------------------- learnt in warm-up
+class LearntDiagonalState(NamedTuple):
+    """The diagonal :math:`d` of the inverse metric (a tree like the position)."""
+
+    scale: Any
+
+
+def learnt_diagonal() -> Metric:
+    r"""A constant diagonal metric :math:`D = \mathrm{diag}(d)` learnt during warm-up, as
+    NUTS learns its mass matrix: :math:`d = 1` at the start, re-estimated at the end of each
+    slow warm-up window from the window's draws and curvature
+    (:mod:`numpyro_sgrld.warmup.preconditioner`) when the step is adapted (``step_size=None``),
+    then held. Constant after warm-up, so :math:`\Gamma = 0`: it removes the posterior's global
+    scaling without the stationary bias of the adaptive metrics. With a given step size it
+    stays the identity (nothing is learnt)."""
+
+    def init(position):
+        return LearntDiagonalState(jax.tree.map(jnp.ones_like, position))
+
+    def update(grad, state, position, context=None):
+        scale = state.scale
+        return Preconditioner(
+            drift=lambda t: jax.tree.map(jnp.multiply, scale, t),
+            noise=lambda t: jax.tree.map(lambda d, x: jnp.sqrt(d) * x, scale, t),
+        ), state
+
+    return Metric(
+        init,
+        update,
+        averages_gradient=True,
+        correction_hint="a constant metric has Γ = 0: there is nothing to correct",
+        name="learnt_diagonal",
     )

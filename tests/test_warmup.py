@@ -1,0 +1,176 @@
+"""The warm-up's pieces: the schedule, the learnt preconditioner, control variates switched on
+where they pay, and the verdict at the end of a run."""
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from numpyro.infer import MCMC, init_to_value
+
+import numpyro_sgrld as ns
+from numpyro_sgrld.gradients import Target, activate_control_variates, warmup_control_variates
+from numpyro_sgrld.verdict import MAX_RHAT, MIN_ESS, verdict
+from numpyro_sgrld.warmup import (
+    final_window_start,
+    first_window_start,
+    init_preconditioner,
+    preconditioner_scale,
+    update_preconditioner,
+    window_ends,
+)
+from numpyro_sgrld.warmup.preconditioner import SHRINK_DRAWS
+
+
+def test_the_windows_double_and_end_where_the_final_window_begins():
+    for w in (200, 1000, 2000, 2001):
+        ends = np.asarray(window_ends(w))
+        start, stop = first_window_start(w), final_window_start(w)
+        lengths = np.diff(np.concatenate([[start], ends]))
+        base = (stop - start) // 15
+        assert list(lengths[:3]) == [base, 2 * base, 4 * base]
+        assert ends[-1] == stop == w - w // 5 and start == w // 5
+
+
+def test_the_preconditioner_is_the_windows_shrunk_variance_or_the_curvature_floor():
+    rng = np.random.default_rng(0)
+    draws = rng.normal(size=(50, 3)) * np.array([1.0, 2.0, 3.0])
+    curvature = np.array([0.5, 100.0, -1.0]) + 0.01 * rng.normal(size=(50, 3))
+    state = init_preconditioner({"x": jnp.zeros(3)}, 1000)
+    for x, c in zip(draws, curvature):
+        state = update_preconditioner(state, {"x": jnp.asarray(x)}, {"x": jnp.asarray(c)})
+    current = np.array([1.0, 1.0, 1.0])
+    scale = np.asarray(preconditioner_scale(state, {"x": jnp.asarray(current)})["x"])
+    n = len(draws)
+    shrunk = (n * draws.var(axis=0, ddof=1) + SHRINK_DRAWS * current) / (n + SHRINK_DRAWS)
+    # coordinate 0: floor 1/0.5 = 2 above the shrunk variance ~1; 1: the variance wins over
+    # 1/100; 2: curvature not positive, no floor
+    expected = np.array([1.0 / curvature[:, 0].mean(), shrunk[1], shrunk[2]])
+    np.testing.assert_allclose(scale, expected, rtol=1e-5)
+
+
+def _scaled_gaussian():
+    sds = jnp.array([0.01, 0.3, 10.0])
+
+    def model():
+        numpyro.sample("x", dist.Normal(0.0, sds).to_event(1))
+
+    return model, sds
+
+
+def test_sgld_learns_a_preconditioner_at_least_the_conditional_variances():
+    """On an independent Gaussian the Hutchinson estimate of the diagonal is exact, so the
+    learnt scale is at least each coordinate's variance (the floor), and the adapted chain
+    samples all three scales."""
+    model, sds = _scaled_gaussian()
+    mcmc = MCMC(ns.SGLD(model), num_warmup=1000, num_samples=4000, num_chains=2,
+                chain_method="vectorized", progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(0))
+    scale = np.asarray(mcmc.last_state.sampler_state.metric.scale["x"])
+    assert np.all(scale >= (np.asarray(sds) ** 2) * (1 - 1e-5))
+    x = np.asarray(mcmc.get_samples()["x"])
+    # the bias target (10 % variance at most) and the MCSE of the sd from the ESS
+    ess = np.asarray(numpyro.diagnostics.effective_sample_size(
+        np.asarray(mcmc.get_samples(group_by_chain=True)["x"])))
+    ratio = x.std(0) / np.asarray(sds)
+    z = (ratio - 1.0) / (1.0 / np.sqrt(2 * ess))
+    assert np.all(ratio <= np.sqrt(1.1) + 4.0 / np.sqrt(2 * ess)), (ratio, ess)
+    assert np.all(z > -4.0), (ratio, ess)
+
+
+def _logistic(num_data, subsample):
+    X = jax.random.normal(jax.random.PRNGKey(1), (num_data, 3))
+    y = (X @ jnp.array([1.0, -1.0, 0.5]) > 0).astype(jnp.float32)
+
+    def model(X, y):
+        w = numpyro.sample("w", dist.Normal(0, 1).expand([3]).to_event(1))
+        with numpyro.plate("data", X.shape[0], subsample_size=subsample) as idx:
+            numpyro.sample("y", dist.Bernoulli(logits=X[idx] @ w), obs=y[idx])
+
+    return model, X, y
+
+
+def test_control_variates_switch_on_where_they_cut_the_noise_and_not_on_full_batches():
+    for subsample, expected in ((20, True), (None, False)):
+        model, X, y = _logistic(2000, subsample)
+        kernel = ns.SGLD(model)
+        assert kernel.gradient.name == "warmup_control_variates"
+        mcmc = MCMC(kernel, num_warmup=400, num_samples=10, progress_bar=False)
+        mcmc.run(jax.random.PRNGKey(0), X, y)
+        assert bool(mcmc.last_state.gradient_state.active) == expected
+
+
+def test_the_switch_compares_the_noise_with_and_without_the_centre():
+    """At the centre itself the centred gradient has no noise: it is switched on; far from
+    it (where the centred noise exceeds a quarter of the plain one) it is not."""
+    model, X, y = _logistic(2000, 20)
+    kernel = ns.SGLD(model)
+    kernel.init(jax.random.PRNGKey(0), 400, None, (X, y), {})
+    target = kernel._target((X, y), {})
+    state = warmup_control_variates().init({"w": jnp.zeros(3)}, None, target)
+    draw = target.draw_batch
+    near = activate_control_variates(state, {"w": jnp.ones(3)}, {"w": jnp.ones(3)}, target,
+                                     draw, lambda t: t, jax.random.PRNGKey(2))
+    far = activate_control_variates(state, {"w": -30 * jnp.ones(3)}, {"w": jnp.ones(3)},
+                                    target, draw, lambda t: t, jax.random.PRNGKey(2))
+    assert bool(near.active) and not bool(far.active)
+    assert isinstance(target, Target)
+
+
+def test_the_verdict_trusts_independent_chains_and_not_separated_ones():
+    rng = np.random.default_rng(0)
+    good = verdict({"x": rng.normal(size=(4, 1000, 2))})
+    assert good.trusted and good.max_rhat <= MAX_RHAT and good.min_ess >= MIN_ESS
+    apart = rng.normal(size=(4, 1000)) + np.arange(4)[:, None]
+    bad = verdict({"x": apart}, num_steps=1000)
+    assert not bad.trusted and bad.max_rhat > 1.5 and bad.more_steps > 10
+    assert "num_samples of at least" in bad.problems[0]
+
+
+def test_the_verdict_names_an_uncorrected_adaptive_metrics_bias():
+    model, X, y = _logistic(2000, 20)
+    rng = np.random.default_rng(0)
+    v = verdict({"x": rng.normal(size=(4, 500))}, kernel=ns.PSGLD(model), step_size=[1e-3])
+    assert v.trusted and any("Γ-corrected" in n and "correction='exact'" in n for n in v.notes)
+    v = verdict({"x": rng.normal(size=(4, 500))}, kernel=ns.SGLD(model), step_size=[1e-3])
+    assert not any("Γ-corrected" in n for n in v.notes)
+
+
+def test_the_fast_loop_warns_at_the_end_of_a_run_that_has_not_mixed():
+    model, X, y = _logistic(2000, 20)
+    with ns.fast_sampling_loop():
+        mcmc = MCMC(ns.SGLD(model, step_size=1e-7), num_warmup=0, num_samples=400,
+                    num_chains=2, chain_method="vectorized", progress_bar=False)
+        with pytest.warns(UserWarning, match="cannot be trusted"):
+            mcmc.run(jax.random.PRNGKey(0), X, y)
+    assert not ns.check(mcmc, warn=False).trusted
+
+
+def test_an_initial_position_where_the_density_is_zero_is_refused_with_the_site():
+    def model():
+        s = numpyro.sample("s", dist.Normal(0, 1))
+        numpyro.factor("wall", jnp.where(s > 0, 0.0, -jnp.inf))
+
+    mcmc = MCMC(ns.SGLD(model, 0.01), num_warmup=0, num_samples=10, progress_bar=False)
+    with pytest.raises(ValueError, match=r"not finite at the initial position.*'wall'"):
+        mcmc.run(jax.random.PRNGKey(0), init_params={"s": jnp.array(-1.0)})
+
+
+def test_init_to_value_of_the_wrong_shape_names_the_site_and_both_shapes():
+    model, X, y = _logistic(100, 20)
+    kernel = ns.SGLD(model, 0.01, init_strategy=init_to_value(values={"w": jnp.zeros(2)}))
+    with pytest.raises(ValueError, match=r"'w'.*\(2,\).*\(3,\)"):
+        MCMC(kernel, num_warmup=0, num_samples=10, progress_bar=False).run(
+            jax.random.PRNGKey(0), X, y)
+
+
+def test_a_given_step_keeps_the_identity_metric_and_the_plain_gradient():
+    model, X, y = _logistic(100, 20)
+    kernel = ns.SGLD(model, 0.01)
+    assert kernel.metric.name == "identity" and kernel.gradient.name == "minibatch"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert ns.SGLD(model).metric.name == "learnt_diagonal"
