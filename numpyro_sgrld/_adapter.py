@@ -905,12 +905,13 @@ class SGMCMC(MCMCKernel):
         return state
 
     def _check_initial_density(self, state, vectorized, model_args, model_kwargs):
-        """Refuse an initial position where the potential is not finite: every step from there
-        would be rejected and every draw would repeat it."""
+        """Refuse an initial position where the log-density is -inf (the potential +inf):
+        every step from there would be rejected and every draw would repeat it. (A NaN
+        potential is left to the acceptance policy, which flags each rejected step.)"""
         value = state.potential_energy
         if not _setup.concrete(value):
             return
-        finite = np.isfinite(np.asarray(value))
+        finite = ~np.isposinf(np.asarray(value))
         if np.all(finite):
             return
         chain = int(np.flatnonzero(~finite.ravel())[0])
@@ -922,7 +923,7 @@ class SGMCMC(MCMCKernel):
                                                model_args, model_kwargs, z)
             where = f" at the sites {sites}" if sites else ""
         raise ValueError(
-            f"The log-density is not finite at the initial position"
+            f"The log-density is -inf at the initial position"
             f"{f' of chain {chain}' if vectorized else ''}{where} (potential "
             f"{float(np.asarray(value).ravel()[chain])}): every step would be rejected there. "
             "Give `init_params` (unconstrained values) or an init strategy "
