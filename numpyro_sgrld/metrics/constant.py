@@ -35,6 +35,15 @@ def identity() -> Metric:
     )
 
 
+def _scaled(scale_like):
+    """The preconditioner ``D = diag(d)``, ``D^{1/2} = diag(sqrt(d))``, with ``d =
+    scale_like(t)`` a tree like ``t``."""
+    return Preconditioner(
+        drift=lambda t: jax.tree.map(jnp.multiply, scale_like(t), t),
+        noise=lambda t: jax.tree.map(lambda d, x: jnp.sqrt(d) * x, scale_like(t), t),
+    )
+
+
 # --------------------------------------------------------------------------- constant diagonal
 class DiagonalState(NamedTuple):
     """A constant metric has no state."""
@@ -69,10 +78,7 @@ def diagonal(scale) -> Metric:
         return jax.tree.map(lambda x: scale, t) if scalar else scale
 
     def update(grad, state, position, context=None):
-        return Preconditioner(
-            drift=lambda t: jax.tree.map(jnp.multiply, _scale_like(t), t),
-            noise=lambda t: jax.tree.map(lambda d, x: jnp.sqrt(d) * x, _scale_like(t), t),
-        ), state
+        return _scaled(_scale_like), state
 
     return Metric(
         init,
@@ -103,11 +109,7 @@ def learnt_diagonal() -> Metric:
         return LearntDiagonalState(jax.tree.map(jnp.ones_like, position))
 
     def update(grad, state, position, context=None):
-        scale = state.scale
-        return Preconditioner(
-            drift=lambda t: jax.tree.map(jnp.multiply, scale, t),
-            noise=lambda t: jax.tree.map(lambda d, x: jnp.sqrt(d) * x, scale, t),
-        ), state
+        return _scaled(lambda t: state.scale), state
 
     return Metric(
         init,
