@@ -7,6 +7,8 @@ the step's :class:`~numpyro_sgrld.metrics.StepContext`, runs the composed step
 (:mod:`numpyro_sgrld._acceptance`) and postprocesses draws.
 """
 
+import sys
+import warnings
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -14,15 +16,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import random
+from jax.flatten_util import ravel_pytree
 from numpyro import handlers
 from numpyro.infer.initialization import init_to_uniform
-from numpyro.infer.mcmc import MCMCKernel
+from numpyro.infer.mcmc import MCMC, MCMCKernel
 from numpyro.infer.util import ParamInfo, constrain_fn, transform_fn
 from numpyro.util import identity, is_prng_key, not_jax_tracer
 
-from numpyro_sgrld import _setup
+from numpyro_sgrld import _setup, monitor
 from numpyro_sgrld._acceptance import accept, usable
 from numpyro_sgrld._checks import integer, named_field_lookup, real
+from numpyro_sgrld._compat import fast_sampling_loop_enabled
 from numpyro_sgrld._composition import (
     build_sampler,
     init_sampler,
@@ -68,6 +72,7 @@ from numpyro_sgrld.subsample import (
     placeholder_plates,
     trace_model,
 )
+from numpyro_sgrld.verdict import judgement
 from numpyro_sgrld.warmup import (
     first_window_start,
     init_preconditioner,
@@ -78,6 +83,33 @@ from numpyro_sgrld.warmup import (
 from numpyro_sgrld.warmup.schedule import final_window_start
 
 __all__ = ["SGState", "SGMCMC", "SGMCMCKernel"]
+
+
+class _RunInfo(NamedTuple):
+    """What the verdict on ``MCMC``'s own loop needs of the run: its warm-up and sampling
+    steps, its chains, the judged flat coordinates and their ``(site, index)``, the chains'
+    reports received so far, and the ``id`` of the ``MCMC``."""
+
+    num_warmup: int
+    num_samples: int
+    num_chains: int
+    index: Any
+    names: list
+    reports: list
+    owner: int
+
+
+def _calling_mcmc(depth=8):
+    """The ``numpyro.infer.MCMC`` whose method called (within ``depth`` frames), or None."""
+    frame = sys._getframe(2)
+    for _ in range(depth):
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, MCMC):
+            return owner
+        frame = frame.f_back
+    return None
 
 
 class SGState(NamedTuple):
@@ -117,6 +149,9 @@ class SGState(NamedTuple):
       (:func:`~numpyro_sgrld.metrics.learnt_diagonal`, the default then), the current slow
       window's statistics (:class:`~numpyro_sgrld.warmup.PreconditionerWarmup`); ``None``
       otherwise. The learnt preconditioner itself is ``sampler_state.metric.scale``.
+    - **monitor** – when ``numpyro.infer.MCMC``'s own loop runs the kernel, the run's streaming
+      moments for the verdict at its end (:class:`~numpyro_sgrld.monitor.RunMonitor`);
+      ``None`` otherwise.
     """
 
     i: Any
@@ -132,6 +167,7 @@ class SGState(NamedTuple):
     gradient_state: Any = None
     adaptation: Any = None
     warmup: Any = None
+    monitor: Any = None
 
     @property
     def control_variate(self):
@@ -394,6 +430,7 @@ class SGMCMC(MCMCKernel):
         self._sample_fn = None
         self._axis_name = None  # CHAIN_AXIS with vectorised chains: the kernel's own vmap's
         self._jitted = {}
+        self._run = None  # the run MCMC's own loop drives, for the verdict at its end
 
     # ------------------------------------------------------------------ properties
     @property
@@ -860,6 +897,7 @@ class SGMCMC(MCMCKernel):
             gradient_state=gradient_state,
             adaptation=adaptation,
             warmup=warmup,
+            monitor=state.monitor,
         )
 
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
@@ -902,7 +940,89 @@ class SGMCMC(MCMCKernel):
         self._check_initial_density(state, vectorized, model_args, model_kwargs)
         if self._gradient.check is not None:
             self._gradient.check(state.gradient_state)
-        return state
+        return self._arm_verdict(state, num_warmup, vectorized)
+
+    def _arm_verdict(self, state, num_warmup, vectorized):
+        """With ``MCMC``'s own loop driving the kernel: moments in the state for the verdict
+        at the run's end (:mod:`numpyro_sgrld.monitor`). ``MCMC`` passes the run's length to
+        no kernel, so it is read from the ``MCMC`` that called :meth:`init`; without one, or
+        with the kernels' own loop (which judges the kept draws), or for a run of fewer than
+        two steps a batch, nothing is kept."""
+        previous, self._run = self._run, None
+        mcmc = _calling_mcmc()
+        if (mcmc is None or fast_sampling_loop_enabled() or not _setup.concrete(state.i)
+                or mcmc.num_samples < 2 * monitor.BATCHES):
+            return state
+        first = jax.tree.map(lambda x: x[0], state.z) if vectorized else state.z
+        flat, _ = ravel_pytree(first)
+        index = monitor.coordinates(flat.size)
+        names = [(name, j) for name, x in sorted(first.items())
+                 for j in range(int(np.size(x)))] if isinstance(first, dict) else [
+                     ("z", j) for j in range(flat.size)]
+        # MCMC's sequential chains each call init: their reports join the earlier chains'
+        reports = previous.reports if previous is not None and previous.owner == id(mcmc) else []
+        self._run = _RunInfo(int(num_warmup), int(mcmc.num_samples), int(mcmc.num_chains),
+                             index, [names[k] for k in index], reports, id(mcmc))
+        fresh = monitor.init_monitor(index.size, flat.dtype)
+        if vectorized:
+            fresh = jax.tree.map(lambda x: jnp.broadcast_to(x, (state.i.shape[0], *x.shape)),
+                                 fresh)
+        return state._replace(monitor=fresh)
+
+    def _observe(self, state, new):
+        """The new state with the run's moments updated; on the run's last step, the moments
+        go to the host for the verdict (:meth:`_report`)."""
+        run = self._run
+        vectorized = jnp.ndim(new.i) == 1
+        i = new.i[0] if vectorized else new.i
+        offset = i - 1 - run.num_warmup
+        offset = jnp.where(offset >= 0, offset % run.num_samples, -1)
+        index = jnp.asarray(run.index)
+
+        def update(m, z, rejected, diverging):
+            x = ravel_pytree(z)[0][index]
+            return monitor.update_monitor(m, x, offset, run.num_samples,
+                                          rejected - diverging.astype(jnp.int32))
+
+        if vectorized:
+            update = jax.vmap(update)
+        moments = update(state.monitor, new.z, new.num_rejected, new.diverging)
+        jax.lax.cond(
+            offset == run.num_samples - 1,
+            lambda: jax.debug.callback(self._report, moments.sums, moments.squares,
+                                       moments.origin, new.num_rejected - moments.rejected,
+                                       new.step_size),
+            lambda: None,
+        )
+        return new._replace(monitor=moments)
+
+    def _report(self, sums, squares, origin, rejected, step_size):
+        """Host side: collect the chains' moments; once every chain of the run has reported,
+        warn with the :func:`~numpyro_sgrld.verdict.judgement` when the draws cannot be
+        trusted or the metric's bias is uncorrected."""
+        run = self._run
+        if run is None:
+            return
+        sums, squares, origin = (np.asarray(x) for x in (sums, squares, origin))
+        if sums.ndim == 2:
+            sums, squares, origin = sums[None], squares[None], origin[None]
+        run.reports.append((sums, squares, origin, np.atleast_1d(rejected),
+                            np.atleast_1d(step_size)))
+        if sum(r[0].shape[0] for r in run.reports) < run.num_chains:
+            return
+        sums, squares, origin, rejected, step = (np.concatenate(x) for x in zip(*run.reports))
+        run.reports.clear()
+        rhat, ess = monitor.judge(sums, squares, origin, run.num_samples)
+        v = judgement(rhat, ess, run.names, int(rejected.sum()), run.num_samples, self, step)
+        if not v.trusted or any("Γ-corrected" in n for n in v.notes):
+            # sent from XLA's host callback: no user frame to point at
+            warnings.warn_explicit(str(v), UserWarning, "numpyro_sgrld verdict", 0)
+
+    def sample(self, state, model_args, model_kwargs):
+        new = self._sample_fn(state, model_args, model_kwargs)
+        if state.monitor is not None and self._run is not None:
+            new = self._observe(state, new)
+        return new
 
     def _check_initial_density(self, state, vectorized, model_args, model_kwargs):
         """Refuse an initial position where the log-density is -inf (the potential +inf):
@@ -929,9 +1049,6 @@ class SGMCMC(MCMCKernel):
             "Give `init_params` (unconstrained values) or an init strategy "
             "(e.g. numpyro.infer.init_to_median) where every site has a positive density."
         )
-
-    def sample(self, state, model_args, model_kwargs):
-        return self._sample_fn(state, model_args, model_kwargs)
 
     def postprocess_fn(self, model_args, model_kwargs):
         """Constrained values (and deterministic sites, computed on the *full* data, as

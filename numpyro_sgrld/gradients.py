@@ -450,13 +450,11 @@ CONTROL_VARIATE_PROBES = 10
 def activate_control_variates(state, centre, position, target, draw, root, key):
     r"""The :class:`WarmupControlVariate` after deciding, at ``position``, whether control
     variates centred at ``centre`` pay: with pairs of gradients on independent minibatches
-    (``draw(key) -> batch``), the noise :math:`e = R^	op(g_1 - g_2)` of the plain estimator
-    and :math:`e' = R^	opig((g_1 - g_1^c) - (g_2 - g_2^c)ig)` of the centred one
-    (:math:`g^c` at the centre, same minibatch; ``root`` applies :math:`R^	op`, the
-    preconditioner's root), they are switched on where :math:`\sum\lVert e'
-Vert^2 \le`
-    :data:`CONTROL_VARIATE_GAIN` :math:`\sum\lVert e
-Vert^2`, summed over
+    (``draw(key) -> batch``), the noise :math:`e = R^\top(g_1 - g_2)` of the plain estimator
+    and :math:`e' = R^\top\big((g_1 - g_1^c) - (g_2 - g_2^c)\big)` of the centred one
+    (:math:`g^c` at the centre, same minibatch; ``root`` applies :math:`R^\top`, the
+    preconditioner's root), they are switched on where :math:`\sum\lVert e'\rVert^2 \le`
+    :data:`CONTROL_VARIATE_GAIN` :math:`\sum\lVert e\rVert^2`, summed over
     :data:`CONTROL_VARIATE_PROBES` pairs (and over the vectorised chains, ``target.axis_name``:
     they decide together). Switching on costs one full-data gradient at the centre."""
     grad = jax.grad(lambda z, b: target.potential(z, b)[0])

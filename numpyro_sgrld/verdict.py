@@ -28,7 +28,7 @@ import jax
 import numpy as np
 from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
 
-__all__ = ["MAX_RHAT", "MIN_ESS", "Verdict", "check", "verdict"]
+__all__ = ["MAX_RHAT", "MIN_ESS", "Verdict", "check", "judgement", "verdict"]
 
 #: The largest split R-hat a trusted run may have (Vehtari et al. 2021 recommend 1.01).
 MAX_RHAT = 1.01
@@ -97,19 +97,31 @@ def verdict(draws_by_chain, rejected=None, num_steps=None, kernel=None, step_siz
     after warm-up; ``num_steps``, the steps the draws came from (for the advice); ``kernel``
     and ``step_size`` (per chain) for the notes."""
     columns = _coordinates(draws_by_chain)
+    rhats, esss = [], []
+    for _, _, x in columns:
+        if x.shape[1] < 4 or not np.all(np.isfinite(x)) or not np.ptp(x) > 0:
+            rhats.append(np.inf)
+            esss.append(0.0)
+        else:
+            rhats.append(float(split_gelman_rubin(x)))
+            esss.append(float(effective_sample_size(x)))
+    return judgement(rhats, esss, [(name, j) for name, j, _ in columns], rejected,
+                     num_steps, kernel, step_size)
+
+
+def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
+              step_size=None):
+    """The :class:`Verdict` from each judged coordinate's split R-hat and bulk ESS, with its
+    ``sites`` (``(name, flat index)`` each); the other arguments as :func:`verdict`'s."""
     problems, notes = [], []
     max_rhat, min_ess = 1.0, np.inf
     rhat_site = ess_site = ("", 0)
-    for name, j, x in columns:
-        if x.shape[1] < 4 or not np.all(np.isfinite(x)):
-            r, e = np.inf, 0.0
-        else:
-            r = float(split_gelman_rubin(x)) if np.ptp(x) > 0 else np.inf
-            e = float(effective_sample_size(x)) if np.ptp(x) > 0 else 0.0
+    for r, e, site in zip(rhats, esss, sites):
         if not r <= max_rhat:
-            max_rhat, rhat_site = r, (name, j)
+            max_rhat, rhat_site = float(r), site
         if not e >= min_ess:
-            min_ess, ess_site = e, (name, j)
+            min_ess, ess_site = float(e), site
+    columns = sites
     if not columns:
         min_ess = np.nan
     more = 1.0

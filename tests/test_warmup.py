@@ -149,6 +149,28 @@ def test_the_fast_loop_warns_at_the_end_of_a_run_that_has_not_mixed():
     assert not ns.check(mcmc, warn=False).trusted
 
 
+@pytest.mark.parametrize("chain_method", ["vectorized", "sequential"])
+def test_numpyros_own_loop_warns_at_the_end_with_the_verdict_of_the_draws(chain_method):
+    """The streaming moments' split R-hat is the draws' exactly (every step kept), and the
+    batch-means ESS agrees with the draws' to its own precision."""
+    from numpyro_sgrld._compat import fast_sampling_loop_enabled
+
+    assert not fast_sampling_loop_enabled()
+    model, X, y = _logistic(2000, 20)
+    mcmc = MCMC(ns.SGLD(model, step_size=1e-3), num_warmup=50, num_samples=256,
+                num_chains=2, chain_method=chain_method, progress_bar=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mcmc.run(jax.random.PRNGKey(0), X, y)
+        jax.effects_barrier()
+    said = [str(w.message) for w in caught if "cannot be trusted" in str(w.message)]
+    assert len(said) == 1
+    v = ns.check(mcmc, warn=False)
+    assert f"max split R-hat {v.max_rhat:.3f}" in said[0]
+    ess = float(said[0].split("min bulk ESS ")[1].split(" ")[0])
+    assert abs(np.log(ess / v.min_ess)) < 0.5
+
+
 def test_an_initial_position_where_the_density_is_zero_is_refused_with_the_site():
     def model():
         s = numpyro.sample("s", dist.Normal(0, 1))
