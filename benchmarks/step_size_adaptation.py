@@ -36,24 +36,16 @@ Results go to a JSON-lines file as they come (a rerun skips the cells already th
     python benchmarks/step_size_adaptation.py --problems funnel --kernels SGLD PSGLD
     python benchmarks/step_size_adaptation.py --table docs/results/step_size_adaptation.jsonl
     python benchmarks/step_size_adaptation.py --overhead german_credit   # the cost, per step
-    python benchmarks/step_size_adaptation.py \
-        --budget-aware docs/results/step_size_adaptation.jsonl \
-        --out docs/results/step_size_adaptation_budget.jsonl
-
-``--budget-aware GRID_FILE`` redoes the adapted run of every cell in ``GRID_FILE`` with
-``sampling_steps`` set to the run's length (the budget rule, ``docs/step_size.md``) and
-compares it with the same grid (around the bias target's step); the table then shows both
-adapted steps.
 
 ``--replicate CELL_FILE --seeds 1 2 3`` redoes, on other seeds, each cell's adapted run and its
 best grid step (the same fixed step), and reports the mean total errors over the seeds with
 standard errors from their spread (independent replicates; a single unconverged run's ESS-based
-error is not to be trusted) and the ratio's z-score. Records carry the budget rule's
-``MAX_INFLATION``, and only replicates of one rule are pooled:
+error is not to be trusted) and the ratio's z-score; a rerun adds its seeds to the earlier
+records of the same cell:
 
     python benchmarks/step_size_adaptation.py --problems diamonds --kernels ShampooSGLD \
-        --replicate docs/results/step_size_adaptation_200k_budget.jsonl --seeds 1 2 3 \
-        --out docs/results/step_size_adaptation_replicates.jsonl
+        --replicate docs/results/step_size_adaptation_200k_b.jsonl --seeds 1 2 3 \
+        --out replicates.jsonl
 
 ``--overhead`` measures what adaptation costs per step, side by side in one process (compiled
 first, then best of 3 timed runs each, alternating, on the opt-in sampling loop so that a
@@ -83,7 +75,6 @@ from numpyro_sgrld import (
     WenzelSGLD,
     diagnostics,
 )
-from numpyro_sgrld.adaptation import MAX_INFLATION
 
 GRID = (-1.5, -1.0, -0.5, 0.5, 1.0, 1.5)  # log10 factors around the adapted step
 MAX_RHAT = 1.01
@@ -208,10 +199,8 @@ def _summary(mcmc, problem=None):
     )
 
 
-def run_one(problem, kernel_name, step_size, warmup, steps, chains, seed, sampling_steps=None):
-    extra = {} if sampling_steps is None else {"sampling_steps": sampling_steps}
-    kernel = KERNELS[kernel_name](problem["model"], step_size=step_size, **problem["kwargs"],
-                                  **extra)
+def run_one(problem, kernel_name, step_size, warmup, steps, chains, seed):
+    kernel = KERNELS[kernel_name](problem["model"], step_size=step_size, **problem["kwargs"])
     thinning = max(1, steps // 2000)
     mcmc = MCMC(kernel, num_warmup=warmup, num_samples=steps, thinning=thinning,
                 num_chains=chains, chain_method="vectorized", progress_bar=False)
@@ -232,11 +221,6 @@ def run_one(problem, kernel_name, step_size, warmup, steps, chains, seed, sampli
     row = dict(step_size=adapted.tolist(), rejected=rejected, finite=finite,
                rejected_in_warmup=rejected_in_warmup,
                warmup_seconds=t_warmup, sampling_seconds=t_sampling, thinning=thinning)
-    adaptation = mcmc.post_warmup_state.adaptation
-    if adaptation is not None and adaptation.trial_position is not None:
-        # the pooled rule of vectorised chains: its step on trial (0: not used) and outcome
-        row["pooled_trial_step"] = float(np.max(np.asarray(adaptation.trial_step)))
-        row["pooled_trial_failed"] = bool(np.any(np.asarray(adaptation.trial_failed)))
     evaluate = problem.get("evaluate", partial(_summary, problem=problem))
     row.update(evaluate(mcmc) if finite else dict(total=float("inf")))
     row["divergent"] = rejected > 0 or not finite
@@ -261,24 +245,12 @@ def run_cell(problem_name, kernel_name, warmup, steps, chains, seed):
     return verdict(cell)
 
 
-def run_budget_aware(cell):
-    """The cell with its adapted run redone with ``sampling_steps`` (the budget rule) against
-    the same grid: the grid stays the one around the bias target's step (``bias_only``)."""
-    problem = PROBLEMS[cell["problem"]]()
-    new = dict(cell, bias_only=cell["adapted"], sampling_steps=cell["steps"])
-    new["adapted"] = run_one(problem, cell["kernel"], None, cell["warmup"], cell["steps"],
-                             cell["chains"], cell["seed"], sampling_steps=cell["steps"])
-    return verdict(new)
-
-
 def check_warmup(cell):
-    """The cell's adapted warm-up again with the current code (its ``sampling_steps`` if it has
-    one): the steps it freezes at, to compare with the recorded ones
-    after a change to the adaptation (a cell whose steps are the same needs no rerun)."""
+    """The cell's adapted warm-up again with the current code: the steps it freezes at, to
+    compare with the recorded ones after a change to the adaptation (a cell whose steps are the
+    same needs no rerun)."""
     problem = PROBLEMS[cell["problem"]]()
-    extra = {} if cell.get("sampling_steps") is None else {"sampling_steps": cell["steps"]}
-    kernel = KERNELS[cell["kernel"]](problem["model"], step_size=None, **problem["kwargs"],
-                                     **extra)
+    kernel = KERNELS[cell["kernel"]](problem["model"], step_size=None, **problem["kwargs"])
     mcmc = MCMC(kernel, num_warmup=cell["warmup"], num_samples=cell["steps"],
                 num_chains=cell["chains"], chain_method="vectorized", progress_bar=False)
     mcmc.warmup(random.PRNGKey(cell["seed"]), *problem["args"])
@@ -286,8 +258,8 @@ def check_warmup(cell):
 
 
 def run_replicates(cell, seeds):
-    """The cell's adapted run (with its ``sampling_steps`` if it has one) and its best grid step
-    (the same fixed step) redone on each of ``seeds``: independent replicates whose spread is
+    """The cell's adapted run and its best grid step (the same fixed step) redone on each of
+    ``seeds``: independent replicates whose spread is
     the Monte Carlo error of each mean total error, without the single run's ESS-based
     estimate (which is unreliable for an unconverged chain)."""
     problem = PROBLEMS[cell["problem"]]()
@@ -296,25 +268,21 @@ def run_replicates(cell, seeds):
     rows = []
     for seed in seeds:
         adapted = run_one(problem, cell["kernel"], None, cell["warmup"], cell["steps"],
-                          cell["chains"], seed, sampling_steps=cell.get("sampling_steps"))
+                          cell["chains"], seed)
         grid = run_one(problem, cell["kernel"], fixed, cell["warmup"], cell["steps"],
                        cell["chains"], seed)
         jax.clear_caches()
         rows.append(dict(seed=seed, adapted=adapted, grid=grid))
         print(f"  seed {seed}: adapted {_fmt_run(adapted)}, grid {_fmt_run(grid)}", flush=True)
     return dict(problem=cell["problem"], kernel=cell["kernel"], warmup=cell["warmup"],
-                steps=cell["steps"], chains=cell["chains"],
-                sampling_steps=cell.get("sampling_steps"), grid_step=fixed,
-                grid_factor=cell["best_factor"], max_inflation=MAX_INFLATION, replicates=rows)
+                steps=cell["steps"], chains=cell["chains"], grid_step=fixed,
+                grid_factor=cell["best_factor"], replicates=rows)
 
 
 def merged_replicates(path, rep):
     """``rep`` with the replicates of every earlier record of the same cell in ``path`` (one
     per seed)."""
-    # the rule's version too: replicates of the adapted step before and after a change of the
-    # budget rule are not pooled (records without it predate the inflation cap)
-    same = ("problem", "kernel", "warmup", "steps", "chains", "sampling_steps", "grid_step",
-            "max_inflation")
+    same = ("problem", "kernel", "warmup", "steps", "chains", "grid_step")
     seeds = {}
     for line in path.read_text().splitlines():
         other = json.loads(line)
@@ -366,14 +334,6 @@ def _h(run):
     return float(np.exp(np.mean(np.log(run["step_size"]))))
 
 
-def _pooled(run):
-    """A mark for a step chosen by the pooled rule of vectorised chains (``†``: kept after its
-    trial; ``‡``: its trial failed and the chains kept their own steps)."""
-    if not run.get("pooled_trial_step"):
-        return ""
-    return " ‡" if run.get("pooled_trial_failed") else " †"
-
-
 def _within(c):
     """``yes``, or ``**no**`` with the excess's z-score (``within MC error`` when z <= 2)."""
     if c["within"]:
@@ -385,24 +345,19 @@ def _within(c):
 
 
 def table(cells):
-    budget = any("bias_only" in c for c in cells)
-    head = "| bias-target h | bias-target error " if budget else ""
     lines = [
-        f"| problem | kernel {head}| adapted h | adapted error | warm-up s (adapted / fixed) "
+        "| problem | kernel | adapted h | adapted error | warm-up s (adapted / fixed) "
         "| best grid h | best grid error | ratio | ≤ 1.5 | healthy where possible |",
-        "|---|---|" + ("---|---|" if budget else "") + "---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
         a = c["adapted"]
         best = next(g for g in c["grid"] if g["factor"] == c["best_factor"])
-        h = _h(a)
-        centre = _h(c.get("bias_only", a))  # the grid is around the bias target's step
+        centre = _h(a)  # the grid is around the adapted step
         fixed = np.median([g["warmup_seconds"] for g in c["grid"]])
-        bias = (f"| {centre:.2e} | {_fmt_run(c['bias_only'])} " if "bias_only" in c
-                else "| – | – " if budget else "")
         lines.append(
-            f"| {c['problem']} | {LABELS.get(c['kernel'], c['kernel'])} {bias}"
-            f"| {h:.2e}{_pooled(a)} | {_fmt_run(a)} "
+            f"| {c['problem']} | {LABELS.get(c['kernel'], c['kernel'])} "
+            f"| {centre:.2e} | {_fmt_run(a)} "
             f"| {a['warmup_seconds']:.1f} / {fixed:.1f} "
             f"| {centre * 10 ** best['factor']:.2e} (×10^{best['factor']:+.1f}) | {_fmt_run(best)} "
             f"| {c['ratio']:.2f} | {_within(c)} "
@@ -477,10 +432,6 @@ def main(argv=None):
                         help="measure the per-step cost of adaptation on this problem and exit")
     parser.add_argument("--table", type=Path, default=None,
                         help="print the markdown table of a results file and exit")
-    parser.add_argument("--budget-aware", type=Path, default=None, metavar="GRID_FILE",
-                        help="redo the adapted run of every cell of GRID_FILE (matching "
-                        "--problems and --kernels) with sampling_steps=steps, against the same "
-                        "grid; results to --out")
     parser.add_argument("--replicate", type=Path, default=None, metavar="CELL_FILE",
                         help="redo the adapted run and the best grid step of every cell of "
                         "CELL_FILE (matching --problems and --kernels) on --seeds; results to "
@@ -540,20 +491,6 @@ def main(argv=None):
         for line in args.out.read_text().splitlines():
             c = json.loads(line)
             done.add((c["problem"], c["kernel"], c["warmup"], c["steps"], c["chains"], c["seed"]))
-    if args.budget_aware is not None:
-        for line in args.budget_aware.read_text().splitlines():
-            cell = json.loads(line)
-            key = tuple(cell[k] for k in ("problem", "kernel", "warmup", "steps", "chains",
-                                          "seed"))
-            if key in done or cell["problem"] not in args.problems or (
-                    cell["kernel"] not in args.kernels):
-                continue
-            cell = run_budget_aware(cell)
-            jax.clear_caches()
-            with args.out.open("a") as f:
-                f.write(json.dumps(cell) + "\n")
-            print(table([cell]).splitlines()[-1], flush=True)
-        return
     for p in args.problems:
         for k in args.kernels:
             key = (p, k, args.warmup, args.steps, args.chains, args.seed)

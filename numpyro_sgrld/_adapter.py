@@ -40,10 +40,7 @@ from numpyro_sgrld.adaptation import (
     phases,
     rayleigh,
     remeasure,
-    slow_rayleigh,
-    slow_shift,
     too_steep,
-    trial_restart,
     update_step_size,
 )
 from numpyro_sgrld.gradients import (
@@ -278,20 +275,6 @@ class SGMCMC(MCMCKernel):
     :param target_bias: with ``step_size=None``, :math:`\delta`, the relative inflation of the
         stationary variance allowed in the worst direction (default 0.1: sds within about
         5 %). Smaller is more exact and mixes more slowly.
-    :param sampling_steps: with ``step_size=None``, the number of steps the run will take after
-        warm-up (``MCMC``'s ``num_samples``, which counts steps: the draws kept are
-        ``num_samples // thinning``), when known: ``MCMC`` does not tell a kernel. The warm-up
-        then also estimates the smallest curvature :math:`\lambda_{\min}` (one more
-        Hessian-vector product per warm-up step), and where the bias target's step would not mix
-        within the run (an effective sample size of 300 per chain in the slowest direction), the
-        frozen step is raised to one that does, at most to the stability limit and to a
-        predicted sd twice the posterior's in the worst direction
-        (:data:`~numpyro_sgrld.adaptation.MAX_INFLATION`): more biased, but converged
-        (:func:`~numpyro_sgrld.adaptation.mixing_step`). With ``chain_method="vectorized"``,
-        where the curvature along the slowest direction is indefinite (a funnel), the chains
-        pool their warm-ups and share one step, tried before it is kept
-        (:func:`~numpyro_sgrld.adaptation.pooled_step`). ``None`` (default): the bias target
-        alone.
     :param potential_fn: instead of ``model``, a potential ``z -> U(z)`` on an unconstrained
         pytree; ``init_params`` is then required and minibatching is the caller's business.
     :param temperature: :math:`T` (1 samples the posterior; 0 gives stochastic gradient descent).
@@ -359,7 +342,6 @@ class SGMCMC(MCMCKernel):
         start_at_centre=False,
         check_proposal=True,
         target_bias=0.1,
-        sampling_steps=None,
     ):
         if (model is None) == (potential_fn is None):
             raise ValueError("Give exactly one of `model` or `potential_fn`.")
@@ -372,13 +354,6 @@ class SGMCMC(MCMCKernel):
             hint="It is the relative inflation of the stationary variance that "
             "`step_size=None` allows (default 0.1).",
         )
-        self._sampling_steps = None
-        if sampling_steps is not None:
-            self._sampling_steps = integer(
-                sampling_steps, "sampling_steps",
-                hint="It is the number of steps after warm-up (MCMC's num_samples, which counts "
-                "steps: the draws kept are num_samples // thinning), or None.",
-            )
         self._exploration = None  # cyclical SG-MCMC: (cycle length, exploration steps)
         self._num_data_arg = _check_num_data(num_data)
         self._batching = check_batching(batching)
@@ -403,18 +378,6 @@ class SGMCMC(MCMCKernel):
         self._sampler = build_sampler(metric, integrator, correction, correction_form)
         if step_size is None:
             check_adaptation(None, integrator, self._temperature)
-        if self._sampling_steps is not None:
-            if step_size is not None:
-                raise ValueError(
-                    f"`sampling_steps={sampling_steps!r}` tells step-size adaptation the run's "
-                    f"length, but step_size={step_size!r} is given: drop one of them."
-                )
-            if integrator.relaxation_weight is None:
-                raise ValueError(
-                    f"The integrator {integrator.name!r} has no `relaxation_weight`, so "
-                    "`sampling_steps=` cannot find a step that mixes within the run: leave it "
-                    "out (the bias target alone)."
-                )
         if metric.needs_aux and model is None:
             raise ValueError(
                 f"The metric {metric.name!r} reads auxiliary values of the model's forward pass "
@@ -653,16 +616,8 @@ class SGMCMC(MCMCKernel):
             est.grad, grad2, self.integrator.bias_weights, self._temperature,
             with_noise=phases(state.i, state.adaptation.num_warmup)[0],
         )
-        slow = mixing = None
-        if self._sampling_steps is not None:
-            shift = slow_shift(state.adaptation, stiffness, self.integrator.bias_weights[0])
-            slow = slow_rayleigh(state.adaptation.slow_direction, state.z, preconditioner,
-                                 self._hvp(target, idx), shift, est.grad, grad2,
-                                 self._temperature)
-            mixing = (self._sampling_steps, self.integrator.relaxation_weight)
         return update_step_size(
             state.adaptation, state.i, rho, y, stiffness, ok, self._target_bias, key_direction,
-            slow=slow, mixing=mixing, axis_name=self._axis_name, position=state.z,
         )
 
     @property
@@ -743,8 +698,6 @@ class SGMCMC(MCMCKernel):
         return init_step_size(
             key, z, preconditioner, self._hvp(target, idx), gradient,
             self.integrator.bias_weights, self._temperature, self._target_bias, num_warmup,
-            slow=self._sampling_steps is not None,
-            pooled=self._sampling_steps is not None and self._axis_name is not None,
         )
 
     def _init_one(self, z, rng_key, model_args, model_kwargs, num_warmup=0):
@@ -862,18 +815,6 @@ class SGMCMC(MCMCKernel):
                 ))
             step_size = adaptation.step_size  # the next step's: the frozen one after warm-up
         z = tree_where(ok, z, state.z)
-        if adaptation is not None and adaptation.trial_position is not None:
-            # the pooled step's trial failed: back to where the chain was when it began (a
-            # branch on flags shared by the chains: nothing to select on any other step)
-            z = jax.lax.cond(
-                adapting,
-                lambda z: jax.lax.cond(
-                    trial_restart(adaptation, state.i, self._axis_name),
-                    lambda z: adaptation.trial_position, lambda z: z, z,
-                ),
-                lambda z: z,
-                z,
-            )
         warmup, gradient_state = state.warmup, est.state
         if warmup is not None:
             adaptation, warmup, sampler_state, gradient_state = jax.lax.cond(

@@ -454,8 +454,7 @@ def run_compare(
                 target_ess, max_steps,
             )
         else:
-            # an adapted step knows the run's length (the budget rule, docs/step_size.md)
-            extra = {} if steps[name] is not None else {"sampling_steps": num_steps}
+            extra = {}
             if name.startswith("Cyclical"):
                 extra = {"cycle_length": max(2, num_steps // CYCLES),
                          "exploration": EXPLORATION}
@@ -655,8 +654,7 @@ def _write_report(out, problem, rows, curves, gamma, settings):
         f"{settings['max_steps']} steps (steps per chain: "
         + ", ".join(f"{k} {v}" for k, v in settings["taken"].items())
         + f"); step sizes {steps} (\"adapted\": chosen during the burn-in, `step_size=None`, "
-        f"told the run's {settings['num_steps']} steps, `sampling_steps`; the chains' geometric "
-        "mean); "
+        "for the bias target, the default `target_bias=0.1`; the chains' geometric mean); "
         f"seed {settings['seed']}. Reference: NUTS on the full data, "
         f"4 chains x {settings['reference_samples']} draws.",
         "",

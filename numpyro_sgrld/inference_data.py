@@ -25,6 +25,7 @@ from numpyro_sgrld._cache import cache_dir
 from numpyro_sgrld.subsample import full_batch
 
 __all__ = [
+    "adaptation",
     "to_inference_data",
     "pointwise_log_likelihood",
     "observed_data",
@@ -143,7 +144,44 @@ def _sample_stats(mcmc):
             continue
         name = names.get(field, field.replace(".", "_"))
         stats[name] = -value if name == "lp" else value
+    adapted = adaptation(mcmc)
+    if adapted and stats:
+        shape = next(iter(stats.values())).shape[:2]
+        inflation = np.broadcast_to(adapted["predicted_variance_inflation"][:, None], shape)
+        stats["predicted_variance_inflation"] = np.array(inflation)
     return stats
+
+
+def adaptation(mcmc):
+    r"""What the warm-up of a finished stochastic-gradient run chose, per chain (a dict of
+    arrays with a leading chain axis; empty for a given step size or another kernel):
+
+    - ``step_size`` – the adapted step :math:`h`;
+    - ``predicted_variance_inflation`` – :math:`h\bar\mu`, the worst direction's predicted
+      relative inflation of the stationary variance at that step (:math:`\bar\mu` the
+      final window's mean Rayleigh quotient, :mod:`numpyro_sgrld.adaptation`):
+      ``target_bias`` unless the stability cap made the step smaller;
+    - ``preconditioner_<site>`` – the constant diagonal preconditioner learnt in warm-up
+      (:func:`~numpyro_sgrld.metrics.learnt_diagonal`), where the kernel learns one.
+
+    :func:`to_inference_data` stores them in its group ``"adaptation"`` and the inflation in
+    ``sample_stats`` too."""
+    state = getattr(mcmc, "last_state", None)
+    if not isinstance(mcmc.sampler, SGMCMCKernel) or getattr(state, "adaptation", None) is None:
+        return {}
+    a = state.adaptation
+    step = np.atleast_1d(np.asarray(state.step_size, np.float64))
+    count = np.atleast_1d(np.asarray(a.count, np.float64))
+    mean = np.atleast_1d(np.asarray(a.total, np.float64)) / np.maximum(count, 1)
+    out = {"step_size": step,
+           "predicted_variance_inflation": np.where(count > 0, step * mean, np.nan)}
+    metric = getattr(state.sampler_state, "metric", None)
+    scale = getattr(metric, "scale", None)
+    if isinstance(scale, dict):
+        for site, value in scale.items():
+            value = np.asarray(value)
+            out[f"preconditioner_{site}"] = value if np.ndim(state.i) == 1 else value[None]
+    return out
 
 
 def add_reference(idata, reference):
@@ -208,6 +246,9 @@ def to_inference_data(
 
     - ``reference_posterior`` (with ``reference=``, draws of the exact posterior such as
       :func:`reference_posterior`): the reference beside the draws (:func:`add_reference`).
+    - ``adaptation`` (a stochastic-gradient kernel with ``step_size=None``): per chain, the
+      adapted step, its predicted variance inflation and the learnt preconditioner
+      (:func:`adaptation`); the inflation is in ``sample_stats`` too.
 
     ``model_args`` / ``model_kwargs`` are those given to ``MCMC.run``. Works for the SG
     kernels here and for NumPyro's kernels on ``full_batch(model)`` (or any model). Then
@@ -240,6 +281,17 @@ def to_inference_data(
                 k: v.reshape((num_chains, -1) + v.shape[1:]) for k, v in loglik.items()
             }
     idata = az.from_dict(**groups)
+    adapted = adaptation(mcmc)
+    if adapted:
+        import warnings
+
+        import xarray as xr
+
+        dataset = xr.Dataset({k: (("chain", *[f"{k}_dim_{j}" for j in range(np.ndim(v) - 1)]),
+                                  np.asarray(v)) for k, v in adapted.items()})
+        with warnings.catch_warnings():  # a group outside ArviZ's schema, ours by design
+            warnings.simplefilter("ignore", UserWarning)
+            idata.add_groups({"adaptation": dataset})
     return idata if reference is None else add_reference(idata, reference)
 
 

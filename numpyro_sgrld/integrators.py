@@ -68,10 +68,6 @@ class Integrator(NamedTuple):
     curvature :math:`\lambda` and gradient-noise variance :math:`s^2` (both in the metric's
     coordinates), which ``step_size=None`` uses to choose the step
     (:mod:`numpyro_sgrld.adaptation`); ``None`` if not known (the step must then be given).
-    ``relaxation_weight``: :math:`g`, the rate per step at which a direction of small
-    curvature :math:`\lambda` relaxes, :math:`g h\lambda` (1 for Langevin; :math:`1/\alpha`
-    for SGHMC, overdamped in such a direction), which ``sampling_steps`` uses to find a step
-    that mixes within the run; ``None`` if not known.
     ``rescale(state, ratio)``: the state after the step size is multiplied by ``ratio``
     during warm-up (``None``: nothing in the state depends on it); SGHMC's momentum, in units
     of position per step, scales with :math:`\sqrt h`.
@@ -88,7 +84,6 @@ class Integrator(NamedTuple):
     state_averages_gradient: bool = True
     name: str = "integrator"
     bias_weights: tuple | None = None
-    relaxation_weight: float | None = None
     rescale: Callable | None = None
     metrics: tuple | None = None
     metrics_hint: str = ""
@@ -138,7 +133,6 @@ def langevin() -> Integrator:
 
     return Integrator(
         init, step, carries_correction=True, name="langevin", bias_weights=(0.5, 0.5),
-        relaxation_weight=1.0,
     )
 
 
@@ -309,7 +303,6 @@ def sghmc(
     return Integrator(
         init, step, state_averages_gradient=False, name="sghmc",
         bias_weights=(1.0 / (2.0 * (2.0 - friction)), 1.0 / (2.0 * friction)),
-        relaxation_weight=1.0 / friction,
         rescale=_rescale_momentum,
     )
 
@@ -370,8 +363,7 @@ def adaptive_drift(drift_scale=1.0, beta1=0.9, beta2=0.999, eps=1e-8) -> Integra
         )
         return position, AdamState(m, v)
 
-    return Integrator(init, step, name="adaptive_drift", bias_weights=(0.5, 0.5),
-                      relaxation_weight=1.0)
+    return Integrator(init, step, name="adaptive_drift", bias_weights=(0.5, 0.5))
 
 
 # --------------------------------------------------------------------------- BAOAB

@@ -13,7 +13,7 @@ from numpyro.infer import MCMC, init_to_value
 
 import numpyro_sgrld as ns
 from numpyro_sgrld.gradients import Target, activate_control_variates, warmup_control_variates
-from numpyro_sgrld.verdict import MAX_RHAT, MIN_ESS, verdict
+from numpyro_sgrld.verdict import MAX_RHAT, MAX_STEP_SPREAD, MIN_ESS, verdict
 from numpyro_sgrld.warmup import (
     final_window_start,
     first_window_start,
@@ -130,6 +130,17 @@ def test_the_verdict_trusts_independent_chains_and_not_separated_ones():
     assert "num_samples of at least" in bad.problems[0]
 
 
+def test_the_verdict_refuses_chains_whose_adapted_steps_are_far_apart():
+    model, X, y = _logistic(2000, 20)
+    draws = {"x": np.random.default_rng(0).normal(size=(4, 1000))}
+    kernel = ns.SGLD(model)
+    apart = verdict(draws, kernel=kernel, step_size=[1.0, 1.0, 1.0, 1.01 * MAX_STEP_SPREAD])
+    assert not apart.trusted and "adapted steps" in apart.problems[0]
+    assert verdict(draws, kernel=kernel, step_size=[1.0, MAX_STEP_SPREAD]).trusted
+    fixed = ns.SGLD(model, step_size=1e-3)  # a given step is the user's: no spread to judge
+    assert verdict(draws, kernel=fixed, step_size=[1.0, 100.0]).trusted
+
+
 def test_the_verdict_names_an_uncorrected_adaptive_metrics_bias():
     model, X, y = _logistic(2000, 20)
     rng = np.random.default_rng(0)
@@ -169,6 +180,27 @@ def test_numpyros_own_loop_warns_at_the_end_with_the_verdict_of_the_draws(chain_
     assert f"max split R-hat {v.max_rhat:.3f}" in said[0]
     ess = float(said[0].split("min bulk ESS ")[1].split(" ")[0])
     assert abs(np.log(ess / v.min_ess)) < 0.5
+
+
+def test_the_adapted_step_its_inflation_and_the_preconditioner_reach_inference_data():
+    from numpyro_sgrld.inference_data import to_inference_data
+
+    model, X, y = _logistic(2000, 20)
+    mcmc = MCMC(ns.SGLD(model), num_warmup=300, num_samples=200, num_chains=2,
+                chain_method="vectorized", progress_bar=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcmc.run(jax.random.PRNGKey(0), X, y)
+    idata = to_inference_data(mcmc, X, y, log_likelihood=False)
+    state = mcmc.last_state
+    np.testing.assert_array_equal(idata.adaptation["step_size"].values,
+                                  np.asarray(state.step_size, np.float64))
+    np.testing.assert_array_equal(idata.adaptation["preconditioner_w"].values,
+                                  state.sampler_state.metric.scale["w"])
+    inflation = idata.sample_stats["predicted_variance_inflation"].values
+    assert inflation.shape == (2, 200)
+    # h = target_bias / mean quotient unless the stability cap made h smaller
+    assert np.all(inflation > 0) and np.all(inflation <= 0.1 * (1 + 1e-5))
 
 
 def test_an_initial_position_where_the_density_is_zero_is_refused_with_the_site():
