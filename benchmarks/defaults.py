@@ -292,7 +292,7 @@ def main():
                 continue
             try:
                 row = {"problem": name, **cell(k, problem)}
-            except ValueError as e:  # a preset that refuses step_size=None, with the fix
+            except (TypeError, ValueError) as e:  # a preset that refuses K(model), saying why
                 row = {"problem": name, "kernel": k, "refused": str(e), "accurate": False,
                        "warned": True, "silent_failure": False}
             print(json.dumps(row), flush=True)
