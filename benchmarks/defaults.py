@@ -56,7 +56,7 @@ PRESETS = ["SGLD", "SGHMC", "PSGLD", "MongeSGLD", "ShampooSGLD", "WenzelSGLD", "
            "BAOAB", "SGNHT", "BADODAB", "CyclicalSGLD", "CyclicalSGHMC"]
 MAX_MEAN_ERROR = 0.15
 SD_RATIO = (0.87, 1.15)
-WARNED = ("cannot be trusted", "Γ-corrected")
+WARNED = ("cannot be trusted", "stationary bias")
 
 
 def conjugate():

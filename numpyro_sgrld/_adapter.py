@@ -56,7 +56,7 @@ from numpyro_sgrld.gradients import (
     warmup_control_variates,
 )
 from numpyro_sgrld.integrators import langevin
-from numpyro_sgrld.metrics import StepContext, learnt_diagonal
+from numpyro_sgrld.metrics import StepContext, learnt
 from numpyro_sgrld.metrics import identity as identity_metric
 from numpyro_sgrld.schedules import as_schedule
 from numpyro_sgrld.sharding import check_divisible, index_sharding
@@ -69,10 +69,11 @@ from numpyro_sgrld.subsample import (
     placeholder_plates,
     trace_model,
 )
-from numpyro_sgrld.verdict import judgement
+from numpyro_sgrld.verdict import biased, judgement
 from numpyro_sgrld.warmup import (
     first_window_start,
     init_preconditioner,
+    preconditioner_factor,
     preconditioner_scale,
     reset_preconditioner,
     update_preconditioner,
@@ -143,9 +144,10 @@ class SGState(NamedTuple):
     - **adaptation** – with ``step_size=None``, the step-size adaptation's
       :class:`~numpyro_sgrld.adaptation.StepSizeState` (``None`` with a given step size).
     - **warmup** – with ``step_size=None`` and a metric learnt in warm-up
-      (:func:`~numpyro_sgrld.metrics.learnt_diagonal`, the default then), the current slow
+      (:func:`~numpyro_sgrld.metrics.learnt`, the default then), the current slow
       window's statistics (:class:`~numpyro_sgrld.warmup.PreconditionerWarmup`); ``None``
-      otherwise. The learnt preconditioner itself is ``sampler_state.metric.scale``.
+      otherwise. The learnt preconditioner itself is ``sampler_state.metric.scale`` (its
+      diagonal) and ``sampler_state.metric.factor`` (its Cholesky factor, where it is dense).
     - **monitor** – when ``numpyro.infer.MCMC``'s own loop runs the kernel, the run's streaming
       moments for the verdict at its end (:class:`~numpyro_sgrld.monitor.RunMonitor`);
       ``None`` otherwise.
@@ -370,7 +372,7 @@ class SGMCMC(MCMCKernel):
         )
         self._check_proposal = _check_bool(check_proposal, "check_proposal")
         if metric is None:
-            metric = learnt_diagonal() if step_size is None else identity_metric()
+            metric = learnt() if step_size is None else identity_metric()
             if step_size is None and gradient is None and control_variate is None and (
                     model is not None):
                 self._gradient = warmup_control_variates()
@@ -622,9 +624,9 @@ class SGMCMC(MCMCKernel):
 
     @property
     def _learns_metric(self):
-        """Whether warm-up learns the metric (:func:`~numpyro_sgrld.metrics.learnt_diagonal`
+        """Whether warm-up learns the metric (:func:`~numpyro_sgrld.metrics.learnt`
         with ``step_size=None``)."""
-        return self.adapts_step_size and self.metric.name == "learnt_diagonal"
+        return self.adapts_step_size and self.metric.name in ("learnt", "learnt_diagonal")
 
     def _learn(self, state, z, target, idx, est, adaptation, warmup, sampler_state, key):
         """A warm-up step of the learnt preconditioner (:mod:`numpyro_sgrld.warmup`): the new
@@ -643,9 +645,17 @@ class SGMCMC(MCMCKernel):
         warmup = jax.tree.map(lambda new, old: jnp.where(in_windows, new, old), updated, warmup)
 
         def window_end(adaptation, warmup, sampler_state, gradient_state):
-            metric_state = sampler_state.metric._replace(
-                scale=preconditioner_scale(warmup, sampler_state.metric.scale)
-            )
+            scale = preconditioner_scale(warmup, sampler_state.metric.scale)
+            metric_state = sampler_state.metric._replace(scale=scale)
+            if warmup.cross is not None:
+                hessian = None
+                if target.full_potential is not None:
+                    flat, unravel = ravel_pytree(warmup.mean)
+                    hessian = jax.hessian(lambda x: target.full_potential(unravel(x)))(flat)
+                factor = preconditioner_factor(warmup, scale, sampler_state.metric.factor,
+                                               hessian)
+                diagonal = ravel_pytree(scale)[1](jnp.sum(factor * factor, axis=1))
+                metric_state = metric_state._replace(scale=diagonal, factor=factor)
             preconditioner, _ = self.metric.update(est.grad, metric_state, z,
                                                    self._context(state.i, est.aux))
             if self._gradient.name == "warmup_control_variates":
@@ -729,7 +739,10 @@ class SGMCMC(MCMCKernel):
         sampler_state = init_sampler(
             self._sampler, key_sampler, z, curvature, context, step_size, self._temperature,
         )
-        warmup = init_preconditioner(z, num_warmup) if self._learns_metric else None
+        warmup = None
+        if self._learns_metric:
+            dense = getattr(sampler_state.metric, "factor", None) is not None
+            warmup = init_preconditioner(z, num_warmup, dense)
         return SGState(
             i=jnp.zeros((), jnp.int32),
             z=z,
@@ -955,7 +968,7 @@ class SGMCMC(MCMCKernel):
         run.reports.clear()
         rhat, ess = monitor.judge(sums, squares, origin, run.num_samples)
         v = judgement(rhat, ess, run.names, int(rejected.sum()), run.num_samples, self, step)
-        if not v.trusted or any("Γ-corrected" in n for n in v.notes):
+        if not v.trusted or biased(v):
             # sent from XLA's host callback: no user frame to point at
             warnings.warn_explicit(str(v), UserWarning, "numpyro_sgrld verdict", 0)
 

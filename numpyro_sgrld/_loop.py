@@ -224,8 +224,8 @@ def collect(
 
 def _judge(collection, kept, val, body_fun, num_steps):
     """The run's :func:`~numpyro_sgrld.verdict.verdict` on its kept draws, warned when they
-    cannot be trusted or the kernel's metric is not Γ-corrected."""
-    from numpyro_sgrld.verdict import _leaves_by_chain, verdict
+    cannot be trusted or the kernel carries a stationary bias it does not correct."""
+    from numpyro_sgrld.verdict import _leaves_by_chain, biased, verdict
 
     draws = collection[0] if isinstance(collection, (list, tuple)) else collection
     state = _state_of(val)
@@ -235,7 +235,7 @@ def _judge(collection, kept, val, body_fun, num_steps):
     draws = _leaves_by_chain({k: np.asarray(x)[:kept] for k, x in draws.items()}, chain_axis)
     kernel = getattr(body_fun, "keywords", {}).get("sampler")
     v = verdict(draws, None, num_steps, kernel, np.asarray(state.step_size))
-    if not v.trusted or any("Γ-corrected" in n for n in v.notes):
+    if not v.trusted or biased(v):
         warnings.warn(str(v), UserWarning, stacklevel=_caller_level())
 
 

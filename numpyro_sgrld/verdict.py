@@ -33,7 +33,8 @@ import jax
 import numpy as np
 from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
 
-__all__ = ["MAX_RHAT", "MAX_STEP_SPREAD", "MIN_ESS", "Verdict", "check", "judgement", "verdict"]
+__all__ = ["BIASED", "MAX_RHAT", "MAX_STEP_SPREAD", "MIN_ESS", "Verdict", "biased", "check",
+           "judgement", "verdict"]
 
 #: The largest split R-hat a trusted run may have (Vehtari et al. 2021 recommend 1.01).
 MAX_RHAT = 1.01
@@ -190,16 +191,42 @@ def _site(site):
     return f"{name!r}[{j}]"
 
 
+#: Metrics that follow the gradients without a moving average (``decay``), whose Γ is not zero.
+ADAPTIVE_METRICS = ("monge", "shampoo")
+
+#: The words every note on a kernel's stationary bias carries (the loops warn on them).
+BIASED = "stationary bias"
+
+
+def biased(v):
+    """Whether the :class:`Verdict` names a stationary bias the kernel does not correct."""
+    return any(BIASED in n for n in v.notes)
+
+
 def _notes(kernel, step_size):
     notes = []
     metric = getattr(kernel, "metric", None)
-    if (metric is not None and metric.decay is not None
+    integrator = getattr(kernel, "integrator", None)
+    if (metric is not None and (metric.decay is not None or metric.name in ADAPTIVE_METRICS)
             and getattr(kernel, "correction", None) is None):
         notes.append(
             f"The metric {metric.name!r} adapts to the gradients and is not Γ-corrected: even "
-            "at small steps its draws follow p(θ)/D(θ), not the posterior (docs/bias.md). Use "
-            "correction='exact' (small models) or 'hutchinson', or a kernel with a constant "
-            "preconditioner learnt in warm-up (SGLD, SGHMC)."
+            f"at small steps its draws follow p(θ)/D(θ), not the posterior ({BIASED}, "
+            "docs/bias.md). Use correction='exact' (small models) or 'hutchinson', or a "
+            "kernel with a constant preconditioner learnt in warm-up (SGLD, SGHMC)."
+        )
+    elif metric is not None and metric.name == "wenzel":
+        notes.append(
+            "The layer-wise metric 'wenzel' is refreshed from the gradients while sampling: "
+            f"between refreshes it is constant, but its refreshes follow the chain, and no Γ "
+            f"correction exists for it ({BIASED} unmeasured here, docs/bias.md). For exact "
+            "variances use SGLD or SGHMC (a constant preconditioner learnt in warm-up)."
+        )
+    if integrator is not None and integrator.name == "adaptive_drift":
+        notes.append(
+            "The adaptive drift (AdamSGLD) changes the chain's stationary law and has no "
+            f"Γ-type correction ({BIASED}, Rensmeyer & Niggemann 2023, docs/bias.md). For exact "
+            "variances use SGLD or SGHMC (a constant preconditioner learnt in warm-up)."
         )
     if getattr(kernel, "adapts_step_size", False) and step_size is not None:
         bias = getattr(kernel, "_target_bias", None)
@@ -214,7 +241,8 @@ def _notes(kernel, step_size):
 
 def check(mcmc, warn=True):
     """The :class:`Verdict` of a finished ``numpyro.infer.MCMC`` run of any kernel (warns
-    with it when the draws cannot be trusted and ``warn``)."""
+    with it when the draws cannot be trusted or carry a stationary bias the kernel does not
+    correct, and ``warn``)."""
     draws = mcmc.get_samples(group_by_chain=True)
     state = mcmc.last_state
     kernel = mcmc.sampler
@@ -228,7 +256,7 @@ def check(mcmc, warn=True):
         rejected = int(np.sum(np.asarray(fields["diverging"])))
     v = verdict(draws, rejected, mcmc.num_samples, kernel,
                 getattr(state, "step_size", None))
-    if warn and not v.trusted:
+    if warn and (not v.trusted or biased(v)):
         warnings.warn(str(v), UserWarning, stacklevel=2)
     return v
 

@@ -13,7 +13,8 @@ from numpyro.infer import MCMC, init_to_value
 
 import numpyro_sgrld as ns
 from numpyro_sgrld.gradients import Target, activate_control_variates, warmup_control_variates
-from numpyro_sgrld.verdict import MAX_RHAT, MAX_STEP_SPREAD, MIN_ESS, verdict
+from numpyro_sgrld.metrics.constant import DENSE_MAX_DIM
+from numpyro_sgrld.verdict import MAX_RHAT, MAX_STEP_SPREAD, MIN_ESS, biased, verdict
 from numpyro_sgrld.warmup import (
     final_window_start,
     first_window_start,
@@ -22,7 +23,7 @@ from numpyro_sgrld.warmup import (
     update_preconditioner,
     window_ends,
 )
-from numpyro_sgrld.warmup.preconditioner import SHRINK_DRAWS
+from numpyro_sgrld.warmup.preconditioner import SHRINK_DRAWS, laplace_root
 
 
 def test_the_windows_double_and_end_where_the_final_window_begins():
@@ -79,6 +80,43 @@ def test_sgld_learns_a_preconditioner_at_least_the_conditional_variances():
     z = (ratio - 1.0) / (1.0 / np.sqrt(2 * ess))
     assert np.all(ratio <= np.sqrt(1.1) + 4.0 / np.sqrt(2 * ess)), (ratio, ess)
     assert np.all(z > -4.0), (ratio, ess)
+
+
+def test_laplace_root_is_the_inverse_hessian_or_the_absolute_value_of_the_scaled_one():
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(4, 4))
+    spd = a @ a.T + 0.1 * np.eye(4)
+    fallback = np.zeros((4, 4))
+    root = np.asarray(laplace_root(jnp.asarray(spd), fallback), np.float64)
+    np.testing.assert_allclose(root @ root.T, np.linalg.inv(spd), rtol=1e-3, atol=1e-4)
+    lam, vec = np.linalg.eigh(spd)
+    indefinite = vec @ np.diag(lam * np.array([-1, 1, 1, 1])) @ vec.T
+    root = np.asarray(laplace_root(jnp.asarray(indefinite), fallback), np.float64)
+    scale = np.diag(1 / np.sqrt(np.abs(np.diag(indefinite))))
+    lam, vec = np.linalg.eigh(scale @ indefinite @ scale)
+    expected = scale @ vec @ np.diag(1 / np.abs(lam)) @ vec.T @ scale
+    np.testing.assert_allclose(root @ root.T, expected, rtol=1e-3, atol=1e-4)
+    nan = np.full((4, 4), np.nan)
+    np.testing.assert_array_equal(laplace_root(jnp.asarray(nan), fallback), fallback)
+
+
+def test_a_small_model_learns_the_dense_inverse_hessian_and_a_large_one_a_diagonal():
+    """On a correlated Gaussian (correlation 0.95: a diagonal metric leaves a condition
+    number of 39) the Hessian is constant, so the learnt metric is the covariance itself."""
+    cov = np.array([[1.0, 0.95 * 3.0], [0.95 * 3.0, 9.0]])
+
+    def model():
+        numpyro.sample("x", dist.MultivariateNormal(jnp.zeros(2), jnp.asarray(cov)))
+
+    mcmc = MCMC(ns.SGLD(model), num_warmup=500, num_samples=200, progress_bar=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcmc.run(jax.random.PRNGKey(0))
+    factor = np.asarray(mcmc.last_state.sampler_state.metric.factor, np.float64)
+    np.testing.assert_allclose(factor @ factor.T, cov, rtol=1e-3)
+    big = ns.metrics.learnt().init({"x": jnp.zeros(DENSE_MAX_DIM + 1)})
+    small = ns.metrics.learnt().init({"x": jnp.zeros(DENSE_MAX_DIM)})
+    assert big.factor is None and small.factor.shape == (DENSE_MAX_DIM, DENSE_MAX_DIM)
 
 
 def _logistic(num_data, subsample):
@@ -147,7 +185,13 @@ def test_the_verdict_names_an_uncorrected_adaptive_metrics_bias():
     v = verdict({"x": rng.normal(size=(4, 500))}, kernel=ns.PSGLD(model), step_size=[1e-3])
     assert v.trusted and any("Γ-corrected" in n and "correction='exact'" in n for n in v.notes)
     v = verdict({"x": rng.normal(size=(4, 500))}, kernel=ns.SGLD(model), step_size=[1e-3])
-    assert not any("Γ-corrected" in n for n in v.notes)
+    assert not any("Γ-corrected" in n for n in v.notes) and not biased(v)
+    for kernel in (ns.AdamSGLD(model), ns.WenzelSGLD(model), ns.MongeSGLD(model)):
+        v = verdict({"x": rng.normal(size=(4, 500))}, kernel=kernel, step_size=[1e-3])
+        assert v.trusted and biased(v), kernel
+    v = verdict({"x": rng.normal(size=(4, 500))}, kernel=ns.PSGLD(model, correction="exact"),
+                step_size=[1e-3])
+    assert not biased(v)
 
 
 def test_the_fast_loop_warns_at_the_end_of_a_run_that_has_not_mixed():
@@ -227,4 +271,4 @@ def test_a_given_step_keeps_the_identity_metric_and_the_plain_gradient():
     assert kernel.metric.name == "identity" and kernel.gradient.name == "minibatch"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert ns.SGLD(model).metric.name == "learnt_diagonal"
+        assert ns.SGLD(model).metric.name == "learnt"

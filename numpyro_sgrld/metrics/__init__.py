@@ -28,8 +28,10 @@ from numpyro_sgrld.metrics.constant import (
     DiagonalState,
     IdentityState,
     LearntDiagonalState,
+    LearntState,
     diagonal,
     identity,
+    learnt,
     learnt_diagonal,
 )
 from numpyro_sgrld.metrics.monge import MongeAutoState, MongeState, monge
@@ -43,6 +45,7 @@ __all__ = [
     "StepContext",
     "identity",
     "diagonal",
+    "learnt",
     "learnt_diagonal",
     "rmsprop",
     "monge",
@@ -53,6 +56,7 @@ __all__ = [
     "IdentityState",
     "DiagonalState",
     "LearntDiagonalState",
+    "LearntState",
     "RMSpropState",
     "MongeAutoState",
     "MongeState",

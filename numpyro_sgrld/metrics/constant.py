@@ -4,6 +4,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
 
 from numpyro_sgrld.metrics._base import (
     Metric,
@@ -117,4 +118,63 @@ def learnt_diagonal() -> Metric:
         averages_gradient=True,
         correction_hint="a constant metric has Γ = 0: there is nothing to correct",
         name="learnt_diagonal",
+    )
+
+
+class LearntState(NamedTuple):
+    """The diagonal :math:`d` of the inverse metric (a tree like the position) and, where the
+    metric is dense, the lower Cholesky factor :math:`L` of the whole inverse metric
+    :math:`D = L L^\top` over the flattened position (``None`` where it is diagonal)."""
+
+    scale: Any
+    factor: Any = None
+
+
+#: The largest number of coordinates for which :func:`learnt` learns a dense metric: a step
+#: then costs two products with a ``d x d`` factor, ``2 d^2`` flops, no more than one minibatch
+#: gradient of a linear model on 100 data points for ``d = 100``, while a correlated
+#: posterior mixes as if it were uncorrelated.
+DENSE_MAX_DIM = 100
+
+
+def _dense(factor, unravel):
+    """The preconditioner ``D = L L^T`` (``drift``), with the root ``R = L`` (``noise``) and
+    its transpose (``noise_transpose``), on trees flattened by ``unravel``'s inverse."""
+
+    def flat(t):
+        return ravel_pytree(t)[0]
+
+    return Preconditioner(
+        drift=lambda t: unravel(factor @ (factor.T @ flat(t))),
+        noise=lambda t: unravel(factor @ flat(t)),
+        noise_transpose=lambda t: unravel(factor.T @ flat(t)),
+    )
+
+
+def learnt(dense_max_dim=DENSE_MAX_DIM) -> Metric:
+    r"""A constant metric learnt during warm-up, as NUTS learns its mass matrix: dense over
+    the flattened position where it has at most ``dense_max_dim`` coordinates, diagonal
+    otherwise (:func:`learnt_diagonal`). :math:`D = I` at the start, re-estimated at the end
+    of each slow warm-up window (:mod:`numpyro_sgrld.warmup.preconditioner`: the diagonal
+    from the window's positions with a curvature floor, the correlations from the window's
+    positions, shrunk towards none) when the step is adapted (``step_size=None``), then held.
+    Constant after warm-up, so :math:`\Gamma = 0`. With a given step size it stays the
+    identity. The default metric of SGLD and SGHMC with ``step_size=None``."""
+
+    def init(position):
+        flat = ravel_pytree(position)[0]
+        factor = jnp.eye(flat.size, dtype=flat.dtype) if flat.size <= dense_max_dim else None
+        return LearntState(jax.tree.map(jnp.ones_like, position), factor)
+
+    def update(grad, state, position, context=None):
+        if state.factor is None:
+            return _scaled(lambda t: state.scale), state
+        return _dense(state.factor, ravel_pytree(position)[1]), state
+
+    return Metric(
+        init,
+        update,
+        averages_gradient=True,
+        correction_hint="a constant metric has Γ = 0: there is nothing to correct",
+        name="learnt",
     )

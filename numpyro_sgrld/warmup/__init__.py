@@ -7,6 +7,7 @@ The step size is chosen by :mod:`numpyro_sgrld.adaptation` in the geometry they 
 from numpyro_sgrld.warmup.preconditioner import (
     PreconditionerWarmup,
     init_preconditioner,
+    preconditioner_factor,
     preconditioner_scale,
     reset_preconditioner,
     update_preconditioner,
@@ -24,6 +25,7 @@ __all__ = [
     "final_window_start",
     "first_window_start",
     "init_preconditioner",
+    "preconditioner_factor",
     "preconditioner_scale",
     "reset_preconditioner",
     "update_preconditioner",
