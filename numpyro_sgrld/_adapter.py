@@ -652,6 +652,8 @@ class SGMCMC(MCMCKernel):
                 if target.full_potential is not None:
                     flat, unravel = ravel_pytree(warmup.mean)
                     hessian = jax.hessian(lambda x: target.full_potential(unravel(x)))(flat)
+                    if target.axis_name is not None:  # vectorised chains share one metric
+                        hessian = jax.lax.pmean(hessian, target.axis_name)
                 factor = preconditioner_factor(warmup, scale, sampler_state.metric.factor,
                                                hessian)
                 diagonal = ravel_pytree(scale)[1](jnp.sum(factor * factor, axis=1))
