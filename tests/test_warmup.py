@@ -131,14 +131,27 @@ def _logistic(num_data, subsample):
     return model, X, y
 
 
-def test_control_variates_switch_on_where_they_cut_the_noise_and_not_on_full_batches():
-    for subsample, expected in ((20, True), (None, False)):
-        model, X, y = _logistic(2000, subsample)
-        kernel = ns.SGLD(model)
-        assert kernel.gradient.name == "warmup_control_variates"
-        mcmc = MCMC(kernel, num_warmup=400, num_samples=10, progress_bar=False)
+@pytest.fixture(scope="module")
+def default_run():
+    """``SGLD(model)`` as a user writes it, 2 vectorised chains, on a minibatch of 20 of 2000."""
+    model, X, y = _logistic(2000, 20)
+    mcmc = MCMC(ns.SGLD(model), num_warmup=400, num_samples=200, num_chains=2,
+                chain_method="vectorized", progress_bar=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         mcmc.run(jax.random.PRNGKey(0), X, y)
-        assert bool(mcmc.last_state.gradient_state.active) == expected
+    return mcmc, X, y
+
+
+def test_control_variates_switch_on_where_they_cut_the_noise_and_not_on_full_batches(
+        default_run):
+    mcmc, _, _ = default_run
+    assert mcmc.sampler.gradient.name == "warmup_control_variates"
+    assert np.all(np.asarray(mcmc.last_state.gradient_state.active))
+    model, X, y = _logistic(2000, None)
+    mcmc = MCMC(ns.SGLD(model), num_warmup=400, num_samples=10, progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(0), X, y)
+    assert not bool(mcmc.last_state.gradient_state.active)
 
 
 def test_the_switch_compares_the_noise_with_and_without_the_centre():
@@ -226,21 +239,20 @@ def test_numpyros_own_loop_warns_at_the_end_with_the_verdict_of_the_draws(chain_
     assert abs(np.log(ess / v.min_ess)) < 0.5
 
 
-def test_the_adapted_step_its_inflation_and_the_preconditioner_reach_inference_data():
+def test_the_adapted_step_its_inflation_and_the_preconditioner_reach_inference_data(
+        default_run):
     from numpyro_sgrld.inference_data import to_inference_data
 
-    model, X, y = _logistic(2000, 20)
-    mcmc = MCMC(ns.SGLD(model), num_warmup=300, num_samples=200, num_chains=2,
-                chain_method="vectorized", progress_bar=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        mcmc.run(jax.random.PRNGKey(0), X, y)
+    mcmc, X, y = default_run
     idata = to_inference_data(mcmc, X, y, log_likelihood=False)
     state = mcmc.last_state
     np.testing.assert_array_equal(idata.adaptation["step_size"].values,
                                   np.asarray(state.step_size, np.float64))
     np.testing.assert_array_equal(idata.adaptation["preconditioner_w"].values,
                                   state.sampler_state.metric.scale["w"])
+    factor = np.asarray(state.sampler_state.metric.factor)  # dense: 3 coordinates
+    np.testing.assert_allclose(np.einsum("cij,cij->ci", factor, factor),
+                               state.sampler_state.metric.scale["w"], rtol=1e-5)
     inflation = idata.sample_stats["predicted_variance_inflation"].values
     assert inflation.shape == (2, 200)
     # h = target_bias / mean quotient unless the stability cap made h smaller
