@@ -147,7 +147,7 @@ class SGState(NamedTuple):
       (:func:`~numpyro_sgrld.metrics.learnt`, the default then), the current slow
       window's statistics (:class:`~numpyro_sgrld.warmup.PreconditionerWarmup`); ``None``
       otherwise. The learnt preconditioner itself is ``sampler_state.metric.scale`` (its
-      diagonal) and ``sampler_state.metric.factor`` (its Cholesky factor, where it is dense).
+      diagonal) and ``sampler_state.metric.factor`` (a root of it, where it is dense).
     - **monitor** – when ``numpyro.infer.MCMC``'s own loop runs the kernel, the run's streaming
       moments for the verdict at its end (:class:`~numpyro_sgrld.monitor.RunMonitor`);
       ``None`` otherwise.

@@ -123,7 +123,7 @@ def learnt_diagonal() -> Metric:
 
 class LearntState(NamedTuple):
     """The diagonal :math:`d` of the inverse metric (a tree like the position) and, where the
-    metric is dense, the lower Cholesky factor :math:`L` of the whole inverse metric
+    metric is dense, a root :math:`L` (not triangular in general) of the whole inverse metric
     :math:`D = L L^\top` over the flattened position (``None`` where it is diagonal)."""
 
     scale: Any
@@ -155,9 +155,10 @@ def learnt(dense_max_dim=DENSE_MAX_DIM) -> Metric:
     r"""A constant metric learnt during warm-up, as NUTS learns its mass matrix: dense over
     the flattened position where it has at most ``dense_max_dim`` coordinates, diagonal
     otherwise (:func:`learnt_diagonal`). :math:`D = I` at the start, re-estimated at the end
-    of each slow warm-up window (:mod:`numpyro_sgrld.warmup.preconditioner`: the diagonal
-    from the window's positions with a curvature floor, the correlations from the window's
-    positions, shrunk towards none) when the step is adapted (``step_size=None``), then held.
+    of each slow warm-up window (:mod:`numpyro_sgrld.warmup.preconditioner`: dense, the
+    inverse of the full-data Hessian at the window's mean, or the window's correlations where
+    there is no full-data potential; diagonal, the window's variances with a curvature floor)
+    when the step is adapted (``step_size=None``), then held.
     Constant after warm-up, so :math:`\Gamma = 0`. With a given step size it stays the
     identity. The default metric of SGLD and SGHMC with ``step_size=None``."""
 
