@@ -144,7 +144,8 @@ class SGState(NamedTuple):
     - **adaptation** – with ``step_size=None``, the step-size adaptation's
       :class:`~numpyro_sgrld.adaptation.StepSizeState` (``None`` with a given step size).
     - **warmup** – with ``step_size=None`` and a metric learnt in warm-up
-      (:func:`~numpyro_sgrld.metrics.learnt`, the default then), the current slow
+      (:func:`~numpyro_sgrld.metrics.learnt`, the default then, or the dense part of an
+      adaptive preset's :func:`~numpyro_sgrld.metrics.whitened`), the current slow
       window's statistics (:class:`~numpyro_sgrld.warmup.PreconditionerWarmup`); ``None``
       otherwise. The learnt preconditioner itself is ``sampler_state.metric.scale`` (its
       diagonal) and ``sampler_state.metric.factor`` (a root of it, where it is dense).
@@ -373,9 +374,9 @@ class SGMCMC(MCMCKernel):
         self._check_proposal = _check_bool(check_proposal, "check_proposal")
         if metric is None:
             metric = learnt() if step_size is None else identity_metric()
-            if step_size is None and gradient is None and control_variate is None and (
-                    model is not None):
-                self._gradient = warmup_control_variates()
+        if step_size is None and gradient is None and control_variate is None and (
+                model is not None):
+            self._gradient = warmup_control_variates()
         integrator = langevin() if integrator is None else integrator
         self._sampler = build_sampler(metric, integrator, correction, correction_form)
         if step_size is None:
@@ -624,9 +625,10 @@ class SGMCMC(MCMCKernel):
 
     @property
     def _learns_metric(self):
-        """Whether warm-up learns the metric (:func:`~numpyro_sgrld.metrics.learnt`
-        with ``step_size=None``)."""
-        return self.adapts_step_size and self.metric.name in ("learnt", "learnt_diagonal")
+        """Whether warm-up learns the metric (:func:`~numpyro_sgrld.metrics.learnt`, or the
+        constant part of :func:`~numpyro_sgrld.metrics.whitened`, with ``step_size=None``)."""
+        return self.adapts_step_size and (
+            self.metric.name in ("learnt", "learnt_diagonal") or self.metric.restart is not None)
 
     def _learn(self, state, z, target, idx, est, adaptation, warmup, sampler_state, key):
         """A warm-up step of the learnt preconditioner (:mod:`numpyro_sgrld.warmup`): the new
@@ -658,6 +660,9 @@ class SGMCMC(MCMCKernel):
                                                hessian)
                 diagonal = ravel_pytree(scale)[1](jnp.sum(factor * factor, axis=1))
                 metric_state = metric_state._replace(scale=diagonal, factor=factor)
+            if self.metric.restart is not None:  # the adaptive part, in the new coordinates
+                metric_state = self.metric.restart(metric_state, z,
+                                                   self._context(state.i, est.aux))
             preconditioner, _ = self.metric.update(est.grad, metric_state, z,
                                                    self._context(state.i, est.aux))
             if self._gradient.name == "warmup_control_variates":
@@ -744,7 +749,8 @@ class SGMCMC(MCMCKernel):
         warmup = None
         if self._learns_metric:
             dense = getattr(sampler_state.metric, "factor", None) is not None
-            warmup = init_preconditioner(z, num_warmup, dense)
+            if dense or self.metric.restart is None:  # whitened: nothing to learn when not dense
+                warmup = init_preconditioner(z, num_warmup, dense)
         return SGState(
             i=jnp.zeros((), jnp.int32),
             z=z,

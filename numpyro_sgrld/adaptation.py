@@ -227,7 +227,8 @@ def check_adaptation(num_warmup, integrator, temperature):
     if integrator.bias_weights is None:
         raise ValueError(
             f"The integrator {integrator.name!r} has no `bias_weights`, so `step_size=None` "
-            "cannot choose its step: give `step_size=` (a float > 0 or a schedule)."
+            "cannot choose its step: give `step_size=` (a float > 0 or a schedule)"
+            + (f"; {integrator.step_hint}." if integrator.step_hint else ".")
         )
     if not temperature > 0:
         raise ValueError(

@@ -75,7 +75,8 @@ class Integrator(NamedTuple):
     its square (finite whenever the gradient is), so the kernel need not check it for
     finiteness every step (see :func:`numpyro_sgrld._acceptance.accept`). ``name`` names the
     integrator in error messages. ``metrics``: the names of the metrics it can take (``None``:
-    any), with ``metrics_hint`` saying why.
+    any), with ``metrics_hint`` saying why. ``step_hint`` says how to choose a step where
+    there are no ``bias_weights``.
     """
 
     init: Callable
@@ -87,6 +88,15 @@ class Integrator(NamedTuple):
     rescale: Callable | None = None
     metrics: tuple | None = None
     metrics_hint: str = ""
+    step_hint: str = ""
+
+
+_TIME_STEP_HINT = (
+    "its step h is a time (the dynamics' period along a direction of curvature lambda is "
+    "2 pi / sqrt(lambda)), stable for h sqrt(lambda_max) < 2: about half the posterior's "
+    "smallest standard deviation (in the metric's units) is stable and mixes; or use "
+    "SGHMC(model), which adapts its step"
+)
 
 
 # --------------------------------------------------------------------------- Langevin
@@ -415,7 +425,8 @@ def baoab(friction=1.0) -> Integrator:
         position = jax.tree.map(lambda x, u: x + 0.5 * step_size * u, position, v)
         return position, BAOABState(v, jnp.ones((), bool))
 
-    return Integrator(init, step, state_averages_gradient=False, name="baoab")
+    return Integrator(init, step, state_averages_gradient=False, name="baoab",
+                      step_hint=_TIME_STEP_HINT)
 
 
 # --------------------------------------------------------------------------- SGNHT
@@ -466,6 +477,7 @@ def sgnht(diffusion=1.0) -> Integrator:
 
     return Integrator(
         init, step, state_averages_gradient=False, name="sgnht", metrics=("identity",),
+        step_hint=_TIME_STEP_HINT,
         metrics_hint="its thermostat measures the kinetic temperature p^T p / d, which with a "
         "metric D would need D^{-1}",
     )
@@ -538,6 +550,7 @@ def badodab(diffusion=1.0, thermal_mass=1.0) -> Integrator:
 
     return Integrator(
         init, step, state_averages_gradient=False, name="badodab", metrics=("identity",),
+        step_hint=_TIME_STEP_HINT,
         metrics_hint="its thermostat measures the kinetic temperature p^T p / d, which with a "
         "metric D would need D^{-1}",
     )

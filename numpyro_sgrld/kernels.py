@@ -27,7 +27,16 @@ import warnings
 from numpyro_sgrld._adapter import SGMCMC
 from numpyro_sgrld._checks import integer, real
 from numpyro_sgrld.integrators import adaptive_drift, badodab, baoab, langevin, sghmc, sgnht
-from numpyro_sgrld.metrics import bnp, identity, monge, rmsprop, shampoo, wenzel
+from numpyro_sgrld.metrics import (
+    bnp,
+    identity,
+    learnt,
+    monge,
+    rmsprop,
+    shampoo,
+    wenzel,
+    whitened,
+)
 from numpyro_sgrld.metrics.monge import AUTO_FREEZE
 from numpyro_sgrld.schedules import cyclical
 
@@ -47,6 +56,13 @@ __all__ = [
     "CyclicalSGLD",
     "CyclicalSGHMC",
 ]
+
+
+def _in_learnt_coordinates(metric, step_size):
+    """An adaptive preset's metric: with ``step_size=None``, in the coordinates of a dense
+    metric learnt in warm-up (:func:`~numpyro_sgrld.metrics.whitened`, for at most
+    :data:`~numpyro_sgrld.metrics.constant.DENSE_MAX_DIM` coordinates); as given otherwise."""
+    return whitened(metric) if step_size is None else metric
 
 
 class LangevinKernel(SGMCMC):
@@ -255,6 +271,7 @@ class PSGLD(SGMCMC):
         **kwargs,
     ):
         metric = rmsprop(decay, eps, bias_correction=bias_correction)
+        metric = _in_learnt_coordinates(metric, step_size)
         super().__init__(
             model, step_size, metric=metric, integrator=langevin(), correction=correction, **kwargs
         )
@@ -325,6 +342,7 @@ class MongeSGLD(SGMCMC):
         # with Γ, an adapted alpha2 is fixed after AUTO_FREEZE steps (metrics.monge)
         freeze = AUTO_FREEZE if auto and correction is not None else None
         metric = monge(alpha2, decay, max_drift_norm=max_drift_norm, freeze_after=freeze)
+        metric = _in_learnt_coordinates(metric, step_size)
         self._freeze_alpha2 = freeze
         super().__init__(
             model, step_size, metric=metric, integrator=langevin(), correction=correction, **kwargs
@@ -419,6 +437,7 @@ class ShampooSGLD(SGMCMC):
             precondition_vectors=precondition_vectors,
             ridge=ridge,
         )
+        metric = _in_learnt_coordinates(metric, step_size)
         super().__init__(
             model, step_size, metric=metric, integrator=langevin(), correction=correction, **kwargs
         )
@@ -467,6 +486,7 @@ class WenzelSGLD(SGMCMC):
         **kwargs,
     ):
         metric = wenzel(decay, eps, update_interval, lagged_refresh=lagged_refresh)
+        metric = _in_learnt_coordinates(metric, step_size)
         super().__init__(model, step_size, metric=metric, integrator=langevin(), **kwargs)
 
 
@@ -503,8 +523,10 @@ class AdamSGLD(SGMCMC):
     :param beta1: :math:`\\beta_1 \\in [0, 1)`, default 0.9.
     :param beta2: :math:`\\beta_2 \\in [0, 1)`, default 0.999.
     :param eps: :math:`\\lambda \\ge 0`, default 1e-8.
-    :param metric: a :class:`~numpyro_sgrld.metrics.Metric` (default identity), applied to the
-        drift and the noise (:func:`~numpyro_sgrld.integrators.adaptive_drift_step`).
+    :param metric: a :class:`~numpyro_sgrld.metrics.Metric` (default: with ``step_size=None``
+        the constant metric learnt in warm-up, :func:`~numpyro_sgrld.metrics.learnt`; the
+        identity with a given step), applied to the drift and the noise
+        (:func:`~numpyro_sgrld.integrators.adaptive_drift_step`).
 """
         + _example("AdamSGLD", "step_size=1e-2")
     )
@@ -521,7 +543,8 @@ class AdamSGLD(SGMCMC):
         **kwargs,
     ):
         integrator = adaptive_drift(drift_scale, beta1, beta2, eps)
-        metric = identity() if metric is None else metric
+        if metric is None:
+            metric = learnt() if step_size is None else identity()
         super().__init__(model, step_size, metric=metric, integrator=integrator, **kwargs)
 
 
@@ -688,10 +711,15 @@ class BADODAB(SGMCMC):
 def _cycle(kernel, step_size, cycle_length, exploration):
     """The cosine schedule with peak ``step_size`` and period ``cycle_length``, and the
     exploration stage's ``(L, E)``, checked."""
-    if step_size is None:
+    if step_size is None or cycle_length is None:
+        missing = [name for name, value in (("step_size=h0", step_size),
+                                            ("cycle_length=L", cycle_length)) if value is None]
         raise ValueError(
-            f"{kernel} needs `step_size=h0`, the peak of its cosine cycle (Zhang et al. 2020); "
-            "its step is not adapted during warm-up."
+            f"{kernel} needs {' and '.join(f'`{m}`' for m in missing)}: the peak h0 of its "
+            "cosine step and the steps L per cycle (Zhang et al. 2020), e.g. "
+            f"{kernel}(model, step_size=1e-3, cycle_length=1000); neither is adapted during "
+            "warm-up. A good h0 is a few times the step SGLD(model) adapts (its state's "
+            "`step_size` after warm-up), with the cycle long enough to cross the posterior."
         )
     h0 = real(step_size, "step_size", low=0, low_open=True,
               hint="It is the cycle's peak step h0 (a number: the schedule is the cosine).")
@@ -748,7 +776,7 @@ _CYCLICAL_DOC = r"""
 
     :param model: NumPyro model (or ``potential_fn=``).
     :param step_size: :math:`h_0`, the cycle's peak step (a float > 0).
-    :param cycle_length: :math:`L`, steps per cycle (exploration included; >= 2).
+    :param cycle_length: :math:`L`, steps per cycle (exploration included; >= 2; required).
     :param exploration: :math:`\beta \in [0, 1)`, the fraction of each cycle spent exploring
         (default 0.5, our choice; Zhang et al. tune it per experiment). 0: cyclical step sizes
         only."""
@@ -763,7 +791,7 @@ class CyclicalSGLD(_Cyclical, SGMCMC):
     :param kwargs: as :class:`~numpyro_sgrld.SGMCMC` (``gradient``, ``correction``, ...).
     """
 
-    def __init__(self, model=None, step_size=None, *, cycle_length, exploration=0.5,
+    def __init__(self, model=None, step_size=None, *, cycle_length=None, exploration=0.5,
                  metric=None, **kwargs):
         schedule, cycle = _cycle("CyclicalSGLD", step_size, cycle_length, exploration)
         super().__init__(model, schedule, metric=identity() if metric is None else metric,
@@ -782,7 +810,7 @@ class CyclicalSGHMC(_Cyclical, SGMCMC):
     :param kwargs: as :class:`~numpyro_sgrld.SGMCMC`.
     """
 
-    def __init__(self, model=None, step_size=None, *, cycle_length, exploration=0.5,
+    def __init__(self, model=None, step_size=None, *, cycle_length=None, exploration=0.5,
                  friction=0.1, noise_estimate=0.0, metric=None, **kwargs):
         schedule, cycle = _cycle("CyclicalSGHMC", step_size, cycle_length, exploration)
         super().__init__(model, schedule, metric=identity() if metric is None else metric,

@@ -248,6 +248,20 @@ def test_every_preset_adapts_its_step(name):
     assert np.all(z < bonferroni_z(3 * len(PRESETS))), (name, sd_hat / sd, z)
 
 
+@pytest.mark.parametrize("name, hint", [
+    ("BAOAB", r"stable for h sqrt\(lambda_max\) < 2.*or use SGHMC\(model\)"),
+    ("SGNHT", r"stable for h sqrt\(lambda_max\) < 2.*or use SGHMC\(model\)"),
+    ("BADODAB", r"stable for h sqrt\(lambda_max\) < 2.*or use SGHMC\(model\)"),
+    ("CyclicalSGLD", r"needs `step_size=h0` and `cycle_length=L`.*e\.g\. CyclicalSGLD\(model"),
+    ("CyclicalSGHMC", r"needs `step_size=h0` and `cycle_length=L`.*e\.g\. CyclicalSGHMC\("),
+])
+def test_presets_that_do_not_adapt_say_what_to_give(name, hint):
+    import numpyro_sgrld
+
+    with pytest.raises(ValueError, match=hint):
+        getattr(numpyro_sgrld, name)(regression)
+
+
 def test_sghmc_momentum_follows_the_step():
     state = integrators.SGHMCState({"x": jnp.array([2.0, -4.0])})
     out = integrators.sghmc().rescale(state, 0.25)
@@ -320,3 +334,20 @@ def test_vectorised_chains_give_the_sequential_chains_steps_and_draws():
                         np.asarray(mcmc.get_samples(group_by_chain=True)["x"]))
     for a, b in zip(runs["vectorized"], runs["sequential"]):
         np.testing.assert_allclose(a, b, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kernel", [PSGLD, MongeSGLD])
+def test_adaptive_presets_sample_in_the_coordinates_learnt_in_warm_up(kernel):
+    """With ``step_size=None`` an adaptive preset's metric is whitened by a dense root L
+    learnt in warm-up: on a Gaussian posterior L^T H L = I (H the full-data Hessian), and
+    the metric is still the preset's own (its name, its moving average)."""
+    X, y = _data(n=400, d=3)
+    X = X @ jnp.array([[1.0, 0.9, 0.0], [0.0, 0.4, 0.0], [0.0, 0.0, 3.0]])  # correlated
+    k = kernel(regression)
+    mcmc = MCMC(k, num_warmup=MIN_WARMUP, num_samples=10, progress_bar=False)
+    mcmc.warmup(random.PRNGKey(0), X, y)
+    metric_state = mcmc.post_warmup_state.sampler_state.metric
+    assert k.metric.name == kernel(regression, 1e-3).metric.name
+    L = np.asarray(metric_state.factor)
+    H = np.eye(3) + np.asarray(X).T @ np.asarray(X)
+    np.testing.assert_allclose(L.T @ H @ L, np.eye(3), atol=1e-3)

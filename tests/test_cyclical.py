@@ -75,5 +75,8 @@ def test_cyclical_bad_input():
         CyclicalSGHMC(standard_normal, 0.1, cycle_length=10, exploration=1.0)
     with pytest.raises(ValueError, match="exploration=0.95 of cycle_length=10 leaves no sampling"):
         CyclicalSGLD(standard_normal, 0.1, cycle_length=10, exploration=0.95)
-    with pytest.raises(TypeError, match="cycle_length"):
+    with pytest.raises(ValueError, match="CyclicalSGLD needs `cycle_length=L`: "):
         CyclicalSGLD(standard_normal, 0.1)
+    with pytest.raises(ValueError, match="needs `step_size=h0` and `cycle_length=L`.*e.g. "
+                       r"CyclicalSGHMC\(model, step_size=1e-3, cycle_length=1000\)"):
+        CyclicalSGHMC(standard_normal)

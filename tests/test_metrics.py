@@ -488,3 +488,63 @@ def test_shampoo_roots_of_many_sites_do_not_deadlock():
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert np.isfinite(float(out.stdout.strip().splitlines()[-1]))
+
+
+# --------------------------------------------------------------------------- whitened
+def _whitened_setup(factor):
+    position = {"a": jnp.array([0.3, -1.2]), "b": jnp.array(0.7)}
+    grad = {"a": jnp.array([2.0, -0.5]), "b": jnp.array(1.5)}
+    metric = metrics.whitened(metrics.rmsprop(decay=0.5, eps=1e-3))
+    state = metric.init(position)
+    return metric, state._replace(factor=factor), position, grad
+
+
+def _matrix(linear, unravel, d):
+    return np.stack([np.asarray(ravel_pytree(linear(unravel(e)))[0]) for e in np.eye(d)], 1)
+
+
+def test_whitened_is_the_adaptive_metric_in_the_learnt_coordinates():
+    """D = L D_z(L^T g) L^T and R = L R_z, computed by hand for RMSprop in the coordinates
+    L^{-1} theta; R R^T = D and noise_transpose is R^T."""
+    L = jnp.array([[1.0, 0.0, 0.0], [0.5, 2.0, 0.0], [-0.3, 0.2, 0.5]]) @ jnp.array(
+        [[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])  # a root, not triangular
+    metric, state, position, grad = _whitened_setup(L)
+    precond, new = metric.update(grad, state, position)
+    flat_g, unravel = ravel_pytree(grad)
+    g_z = np.asarray(L).T @ np.asarray(flat_g)
+    v = 0.5 * g_z**2 / 0.5  # one update of the average, divided by 1 - decay^1
+    d_z = 1.0 / (1e-3 + np.sqrt(v))
+    expected = np.asarray(L) @ np.diag(d_z) @ np.asarray(L).T
+    D = _matrix(precond.drift, unravel, 3)
+    R = _matrix(precond.noise, unravel, 3)
+    Rt = _matrix(precond.noise_transpose, unravel, 3)
+    np.testing.assert_allclose(D, expected, rtol=1e-5)
+    np.testing.assert_allclose(R @ R.T, expected, rtol=1e-5)
+    np.testing.assert_allclose(Rt, R.T, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(ravel_pytree(new.inner.square_avg)[0]), 0.5 * g_z**2,
+                               rtol=1e-6)
+
+
+def test_whitened_with_the_identity_or_no_factor_is_the_adaptive_metric():
+    inner = metrics.rmsprop(decay=0.5, eps=1e-3)
+    for factor in (jnp.eye(3), None):
+        metric, state, position, grad = _whitened_setup(factor)
+        precond, _ = metric.update(grad, state, position)
+        plain, _ = inner.update(grad, inner.init(position), position)
+        unravel = ravel_pytree(grad)[1]
+        np.testing.assert_allclose(_matrix(precond.drift, unravel, 3),
+                                   _matrix(plain.drift, unravel, 3), rtol=1e-6)
+    big = metrics.whitened(inner, dense_max_dim=2).init({"a": jnp.zeros(3)})
+    assert big.factor is None
+
+
+def test_whitened_restarts_its_statistics_and_refuses_a_metric_reading_aux():
+    metric, state, position, grad = _whitened_setup(jnp.eye(3))
+    _, state = metric.update(grad, state, position)
+    assert int(state.inner.count) == 1
+    fresh = metric.restart(state, position)
+    assert int(fresh.inner.count) == 0
+    np.testing.assert_allclose(np.asarray(ravel_pytree(fresh.inner.floor)[0]), 1.0)
+    assert metrics.whitened(metrics.monge()).name == "monge"
+    with pytest.raises(ValueError, match="'bnp' reads the model's auxiliary values"):
+        metrics.whitened(metrics.bnp())

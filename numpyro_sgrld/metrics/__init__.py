@@ -38,6 +38,7 @@ from numpyro_sgrld.metrics.monge import MongeAutoState, MongeState, monge
 from numpyro_sgrld.metrics.rmsprop import RMSpropState, rmsprop
 from numpyro_sgrld.metrics.shampoo import ShampooState, shampoo, shampoo_block_shapes
 from numpyro_sgrld.metrics.wenzel import WenzelState, wenzel
+from numpyro_sgrld.metrics.whitened import WhitenedState, whitened
 
 __all__ = [
     "Metric",
@@ -52,6 +53,7 @@ __all__ = [
     "shampoo",
     "wenzel",
     "bnp",
+    "whitened",
     "shampoo_block_shapes",
     "IdentityState",
     "DiagonalState",
@@ -63,4 +65,5 @@ __all__ = [
     "ShampooState",
     "WenzelState",
     "BNPState",
+    "WhitenedState",
 ]

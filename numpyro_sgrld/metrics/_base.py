@@ -71,6 +71,11 @@ class Metric(NamedTuple):
     ``needs_aux`` names the auxiliary values (see :class:`StepContext`) the metric reads: a
     kernel refuses a model that does not record them (a name ending in ``*`` asks for at least
     one value whose name starts with the rest); ``aux_hint`` says where they come from.
+
+    ``restart(state, position, context) -> state`` (optional) marks a metric with a constant
+    part that warm-up learns (:func:`~numpyro_sgrld.metrics.whitened`): the state's ``scale``
+    and ``factor`` are set as for :func:`~numpyro_sgrld.metrics.learnt` at the end of each slow
+    window, and ``restart`` then gives the state in the new coordinates.
     """
 
     init: Callable
@@ -83,6 +88,7 @@ class Metric(NamedTuple):
     needs_aux: tuple = ()
     name: str = "metric"
     aux_hint: str = ""
+    restart: Callable | None = None
 
 
 def _same(tree):
