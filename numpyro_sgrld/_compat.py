@@ -30,6 +30,7 @@ does both around a ``with`` block.
 import contextlib
 import inspect
 
+import jax
 import numpyro
 import numpyro.infer.mcmc
 import numpyro.util
@@ -80,7 +81,7 @@ def _check_numpyro():
         )
     fori_collect = numpyro.infer.mcmc.fori_collect
     params = tuple(inspect.signature(fori_collect).parameters)
-    calls = numpyro.infer.mcmc.MCMC._single_chain_mcmc.__code__.co_names
+    calls = inspect.getclosurevars(numpyro.infer.mcmc.MCMC._single_chain_mcmc).globals
     if params != _FORI_COLLECT_PARAMETERS or "fori_collect" not in calls:
         raise RuntimeError(
             f"NumPyro {installed} does not call `numpyro.infer.mcmc.fori_collect` the way "
@@ -96,6 +97,21 @@ def _is_sg_run(body_fun):
     return isinstance(getattr(body_fun, "keywords", {}).get("sampler"), SGMCMCKernel)
 
 
+def _control_flow_disabled():
+    """Whether NumPyro runs its loops in Python (inside
+    ``numpyro.util.control_flow_prims_disabled()``, for debugging): asked of its public
+    ``numpyro.util.fori_loop``, whose body then sees a Python ``int`` index instead of a traced
+    one (a trace of a one-step loop, no compilation)."""
+    seen = []
+
+    def body(i, x):
+        seen.append(isinstance(i, jax.core.Tracer))
+        return x
+
+    numpyro.util.fori_loop(0, 1, body, 0)
+    return not seen[0]
+
+
 def _fori_collect(lower, upper, body_fun, init_val, *args, **kwargs):
     """``numpyro.infer.mcmc.fori_collect`` while the opt-in is on: our loop for our kernels
     except for what only NumPyro's loop does (per-chain progress bars of parallel chains,
@@ -103,7 +119,7 @@ def _fori_collect(lower, upper, body_fun, init_val, *args, **kwargs):
     own = (
         _is_sg_run(body_fun)
         and not args
-        and not getattr(numpyro.util, "_DISABLE_CONTROL_FLOW_PRIM", False)
+        and not _control_flow_disabled()
         and not (kwargs.get("progbar", True) and kwargs.get("num_chains", 1) > 1)
     )
     if not own:

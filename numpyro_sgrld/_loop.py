@@ -155,14 +155,29 @@ def _is_traced(tree):
     return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(tree))
 
 
-def _under_transform(tree):
-    """Whether this runs inside a JAX transformation (``jit``, ``vmap``, ``pmap``) or ``tree``
-    holds tracers: NumPyro's own caches (``numpyro.util.cached_by``) ask the same."""
+def _trace_state():
+    """JAX's current trace, opaque (``jax.extend.core.get_opaque_trace_state``, public since
+    JAX 0.4.36); ``None`` where a JAX release lacks it."""
     try:
-        from jax._src.core import trace_state_clean
-    except ImportError:  # a JAX without it: the values still tell
+        from jax.extend.core import get_opaque_trace_state
+    except ImportError:
+        return None
+    return get_opaque_trace_state(convention="nnx")
+
+
+# The trace outside every transformation (this module is imported there).
+_TOP_LEVEL_TRACE = _trace_state()
+
+
+def _under_transform(tree):
+    """Whether this runs inside a JAX transformation (``jit``, ``vmap``, ``pmap``, ``grad``)
+    or ``tree`` holds tracers: NumPyro's own caches (``numpyro.util.cached_by``) ask the same,
+    with JAX's private ``trace_state_clean``. Here: whether JAX's current trace is the one
+    outside every transformation. Where a JAX release lacks the public function, the values
+    alone tell."""
+    if _TOP_LEVEL_TRACE is None:
         return _is_traced(tree)
-    return not trace_state_clean() or _is_traced(tree)
+    return _trace_state() != _TOP_LEVEL_TRACE or _is_traced(tree)
 
 
 def collect(

@@ -48,12 +48,10 @@ class ModelSetupError(ValueError):
 def evaluate_now():
     """A context in which JAX computes on concrete values now, even inside a trace (``MCMC``
     calls a kernel's ``init`` inside ``pmap`` for parallel chains; the set-up checks need the
-    data's values, which are concrete there). JAX's ``eval_context`` (its
-    ``ensure_compile_time_eval`` does not reach through ``checkify`` and ``jit``); where a
-    JAX release lacks it, ``ensure_compile_time_eval``."""
-    from jax._src import core
-
-    context = getattr(core, "eval_context", None)
+    data's values, which are concrete there). ``jax.core.eval_context`` (public in JAX
+    0.10-0.12; ``jax.ensure_compile_time_eval`` does not reach through ``checkify`` and
+    ``jit``); where a JAX release lacks it, ``jax.ensure_compile_time_eval``."""
+    context = getattr(jax.core, "eval_context", None)
     return context() if context is not None else jax.ensure_compile_time_eval()
 
 

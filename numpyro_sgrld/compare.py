@@ -22,7 +22,7 @@ import jax
 import numpy as np
 from numpyro.infer import MCMC
 
-from numpyro_sgrld import diagnostics, plots
+from numpyro_sgrld import _arviz, diagnostics, plots
 from numpyro_sgrld.adaptation import MIN_WARMUP
 from numpyro_sgrld.inference_data import (
     SG_EXTRA_FIELDS,
@@ -193,7 +193,7 @@ def _step_used(stats):
 
 
 def _summary_row(table, idata, seconds, energy, ksd):
-    stats = idata.sample_stats
+    stats = _arviz.dataset(idata, "sample_stats")
     diverging = int(np.asarray(stats["diverging"]).sum()) if "diverging" in stats else 0
     worst = table["std_mean_error"].abs().idxmax()
     off = (table["sd_ratio"] - 1).abs().idxmax()
@@ -232,8 +232,8 @@ def _progress_of(target_ess, joined, parts):
     import arviz as az
 
     idata = joined(parts)
-    ess = float(np.min(az.ess(idata).to_array().values))
-    rhat = float(np.max(az.rhat(idata).to_array().values))
+    ess = float(np.min(_arviz.stat_values(az.ess(idata))))
+    rhat = float(np.max(_arviz.stat_values(az.rhat(idata))))
     if np.isfinite(rhat) and rhat > MAX_RHAT:
         ess = min(ess, target_ess * (MAX_RHAT - 1) / (rhat - 1))
     return ess
@@ -245,8 +245,6 @@ def _run_kernel(kernel, problem, num_warmup, num_steps, thinning, num_chains, se
     reaches ``target_ess`` and its largest split R-hat is at most :data:`MAX_RHAT`, or it took
     ``max_steps`` steps per chain
     (:func:`~numpyro_sgrld.diagnostics.continue_to_ess`); returns ``(idata, seconds, steps)``."""
-    import arviz as az
-
     mcmc = MCMC(
         kernel,
         num_warmup=num_warmup,
@@ -258,7 +256,7 @@ def _run_kernel(kernel, problem, num_warmup, num_steps, thinning, num_chains, se
     )
 
     def joined(parts):
-        return parts[0] if len(parts) == 1 else az.concat(*parts, dim="draw")
+        return _arviz.concat_draws(parts)
 
     parts, steps, seconds = diagnostics.continue_to_ess(
         mcmc,
@@ -280,8 +278,6 @@ def _run_baseline(name, problem, num_warmup, num_steps, thinning, num_chains, se
     and constant SGD run through ``MCMC`` like the kernels (continued to the ESS target);
     Bayes by Backprop fits its guide by ``num_steps`` SVI steps and gives ``num_chains`` x
     ``num_steps // thinning`` independent draws of it."""
-    import arviz as az
-
     from numpyro_sgrld import baselines
 
     init = problem.init_strategy
@@ -299,7 +295,7 @@ def _run_baseline(name, problem, num_warmup, num_steps, thinning, num_chains, se
                                               num_draws=num_steps // thinning, seed=seed)
     shape = (num_chains, num_steps // thinning)
     stats = {"diverging": np.full(shape, not info["finite"])}
-    return az.from_dict(posterior=draws, sample_stats=stats), info["seconds"], num_steps
+    return _arviz.from_dict(posterior=draws, sample_stats=stats), info["seconds"], num_steps
 
 
 def check_options(
@@ -572,7 +568,6 @@ def gamma_demo(path=None, num_chains=2000, num_steps=20000, seed=0):
     (sd 1.20); with it, :math:`\mathcal N(0, 1)`. Returns ``{name: {"sd", "sd_se", "l1_normal",
     "l1_predicted"}}`` (sd with ArviZ's MCSE over the chains; L1 distances of the histograms,
     :func:`~numpyro_sgrld.diagnostics.histogram_l1`) and draws the histograms to ``path``."""
-    import arviz as az
     from numpyro.infer import init_to_sample
 
     from numpyro_sgrld.models.gaussian import biased_density, standard_normal
@@ -593,7 +588,7 @@ def gamma_demo(path=None, num_chains=2000, num_steps=20000, seed=0):
         draws[name] = x.ravel()
         rows[name] = dict(
             sd=float(x.std()),
-            sd_se=float(az.mcse(x, method="sd")),
+            sd_se=_arviz.mcse(x, method="sd"),
             l1_normal=float(diagnostics.histogram_l1(x.ravel(), normal)),
             l1_predicted=float(diagnostics.histogram_l1(x.ravel(), predicted)),
         )

@@ -21,6 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from numpyro_sgrld import _arviz
+
 __all__ = [
     "as_chains",
     "scalar_draws",
@@ -39,8 +41,8 @@ __all__ = [
 def as_chains(samples, group_by_chain=False):
     """``{site: numpy array (chains, draws, ...)}`` from InferenceData, an MCMC or a dict."""
     if hasattr(samples, "posterior"):
-        post = samples.posterior
-        return {k: np.asarray(post[k].values) for k in post.data_vars}
+        post = _arviz.dataset(samples, "posterior")
+        return {_arviz.site_name(k): np.asarray(post[k].values) for k in post.data_vars}
     if hasattr(samples, "get_samples"):
         return {k: np.asarray(v) for k, v in samples.get_samples(group_by_chain=True).items()}
     if not isinstance(samples, dict) or not samples:
@@ -109,13 +111,11 @@ def _z(difference, standard_error):
 def _chain_moments(x):
     """Mean, sd and their ESS-based Monte Carlo standard errors (ArviZ's ``mcse``) of draws
     ``x`` of shape ``(chain, draw)``."""
-    import arviz as az
-
     return (
         x.mean(),
         x.std(ddof=1),
-        float(az.mcse(x, method="mean")),
-        float(az.mcse(x, method="sd")),
+        _arviz.mcse(x, method="mean"),
+        _arviz.mcse(x, method="sd"),
     )
 
 
@@ -155,7 +155,6 @@ def compare_to_reference(
     as posteriordb's; optionally with ``"mcse_mean"``, ``"mcse_sd"``). ``sites`` defaults to the
     sites the two have in common.
     """
-    import arviz as az
     import pandas as pd
 
     chains = as_chains(samples, group_by_chain)
@@ -202,8 +201,8 @@ def compare_to_reference(
         if label in ref_draws:
             row["w1"] = wasserstein1(x, ref_draws[label])
             row["w1_sd"] = row["w1"] / ref_sd
-        row["ess_bulk"] = float(az.ess(x, method="bulk"))
-        row["r_hat"] = float(az.rhat(x)) if x.shape[1] >= 4 else float("nan")
+        row["ess_bulk"] = _arviz.ess(x, method="bulk")
+        row["r_hat"] = _arviz.rhat(x) if x.shape[1] >= 4 else float("nan")
         rows[label] = row
     table = pd.DataFrame.from_dict(rows, orient="index")
     table.index.name = "parameter"
@@ -481,7 +480,6 @@ def _run_to_ess(
 ):
     """Grouped draws of one kernel run by :func:`continue_to_ess` (``max_samples`` steps per
     chain at most), and the number of diverging draws."""
-    import arviz as az
     from numpyro.infer import MCMC
 
     mcmc = MCMC(
@@ -500,7 +498,7 @@ def _run_to_ess(
 
     def ess_of(parts):
         labels = scalar_draws(_concat_draws(parts), sites, group_by_chain=True)
-        return min(float(az.ess(x, method="bulk")) for x in labels.values())
+        return min(_arviz.ess(x, method="bulk") for x in labels.values())
 
     parts, _, _ = continue_to_ess(
         mcmc, jax.random.PRNGKey(seed), args, kwargs, target_ess, max_samples, collect, ess_of

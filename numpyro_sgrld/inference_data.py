@@ -20,6 +20,7 @@ import numpyro
 from numpyro import handlers
 from numpyro.infer import MCMC, NUTS
 
+from numpyro_sgrld import _arviz
 from numpyro_sgrld._adapter import SGMCMCKernel
 from numpyro_sgrld._cache import cache_dir
 from numpyro_sgrld.subsample import full_batch
@@ -194,12 +195,8 @@ def add_reference(idata, reference):
     finished ``MCMC``, or a dict of draws with a leading ``(chain, draw)``. The reference's
     chains and draws keep their own sizes. Returns ``idata`` (modified in place).
     """
-    import warnings
-
-    import arviz as az
-
     if hasattr(reference, "posterior"):
-        dataset = reference.posterior
+        dataset = _arviz.dataset(reference, "posterior")
     else:
         grouped = (
             reference.get_samples(group_by_chain=True)
@@ -211,26 +208,25 @@ def add_reference(idata, reference):
                 "`reference` must be an InferenceData, a finished MCMC or a dict of draws with "
                 f"a leading (chain, draw); got {type(reference).__name__}."
             )
-        dataset = az.from_dict(posterior={k: np.asarray(v) for k, v in grouped.items()}).posterior
+        dataset = _arviz.dataset(
+            _arviz.from_dict(posterior={k: np.asarray(v) for k, v in grouped.items()}),
+            "posterior",
+        )
     missing = set(idata.posterior.data_vars) - set(dataset.data_vars)
     if missing == set(idata.posterior.data_vars):
         raise ValueError(
             f"The reference has none of the posterior's variables ({sorted(missing)}); it has "
             f"{sorted(dataset.data_vars)}."
         )
-    with warnings.catch_warnings():
-        # ArviZ warns about a group outside its schema; this one is ours by design
-        warnings.simplefilter("ignore", UserWarning)
-        if REFERENCE_GROUP in idata.groups():
-            del idata[REFERENCE_GROUP]
-        idata.add_groups({REFERENCE_GROUP: dataset})
-    return idata
+    return _arviz.set_group(idata, REFERENCE_GROUP, dataset)
 
 
 def to_inference_data(
     mcmc, *model_args, log_likelihood=True, batch_size=None, reference=None, **model_kwargs
 ):
-    """An :class:`arviz.InferenceData` of a finished ``MCMC`` run on a model.
+    """An :class:`arviz.InferenceData` (ArviZ 0.x) or xarray ``DataTree`` (ArviZ 1.x, whose
+    functions take it in place of ``InferenceData``; same groups) of a finished ``MCMC`` run on
+    a model.
 
     - ``posterior``: the constrained draws (and deterministic sites), grouped by chain.
     - ``sample_stats``: the recorded extra fields. For the SG kernels the minibatch estimates
@@ -254,8 +250,6 @@ def to_inference_data(
     kernels here and for NumPyro's kernels on ``full_batch(model)`` (or any model). Then
     ``az.summary``, ``az.plot_trace``, ``az.loo`` and friends work as usual.
     """
-    import arviz as az
-
     model = getattr(mcmc.sampler, "model", None)
     if model is None:
         raise ValueError(
@@ -280,18 +274,16 @@ def to_inference_data(
             groups["log_likelihood"] = {
                 k: v.reshape((num_chains, -1) + v.shape[1:]) for k, v in loglik.items()
             }
-    idata = az.from_dict(**groups)
+    idata = _arviz.from_dict(**groups)
     adapted = adaptation(mcmc)
     if adapted:
-        import warnings
-
         import xarray as xr
 
+        if _arviz.is_datatree():  # no "/" in a DataTree's names
+            adapted = {_escape(k): v for k, v in adapted.items()}
         dataset = xr.Dataset({k: (("chain", *[f"{k}_dim_{j}" for j in range(np.ndim(v) - 1)]),
                                   np.asarray(v)) for k, v in adapted.items()})
-        with warnings.catch_warnings():  # a group outside ArviZ's schema, ours by design
-            warnings.simplefilter("ignore", UserWarning)
-            idata.add_groups({"adaptation": dataset})
+        _arviz.set_group(idata, "adaptation", dataset)
     return idata if reference is None else add_reference(idata, reference)
 
 
@@ -362,7 +354,8 @@ def reference_posterior(
     **model_kwargs,
 ):
     """Ground truth by NUTS on the full data: ``MCMC(NUTS(full_batch(model)), ...)``, as
-    :class:`arviz.InferenceData` (posterior, sample_stats, observed_data).
+    :class:`arviz.InferenceData` (a ``DataTree`` on ArviZ 1.x: posterior, sample_stats,
+    observed_data).
 
     The result is cached as a NetCDF file ``reference-<key>.nc`` in ``folder`` (default
     ``<cache>/reference``, see :func:`numpyro_sgrld._cache.cache_dir`), keyed by the model's
@@ -412,34 +405,34 @@ def reference_posterior(
 
 
 def _renamed(idata, fn):
-    import arviz as az
-
     groups = {}
-    for group in idata.groups():
-        ds = getattr(idata, group)
+    for group in _arviz.group_names(idata):
+        ds = _arviz.dataset(idata, group)
         names = [*ds.data_vars, *ds.dims]
         mapping = {n: fn(n) for n in names if isinstance(n, str) and fn(n) != n}
         groups[group] = ds.rename(mapping) if mapping else ds
-    return az.InferenceData(**groups)
+    return _arviz.from_datasets(groups)
 
 
-def _escape(name):
-    return name.replace("%", "%25").replace("/", "%2F")
-
-
-def _unescape(name):
-    return name.replace("%2F", "/").replace("%25", "%")
+_escape = _arviz.escape
+_unescape = _arviz.unescape
 
 
 def save_netcdf(idata, path):
     """``idata.to_netcdf(path)``, with the ``/`` of site names (a network's
     ``"net/mlp/linear_0/w"``, which netCDF reads as a group path) written as ``%2F``;
-    :func:`load_netcdf` restores them."""
+    :func:`load_netcdf` restores them. (On ArviZ 1.x the names of a ``DataTree`` are escaped
+    already: the file is the same.)"""
+    if _arviz.is_datatree():
+        return idata.to_netcdf(str(path))
     return _renamed(idata, _escape).to_netcdf(str(path))
 
 
-def load_netcdf(path):
-    """``arviz.from_netcdf(path)`` with the site names :func:`save_netcdf` escaped restored."""
-    import arviz as az
-
-    return _renamed(az.from_netcdf(str(path)), _unescape)
+def load_netcdf(path, lazy=True):
+    """``arviz.from_netcdf(path)`` with the site names :func:`save_netcdf` escaped restored:
+    an ``InferenceData`` on ArviZ 0.x, a ``DataTree`` on ArviZ 1.x. ``lazy=True`` reads values
+    when they are used (the file stays open); ``lazy=False`` reads everything now and closes
+    the file. On ArviZ 1.x the names stay escaped (a ``DataTree`` cannot hold ``/``)."""
+    if _arviz.is_datatree():
+        return _arviz.from_netcdf(path, lazy=lazy)
+    return _renamed(_arviz.from_netcdf(path, lazy=lazy), _unescape)

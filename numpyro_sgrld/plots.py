@@ -4,6 +4,7 @@ and ArviZ trace and rank plots. Every function returns the matplotlib figure and
 
 import numpy as np
 
+from numpyro_sgrld import _arviz
 from numpyro_sgrld.diagnostics import scalar_draws
 
 __all__ = [
@@ -143,20 +144,27 @@ def _spread(ticks, min_ratio=1.4):
 
 
 def plot_trace(idata, var_names=None, path=None, **kwargs):
-    """ArviZ's trace plot (``az.plot_trace``) as one figure."""
-    import arviz as az
-
-    axes = az.plot_trace(idata, var_names=var_names, compact=True, **kwargs)
-    return _finish(np.ravel(axes)[0].figure, path)
+    """ArviZ's trace plot as one figure: ``az.plot_trace(compact=True)`` on ArviZ 0.x,
+    ``az.plot_trace_dist`` (the same marginal-and-trace layout) on ArviZ 1.x."""
+    az = _arviz.arviz()
+    _pyplot()
+    if _arviz.is_datatree():
+        plotted = az.plot_trace_dist(idata, var_names=var_names, backend="matplotlib", **kwargs)
+    else:
+        plotted = az.plot_trace(idata, var_names=var_names, compact=True, **kwargs)
+    return _finish(_arviz.figure_of(plotted), path)
 
 
 def plot_rank(idata, var_names=None, path=None, **kwargs):
-    """ArviZ's rank plot (``az.plot_rank``) as one figure; needs two or more chains to say
-    anything."""
-    import arviz as az
-
-    axes = az.plot_rank(idata, var_names=var_names, **kwargs)
-    return _finish(np.ravel(axes)[0].figure, path)
+    """ArviZ's rank plot (``az.plot_rank``) as one figure: rank histograms per chain on ArviZ
+    0.x, the fractional-rank ECDF difference per chain with its envelope on ArviZ 1.x. Needs
+    two or more chains to say anything."""
+    az = _arviz.arviz()
+    _pyplot()
+    if _arviz.is_datatree():
+        kwargs.setdefault("backend", "matplotlib")
+    plotted = az.plot_rank(idata, var_names=var_names, **kwargs)
+    return _finish(_arviz.figure_of(plotted), path)
 
 
 def _reference_dataset(idata, reference):
@@ -164,40 +172,55 @@ def _reference_dataset(idata, reference):
 
     if reference is not None:
         add_reference(idata, reference)
-    if REFERENCE_GROUP not in idata.groups():
+    if REFERENCE_GROUP not in _arviz.group_names(idata):
         raise ValueError(
             "No reference: pass `reference=` (draws of the exact posterior), or store one in "
             "the InferenceData with numpyro_sgrld.inference_data.add_reference."
         )
-    return idata[REFERENCE_GROUP]
+    return _arviz.dataset(idata, REFERENCE_GROUP)
 
 
 def _names(idata, ref, var_names):
-    names = [v for v in idata.posterior.data_vars if v in ref.data_vars]
+    names = [v for v in _arviz.dataset(idata, "posterior").data_vars if v in ref.data_vars]
     return names if var_names is None else [v for v in var_names if v in names]
 
 
+def _dist(az, x, ax, **kwargs):
+    """One marginal density on ``ax``: ``az.plot_dist`` on ArviZ 0.x; on ArviZ 1.x (whose
+    ``plot_dist`` draws whole figures) ArviZ's KDE (``az.kde``) drawn as ``plot_dist`` does,
+    a line, filled when ``fill_kwargs`` is given."""
+    if not _arviz.is_datatree():
+        az.plot_dist(x, ax=ax, **kwargs)
+        return
+    grid, density = az.kde(np.asarray(x, np.float64))[:2]
+    fill = kwargs.pop("fill_kwargs", None)
+    (line,) = ax.plot(grid, density, **kwargs)
+    if fill is not None:
+        ax.fill_between(grid, density, color=line.get_color(), **fill)
+
+
 def plot_dist_against_reference(idata, reference=None, var_names=None, max_panels=12, path=None):
-    """ArviZ's ``az.plot_dist`` of the draws (all chains) over the reference's, one panel per
+    """ArviZ's marginal density of the draws (all chains) over the reference's, one panel per
     scalar parameter (the first ``max_panels``): the reference filled in grey, the draws as a
-    line. The reference comes from ``reference`` (stored into ``idata`` with
+    line (``az.plot_dist`` on ArviZ 0.x, ``az.kde`` on ArviZ 1.x). The reference comes from
+    ``reference`` (stored into ``idata`` with
     :func:`~numpyro_sgrld.inference_data.add_reference`) or from ``idata``'s
     ``reference_posterior`` group."""
-    import arviz as az
-
+    az = _arviz.arviz()
     plt = _pyplot()
     ref = _reference_dataset(idata, reference)
     names = _names(idata, ref, var_names)
-    post = scalar_draws({k: idata.posterior[k].values for k in names}, group_by_chain=True)
+    posterior = _arviz.dataset(idata, "posterior")
+    post = scalar_draws({k: posterior[k].values for k in names}, group_by_chain=True)
     refs = scalar_draws({k: ref[k].values for k in names}, group_by_chain=True)
     labels = list(post)[:max_panels]
     ncols = min(4, len(labels))
     nrows = -(-len(labels) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.2 * ncols, 2.4 * nrows), squeeze=False)
     for ax, label in zip(axes.ravel(), labels):
-        az.plot_dist(refs[label].ravel(), ax=ax, color="0.55", fill_kwargs={"alpha": 0.4},
-                     label="reference")
-        az.plot_dist(post[label].ravel(), ax=ax, color="C0", label="draws")
+        _dist(az, refs[label].ravel(), ax, color="0.55", fill_kwargs={"alpha": 0.4},
+              label="reference")
+        _dist(az, post[label].ravel(), ax, color="C0", label="draws")
         ax.set_title(label, fontsize=9)
         ax.set_yticks([])
         if ax.get_legend() is not None:
@@ -216,23 +239,26 @@ def plot_rank_against_reference(idata, reference=None, var_names=None, path=None
     extra chains (the last ones). When the sampler draws from the reference's law, every
     chain's rank histogram is flat; a biased sampler's chains pile up at one end (a shifted
     mean) or at both ends or the middle (a wrong spread), and the reference's mirror them."""
-    import arviz as az
-
     ref = _reference_dataset(idata, reference)
     names = _names(idata, ref, var_names)
-    draws = idata.posterior.sizes["draw"]
+    posterior = _arviz.dataset(idata, "posterior")
+    draws = posterior.sizes["draw"]
     combined = {}
     for k in names:
-        own = np.asarray(idata.posterior[k].values)
+        own = np.asarray(posterior[k].values)
         other = np.asarray(ref[k].values)
         step = max(other.shape[1] // draws, 1)
         other = other[:, ::step][:, :draws]
         if other.shape[1] < draws:
             own = own[:, : other.shape[1]]
         combined[k] = np.concatenate([own, other], axis=0)
-    axes = az.plot_rank(az.from_dict(posterior=combined), var_names=names, **kwargs)
-    fig = np.ravel(axes)[0].figure
-    chains = idata.posterior.sizes["chain"]
+    _pyplot()
+    if _arviz.is_datatree():
+        kwargs.setdefault("backend", "matplotlib")
+    plotted = _arviz.arviz().plot_rank(_arviz.from_dict(posterior=combined), var_names=names,
+                                       **kwargs)
+    fig = _arviz.figure_of(plotted)
+    chains = posterior.sizes["chain"]
     fig.suptitle(
         f"chains 0-{chains - 1}: the sampler; {chains}-{chains + ref.sizes['chain'] - 1}: the "
         "reference",

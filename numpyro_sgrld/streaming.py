@@ -67,6 +67,7 @@ import jax
 import numpy as np
 from jax.scipy.special import logsumexp
 
+from numpyro_sgrld import _arviz
 from numpyro_sgrld._adapter import SGMCMCKernel
 from numpyro_sgrld._checks import integer
 from numpyro_sgrld._compat import fast_sampling_loop_enabled
@@ -261,14 +262,14 @@ def _file_draws(path):
 
 def _datasets(posterior, stats):
     """``{group: xarray.Dataset}`` as ``to_inference_data`` builds them, names escaped."""
-    import arviz as az
-
-    idata = az.from_dict(posterior=posterior, sample_stats=stats or None)
+    idata = _arviz.from_dict(posterior=posterior, sample_stats=stats or None)
     datasets = {}
     for group in _GROUPS:
-        if group in idata.groups():
-            ds = getattr(idata, group)
+        if group in _arviz.group_names(idata):
+            ds = _arviz.dataset(idata, group)
             names = [*ds.data_vars, *ds.dims]
+            if _arviz.is_datatree():  # escaped already by from_dict
+                names = []
             mapping = {n: _escape(n) for n in names if _escape(n) != n}
             datasets[group] = ds.rename(mapping) if mapping else ds
     return datasets
@@ -357,14 +358,12 @@ def _truncate(path, num_draws):
 
 
 def load_streamed(path, *, lazy=True):
-    """The :class:`arviz.InferenceData` of the streamed file ``path`` (``posterior``,
-    ``sample_stats``), site names restored (:func:`numpyro_sgrld.load_netcdf`). ``lazy=True``
-    reads values when they are used (ArviZ's default; the file stays open: read it when no run
-    is appending to it); ``lazy=False`` reads everything now and closes the file."""
-    import arviz as az
-
-    with az.rc_context({"data.load": "lazy" if lazy else "eager"}):
-        return load_netcdf(path)
+    """The :class:`arviz.InferenceData` (a ``DataTree`` on ArviZ 1.x) of the streamed file
+    ``path`` (``posterior``, ``sample_stats``), site names restored
+    (:func:`numpyro_sgrld.load_netcdf`). ``lazy=True`` reads values when they are used
+    (ArviZ's default; the file stays open: read it when no run is appending to it);
+    ``lazy=False`` reads everything now and closes the file."""
+    return load_netcdf(path, lazy=lazy)
 
 
 # --------------------------------------------------------------------------- the run

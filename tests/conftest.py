@@ -78,14 +78,15 @@ def bonferroni_z(num_comparisons, level=FAMILY_LEVEL):
 def mcse(draws):
     """ArviZ's ESS-based Monte Carlo standard errors of each coordinate's mean and sd, for
     ``draws`` of shape (chains, draws, ...)."""
-    import arviz as az
     import numpy as np
+
+    from numpyro_sgrld import _arviz
 
     draws = np.asarray(draws, np.float64)
     draws = draws.reshape(draws.shape[:2] + (-1,))
     columns = [draws[..., j] for j in range(draws.shape[-1])]
-    se_mean = np.array([float(az.mcse(x, method="mean")) for x in columns])
-    se_sd = np.array([float(az.mcse(x, method="sd")) for x in columns])
+    se_mean = np.array([_arviz.mcse(x, method="mean") for x in columns])
+    se_sd = np.array([_arviz.mcse(x, method="sd") for x in columns])
     return se_mean, se_sd
 
 

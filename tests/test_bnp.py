@@ -306,9 +306,7 @@ def test_other_kernels_ignore_the_recorded_inputs():
 
 
 def test_compare_offers_bnp_on_networks_only_and_saves_network_sites(tmp_path):
-    import arviz as az
-
-    from numpyro_sgrld import load_netcdf, save_netcdf
+    from numpyro_sgrld import _arviz, load_netcdf, save_netcdf
     from numpyro_sgrld.compare import KERNELS, check_options
 
     common = dict(step_sizes=None, num_steps=100, num_warmup=200, thinning=1, num_chains=1,
@@ -319,11 +317,13 @@ def test_compare_offers_bnp_on_networks_only_and_saves_network_sites(tmp_path):
     with pytest.raises(ValueError, match="dense layers of a network"):
         check_options("german_credit", ["SGLD", "BNPSGLD"], **common)
     # a network's site names hold "/", which netCDF would read as groups
-    idata = az.from_dict(posterior={"net/mlp/linear_0/w": np.ones((1, 3, 2)), "a%2Fb": np.ones(
-        (1, 3))})
+    idata = _arviz.from_dict(posterior={"net/mlp/linear_0/w": np.ones((1, 3, 2)),
+                                        "a%2Fb": np.ones((1, 3))})
     save_netcdf(idata, tmp_path / "x.nc")
     again = load_netcdf(tmp_path / "x.nc")
-    assert set(again.posterior.data_vars) == {"net/mlp/linear_0/w", "a%2Fb"}
+    # (ArviZ 1.x: a DataTree cannot hold "/", so its names stay escaped; site_name reads them)
+    names = {_arviz.site_name(n) for n in _arviz.dataset(again, "posterior").data_vars}
+    assert names == {"net/mlp/linear_0/w", "a%2Fb"}
 
 
 # --- the paper's claim: faster early convergence at the same step -----------------------------
