@@ -53,6 +53,7 @@ from numpyro_sgrld.gradients import (
     minibatch,
     minibatch_potential,
     minibatch_potential_with_aux,
+    shared_flag,
     warmup_control_variates,
 )
 from numpyro_sgrld.integrators import langevin
@@ -667,7 +668,7 @@ class SGMCMC(MCMCKernel):
                                                    self._context(state.i, est.aux))
             if self._gradient.name == "warmup_control_variates":
                 # from the second window on, the window's mean is the centre, if it pays
-                last = i + 1 > warmup.window_ends[0]
+                last = shared_flag(i + 1 > warmup.window_ends[0], target.axis_name)
                 root = preconditioner.noise_transpose or preconditioner.noise
                 gradient_state = jax.lax.cond(
                     last,
@@ -693,7 +694,9 @@ class SGMCMC(MCMCKernel):
                                                    integrator=integrator_state)
             return adaptation, reset_preconditioner(warmup), sampler_state, gradient_state
 
-        ends = jnp.any(i + 1 == warmup.window_ends)
+        # one flag for the lockstep chains (the window ends are per-chain state): a batched
+        # predicate would run the window's end, a full-data Hessian, on every warm-up step
+        ends = shared_flag(jnp.any(i + 1 == warmup.window_ends), target.axis_name)
         return jax.lax.cond(ends, window_end, lambda *a: a,
                             adaptation, warmup, sampler_state, est.state)
 

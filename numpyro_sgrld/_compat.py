@@ -101,14 +101,15 @@ def _control_flow_disabled():
     """Whether NumPyro runs its loops in Python (inside
     ``numpyro.util.control_flow_prims_disabled()``, for debugging): asked of its public
     ``numpyro.util.fori_loop``, whose body then sees a Python ``int`` index instead of a traced
-    one (a trace of a one-step loop, no compilation)."""
+    one (a trace of a one-step loop: ``make_jaxpr`` traces it without compiling or running
+    anything)."""
     seen = []
 
     def body(i, x):
         seen.append(isinstance(i, jax.core.Tracer))
         return x
 
-    numpyro.util.fori_loop(0, 1, body, 0)
+    jax.make_jaxpr(lambda: numpyro.util.fori_loop(0, 1, body, 0))()
     return not seen[0]
 
 

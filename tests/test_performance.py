@@ -212,3 +212,16 @@ def test_data_parallel_argument_errors():
                 num_samples=10, progress_bar=False)
     mcmc.run(random.PRNGKey(0), X, y)
     assert mcmc.get_samples()["w"].shape == (10, 3)
+
+
+def test_numpyros_debugging_mode_is_detected_without_compiling():
+    """Inside ``numpyro.util.control_flow_prims_disabled()`` NumPyro runs its loops in Python
+    and the kernels' own loop must stand aside; asking costs no compilation."""
+    import numpyro.util
+
+    from numpyro_sgrld._compat import _control_flow_disabled
+
+    assert _compiled_during(lambda: _control_flow_disabled()) == []
+    assert not _control_flow_disabled()
+    with numpyro.util.control_flow_prims_disabled():
+        assert _control_flow_disabled()
