@@ -160,7 +160,7 @@ def learnt(dense_max_dim=DENSE_MAX_DIM) -> Metric:
     there is no full-data potential; diagonal, the window's variances with a curvature floor)
     when the step is adapted (``step_size=None``), then held.
     Constant after warm-up, so :math:`\Gamma = 0`. With a given step size it stays the
-    identity. The default metric of SGLD and SGHMC with ``step_size=None``."""
+    identity. The default metric of SGLD, SGHMC and AdamSGLD with ``step_size=None``."""
 
     def init(position):
         flat = ravel_pytree(position)[0]
