@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
 from numpyro_sgrld.metrics._base import Metric, Preconditioner
-from numpyro_sgrld.metrics.constant import DENSE_MAX_DIM
+from numpyro_sgrld.metrics.constant import DENSE_MAX_DIM, _dense
 
 
 class WhitenedState(NamedTuple):
@@ -44,23 +44,14 @@ class WhitenedState(NamedTuple):
     inner: Any
 
 
-def _composed(inner_preconditioner, factor, unravel):
-    """:math:`D = L D_z L^\top`, :math:`R = L R_z`, :math:`R^\top = R_z^\top L^\top`."""
-
-    def flat(t):
-        return ravel_pytree(t)[0]
-
-    def to_z(t):
-        return unravel(factor.T @ flat(t))
-
-    def from_z(t):
-        return unravel(factor @ flat(t))
-
+def _composed(inner_preconditioner, base):
+    """:math:`D = L D_z L^\top`, :math:`R = L R_z`, :math:`R^\top = R_z^\top L^\top`, from the
+    base's root :math:`L` (``base.noise``) and its transpose."""
     inner_transpose = inner_preconditioner.noise_transpose or inner_preconditioner.noise
     return Preconditioner(
-        drift=lambda t: from_z(inner_preconditioner.drift(to_z(t))),
-        noise=lambda t: from_z(inner_preconditioner.noise(t)),
-        noise_transpose=lambda t: inner_transpose(to_z(t)),
+        drift=lambda t: base.noise(inner_preconditioner.drift(base.noise_transpose(t))),
+        noise=lambda t: base.noise(inner_preconditioner.noise(t)),
+        noise_transpose=lambda t: inner_transpose(base.noise_transpose(t)),
     )
 
 
@@ -92,11 +83,10 @@ def whitened(inner: Metric, dense_max_dim=DENSE_MAX_DIM) -> Metric:
         if state.factor is None:
             preconditioner, inner_state = inner.update(grad, state.inner, position, context)
             return preconditioner, state._replace(inner=inner_state)
-        unravel = ravel_pytree(position)[1]
-        grad_z = unravel(state.factor.T @ ravel_pytree(grad)[0])
-        preconditioner, inner_state = inner.update(grad_z, state.inner, position, context)
-        return (_composed(preconditioner, state.factor, unravel),
-                state._replace(inner=inner_state))
+        base = _dense(state.factor, ravel_pytree(position)[1])
+        preconditioner, inner_state = inner.update(base.noise_transpose(grad), state.inner,
+                                                   position, context)
+        return _composed(preconditioner, base), state._replace(inner=inner_state)
 
     return Metric(
         init,
