@@ -40,6 +40,7 @@ from numpyro_sgrld.adaptation import (
     phases,
     rayleigh,
     remeasure,
+    stage_target,
     too_steep,
     update_step_size,
 )
@@ -359,6 +360,7 @@ class SGMCMC(MCMCKernel):
             "`step_size=None` allows (default 0.1).",
         )
         self._exploration = None  # cyclical SG-MCMC: (cycle length, exploration steps)
+        self._cycle_start = 0  # the step at which the cycles begin: the warm-up's end if adapted
         self._num_data_arg = _check_num_data(num_data)
         self._batching = check_batching(batching)
         if not callable(init_strategy):
@@ -603,10 +605,20 @@ class SGMCMC(MCMCKernel):
         return idx, batch_state
 
     def _step_size(self, i, adaptation=None):
-        """:math:`h_i`: the schedule's, or the adaptation's current step."""
-        if adaptation is not None:
+        """:math:`h_i`: the schedule's, or the adaptation's current step (for the cyclical
+        presets, after warm-up, times the cosine of the cycle's position)."""
+        if adaptation is None:
+            return jnp.asarray(self._schedule(i), jnp.result_type(float))
+        if self._exploration is None:
             return adaptation.step_size
-        return jnp.asarray(self._schedule(i), jnp.result_type(float))
+        k = i - adaptation.num_warmup
+        cosine = 0.5 * (jnp.cos(jnp.pi * (k % self._exploration[0]) / self._exploration[0]) + 1)
+        return jnp.where(k >= 0, adaptation.step_size * cosine, adaptation.step_size)
+
+    def _starts_cycle(self, i):
+        """Whether step ``i`` is the first of a cyclical preset's cycle."""
+        k = i - self._cycle_start
+        return (k >= 0) & (k % self._exploration[0] == 0)
 
     def _adapt(self, state, est, target, idx, batch_state, key, preconditioner, ok):
         """The adaptation's state after this (warm-up) step: one power iteration at the
@@ -619,10 +631,20 @@ class SGMCMC(MCMCKernel):
             state.adaptation.direction, state.z, preconditioner, self._hvp(target, idx),
             est.grad, grad2, self.integrator.bias_weights, self._temperature,
             with_noise=phases(state.i, state.adaptation.num_warmup)[0],
+            target=stage_target(state.i, state.adaptation.num_warmup, self._target_bias),
         )
-        return update_step_size(
+        return self._capped(update_step_size(
             state.adaptation, state.i, rho, y, stiffness, ok, self._target_bias, key_direction,
-        )
+        ))
+
+    def _capped(self, adaptation):
+        """The adaptation's state with its step at most the integrator's ``max_step``
+        (:class:`~numpyro_sgrld.integrators.Integrator`)."""
+        if self.integrator.max_step is None:
+            return adaptation
+        return adaptation._replace(
+            step_size=jnp.minimum(adaptation.step_size,
+                                  self.integrator.max_step(self._target_bias)))
 
     @property
     def _learns_metric(self):
@@ -684,10 +706,10 @@ class SGMCMC(MCMCKernel):
                 return self._gradient.estimate(z, self._draw_indices(k, None)[0],
                                                gradient_state, target).grad
 
-            adaptation = remeasure(
+            adaptation = self._capped(remeasure(
                 adaptation, key_end, z, preconditioner, self._hvp(target, idx), gradient,
                 self.integrator.bias_weights, self._temperature, self._target_bias, i,
-            )
+            ))
             integrator_state = self.integrator.init(z, random.fold_in(key_end, 1),
                                                     adaptation.step_size, self._temperature)
             sampler_state = sampler_state._replace(metric=metric_state,
@@ -715,10 +737,10 @@ class SGMCMC(MCMCKernel):
             return self._gradient.estimate(z, self._draw_indices(k, None)[0], est.state,
                                            target).grad
 
-        return init_step_size(
+        return self._capped(init_step_size(
             key, z, preconditioner, self._hvp(target, idx), gradient,
             self.integrator.bias_weights, self._temperature, self._target_bias, num_warmup,
-        )
+        ))
 
     def _init_one(self, z, rng_key, model_args, model_kwargs, num_warmup=0):
         key_next, key_sampler, key_batch, key_idx = random.split(rng_key, 4)
@@ -773,8 +795,8 @@ class SGMCMC(MCMCKernel):
     def _sample_one(self, state, model_args, model_kwargs, adapting=None, step=None):
         if self._exploration is not None:
             state = self._explore(state, model_args, model_kwargs, step)
-            step = None if step is None else step + self._exploration[1] * (
-                step % self._exploration[0] == 0)
+            step = None if step is None else step + self._exploration[1] * self._starts_cycle(
+                step)
         return self._transition(state, model_args, model_kwargs, adapting, step,
                                 self._temperature)
 
@@ -784,7 +806,7 @@ class SGMCMC(MCMCKernel):
         gradient descent, or with momentum for SGHMC), inside this one transition, so that the
         state the transition returns, the draw, is a sampling-stage state. ``step`` is the
         transition's index, unbatched for vectorised chains: the branch stays a branch."""
-        length, explore = self._exploration
+        explore = self._exploration[1]
         i = state.i if step is None else step
 
         def run(state):
@@ -794,7 +816,7 @@ class SGMCMC(MCMCKernel):
 
             return jax.lax.fori_loop(0, explore, body, state)
 
-        return jax.lax.cond(i % length == 0, run, lambda s: s, state)
+        return jax.lax.cond(self._starts_cycle(i), run, lambda s: s, state)
 
     def _transition(self, state, model_args, model_kwargs, adapting, step, temperature):
         target = self._target(model_args, model_kwargs)
@@ -833,11 +855,12 @@ class SGMCMC(MCMCKernel):
                                     random.fold_in(key_step, 7), preconditioner, ok),
                 lambda: adaptation,
             )
-            if self.integrator.rescale is not None:  # ratio 1 after warm-up
-                sampler_state = sampler_state._replace(integrator=self.integrator.rescale(
-                    sampler_state.integrator, adaptation.step_size / step_size
-                ))
-            step_size = adaptation.step_size  # the next step's: the frozen one after warm-up
+            if self.integrator.rescale is not None:  # while the adaptation moves the step
+                ratio = jnp.where(adapting, adaptation.step_size / step_size, 1.0)
+                sampler_state = sampler_state._replace(
+                    integrator=self.integrator.rescale(sampler_state.integrator, ratio))
+            # the next step's: after warm-up the frozen one (a cyclical preset's, its cosine)
+            step_size = self._step_size(state.i + 1, adaptation)
         z = tree_where(ok, z, state.z)
         warmup, gradient_state = state.warmup, est.state
         if warmup is not None:
@@ -847,7 +870,7 @@ class SGMCMC(MCMCKernel):
                                     sampler_state, random.fold_in(key_step, 11)),
                 lambda: (adaptation, warmup, sampler_state, gradient_state),
             )
-            step_size = adaptation.step_size
+            step_size = self._step_size(state.i + 1, adaptation)
         return SGState(
             i=state.i + 1,
             z=z,
@@ -891,6 +914,7 @@ class SGMCMC(MCMCKernel):
         check_divisible(self._plates, self._index_sharding)
         if self.adapts_step_size:
             check_adaptation(num_warmup, self.integrator, self._temperature)
+        self._cycle_start = int(num_warmup) if self.adapts_step_size else 0
         self._axis_name = CHAIN_AXIS if vectorized else None
         if vectorized:
             self._sample_fn = partial(_sample_vectorized, self._sample_one)
@@ -939,8 +963,10 @@ class SGMCMC(MCMCKernel):
         go to the host for the verdict (:meth:`_report`)."""
         run = self._run
         vectorized = jnp.ndim(new.i) == 1
-        i = new.i[0] if vectorized else new.i
-        offset = i - 1 - run.num_warmup
+        # the transition's index (not the step counter i: a cyclical preset's exploration
+        # runs several steps in one transition)
+        t = state.monitor.transitions[0] if vectorized else state.monitor.transitions
+        offset = t - run.num_warmup
         offset = jnp.where(offset >= 0, offset % run.num_samples, -1)
         index = jnp.asarray(run.index)
 

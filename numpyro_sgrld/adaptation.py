@@ -184,7 +184,7 @@ def curvature_product(direction, position, preconditioner, hvp):
 
 
 def rayleigh(direction, position, preconditioner, hvp, grad1, grad2, weights, temperature,
-             with_noise=True):
+             with_noise=True, target=FAST_TARGET):
     r"""One power-iteration product: ``(rho, y, stiffness)`` with
     :math:`y = c_\lambda D^{1/2}H D^{1/2}u + (c_s/T)(e^\top u)\,e`,
     :math:`e = D^{1/2}(g_1 - g_2)/\sqrt 2`, :math:`\rho = |u^\top y|` and the stiffness
@@ -193,8 +193,19 @@ def rayleigh(direction, position, preconditioner, hvp, grad1, grad2, weights, te
 
     ``hvp(position, v)`` is :math:`Hv` of the step's minibatch potential; ``grad1`` and
     ``grad2`` are two gradient estimates at ``position`` on independent minibatches;
-    ``with_noise=False`` leaves the noise term out (the warm-up's approach)."""
-    c_curv, c_noise = weights
+    ``with_noise=False`` leaves the noise term out (the warm-up's approach).
+
+    With a **second-order** law (``weights`` of length 3 ending in 2: a time-step integrator,
+    whose variance inflates by :math:`c_\lambda h^2\lambda + c_s h s^2/T`,
+    :func:`~numpyro_sgrld.integrators.baoab`) the curvature term of :math:`\rho` is
+    :math:`\sqrt{c_\lambda\lambda_u\delta}` (:math:`\lambda_u = |u^\top Au|`,
+    :math:`\delta` the stage's ``target``), so that :math:`h = \delta/\rho` keeps
+    :math:`c_\lambda h^2\lambda \le \delta` where the curvature dominates; :math:`y` weights
+    :math:`Au` by :math:`\sqrt{c_\lambda\delta/\lambda_u}` (then :math:`\rho = u^\top y`),
+    and the stiffness is :math:`\sqrt{c_\lambda\lambda_u}\cdot` ``FAST_TARGET``
+    :math:`^{1/2}` (the cap :math:`c_\lambda h^2\lambda \le` :data:`FAST_TARGET`)."""
+    c_curv, c_noise = weights[0], weights[1]
+    order = weights[2] if len(weights) > 2 else 1
     base = c_curv
     # without the noise term, the curvature term is weighted up by the integrator's noise
     # amplification relative to Langevin's, 2 c_s (SGHMC: 1/friction), so that the first
@@ -204,8 +215,14 @@ def rayleigh(direction, position, preconditioner, hvp, grad1, grad2, weights, te
     curvature = curvature_product(direction, position, preconditioner, hvp)
     root_t = preconditioner.noise_transpose or preconditioner.noise
     e = root_t(jax.tree.map(lambda a, b: (a - b) / np.sqrt(2.0), grad1, grad2))
-    y = _scale_add(c_curv, curvature, (c_noise / temperature) * _vdot(e, direction), e)
-    return jnp.abs(_vdot(direction, y)), y, base * jnp.abs(_vdot(direction, curvature))
+    lam = jnp.abs(_vdot(direction, curvature))
+    if order == 2:
+        weight = jnp.sqrt(c_curv * target / jnp.where(lam > 0, lam, 1.0))
+        stiffness = jnp.sqrt(base * lam * FAST_TARGET)
+    else:
+        weight, stiffness = c_curv, base * lam
+    y = _scale_add(weight, curvature, (c_noise / temperature) * _vdot(e, direction), e)
+    return jnp.abs(_vdot(direction, y)), y, stiffness
 
 
 #: The power iteration's shift, in units of the current estimate: ``u <- (SHIFT * rho_bar * u
@@ -318,12 +335,13 @@ def remeasure(state, key, position, preconditioner, hvp, gradient, weights, temp
     the next stage's target over it."""
     key_u, key_it = random.split(key)
     u = _normalise(tree_normal(key_u, position), position)
+    target = stage_target(i + 1, state.num_warmup, target_bias)
 
     def body(j, carry):
         u, total, stiff = carry
         k1, k2 = random.split(random.fold_in(key_it, j))
         rho, y, s = rayleigh(u, position, preconditioner, hvp, gradient(k1), gradient(k2),
-                             weights, temperature, with_noise=True)
+                             weights, temperature, with_noise=True, target=target)
         rho = jnp.where(jnp.isfinite(rho), rho, 0.0)
         s = jnp.where(jnp.isfinite(s), s, 0.0)
         total = total + jnp.where(j >= INIT_ITERATIONS // 2, rho, 0.0)
@@ -333,7 +351,6 @@ def remeasure(state, key, position, preconditioner, hvp, gradient, weights, temp
         0, INIT_ITERATIONS, body, (u, jnp.zeros(()), jnp.zeros(()))
     )
     estimate = total / (INIT_ITERATIONS - INIT_ITERATIONS // 2)
-    target = stage_target(i + 1, state.num_warmup, target_bias)
     step = _step(target, jnp.maximum(estimate, stiff * target / FAST_TARGET), state.step_size)
     estimate = jnp.where(jnp.isfinite(estimate) & (estimate > 0), estimate, state.estimate)
     return state._replace(step_size=step, direction=u, estimate=estimate, stiffness=stiff,

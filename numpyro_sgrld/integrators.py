@@ -67,7 +67,9 @@ class Integrator(NamedTuple):
     chain's stationary variance on a Gaussian, :math:`1 + h(c_\lambda\lambda + c_s s^2/T)` for
     curvature :math:`\lambda` and gradient-noise variance :math:`s^2` (both in the metric's
     coordinates), which ``step_size=None`` uses to choose the step
-    (:mod:`numpyro_sgrld.adaptation`); ``None`` if not known (the step must then be given).
+    (:mod:`numpyro_sgrld.adaptation`); a third element 2 makes the curvature term second
+    order, :math:`c_\lambda h^2\lambda` (time-step integrators, :func:`_time_step_law`);
+    ``None`` if not known (the step must then be given).
     ``rescale(state, ratio)``: the state after the step size is multiplied by ``ratio``
     during warm-up (``None``: nothing in the state depends on it); SGHMC's momentum, in units
     of position per step, scales with :math:`\sqrt h`.
@@ -76,7 +78,9 @@ class Integrator(NamedTuple):
     finiteness every step (see :func:`numpyro_sgrld._acceptance.accept`). ``name`` names the
     integrator in error messages. ``metrics``: the names of the metrics it can take (``None``:
     any), with ``metrics_hint`` saying why. ``step_hint`` says how to choose a step where
-    there are no ``bias_weights``.
+    there are no ``bias_weights``. ``max_step(target_bias)``: the largest step
+    ``step_size=None`` may choose, where the integrator has a bias or limit that does not
+    depend on the posterior (``None``: none).
     """
 
     init: Callable
@@ -89,14 +93,27 @@ class Integrator(NamedTuple):
     metrics: tuple | None = None
     metrics_hint: str = ""
     step_hint: str = ""
+    max_step: Callable | None = None
 
 
-_TIME_STEP_HINT = (
-    "its step h is a time (the dynamics' period along a direction of curvature lambda is "
-    "2 pi / sqrt(lambda)), stable for h sqrt(lambda_max) < 2: about half the posterior's "
-    "smallest standard deviation (in the metric's units) is stable and mixes; or use "
-    "SGHMC(model), which adapts its step"
-)
+def _time_step_law(friction):
+    r"""The second-order bias law of a time-step integrator (BAOAB, SGNHT, BADODAB) with
+    friction :math:`\gamma` (the thermostats': their diffusion :math:`A`):
+    ``(1/4, 1/(2 gamma), 2)``, a variance inflation of
+    :math:`\tfrac14 h^2\lambda + h s^2/(2\gamma T)`.
+
+    The noise term is BAOAB's exactly (a kick of :math:`h` per step carries gradient noise of
+    variance :math:`h^2 s^2` into a velocity that the O step cools at rate :math:`2\gamma hT`;
+    the discrete Lyapunov equation of :math:`(\theta, v)` on a Gaussian gives
+    :math:`1 + h s^2/(2\gamma T) + O(h^2)`). A thermostat absorbs the noise's average, so for
+    SGNHT and BADODAB it bounds the anisotropic rest. The curvature term keeps the step well
+    inside the stability limit :math:`h\sqrt{\lambda} < 2` (at ``target_bias=0.1``,
+    :math:`h\sqrt\lambda \le 0.63`), where none of the three changes a Gaussian's variance
+    by much: BAOAB's and BADODAB's positions are exact there, and SGNHT's bias at its
+    thermostat's equilibrium is the curvature-free :math:`-hA/2` that its ``max_step``
+    bounds (symplectic Euler alone would inflate by :math:`1/(1 - h^2\lambda/4)`, which is
+    where the weight 1/4 comes from)."""
+    return (0.25, 1.0 / (2.0 * friction), 2)
 
 
 # --------------------------------------------------------------------------- Langevin
@@ -309,7 +326,9 @@ def sghmc(
 
     if naive:  # no friction: no stationary law to aim a step at
         return Integrator(init, step, state_averages_gradient=False, name="naive sghmc",
-                          rescale=_rescale_momentum)
+                          rescale=_rescale_momentum,
+                          step_hint="without friction the chain has no stationary law for "
+                          "a step to aim at")
     return Integrator(
         init, step, state_averages_gradient=False, name="sghmc",
         bias_weights=(1.0 / (2.0 * (2.0 - friction)), 1.0 / (2.0 * friction)),
@@ -405,7 +424,8 @@ def baoab(friction=1.0) -> Integrator:
     stable step (:math:`h\sqrt{\lambda_{\max}} < 2`), unlike Euler–Maruyama Langevin, whose
     variance is inflated by :math:`1/(1 - h\lambda/2)` (``tests/test_baoab.py``); with
     gradient noise the usual :math:`O(h)` bias returns. ``friction`` :math:`\gamma > 0` (per
-    unit of time). Not Γ-corrected, and without ``bias_weights``: give ``step_size``.
+    unit of time). Not Γ-corrected; ``step_size=None`` adapts the step by
+    :func:`_time_step_law`.
     """
     friction = real(friction, "friction", low=0, low_open=True,
                     hint="It is the rate gamma of the O step's velocity decay, exp(-gamma h).")
@@ -426,10 +446,25 @@ def baoab(friction=1.0) -> Integrator:
         return position, BAOABState(v, jnp.ones((), bool))
 
     return Integrator(init, step, state_averages_gradient=False, name="baoab",
-                      step_hint=_TIME_STEP_HINT)
+                      bias_weights=_time_step_law(friction))
 
 
 # --------------------------------------------------------------------------- SGNHT
+#: The metrics a thermostat takes: the constant ones (the identity, a given diagonal, the
+#: preconditioners learnt in warm-up), in whose coordinates it measures the kinetic temperature.
+CONSTANT_METRICS = ("identity", "diagonal", "learnt_diagonal", "learnt")
+
+_THERMOSTAT_METRICS = (
+    "its thermostat measures the kinetic temperature p^T p / d in the metric's coordinates, "
+    "which a position-dependent metric would change under it"
+)
+
+
+def _root_t(preconditioner):
+    """:math:`R^\top` of the preconditioner :math:`D = RR^\top` (``noise_transpose``, or
+    ``noise`` where :math:`R` is symmetric)."""
+    return preconditioner.noise_transpose or preconditioner.noise
+
 class SGNHTState(NamedTuple):
     """SGNHT's momentum ``p`` (tree of the position) and thermostat ``xi`` (a scalar)."""
 
@@ -442,18 +477,37 @@ def sgnht(diffusion=1.0) -> Integrator:
     2014, Algorithm 2), with temperature :math:`T` and time step :math:`h`:
 
     .. math::
-        p \leftarrow p - \xi p\,h - \nabla\hat U(\theta)\,h + \sqrt{2AhT}\,\eta, \qquad
+        p \leftarrow e^{-\xi h}p - \nabla\hat U(\theta)\,h + \sqrt{2AhT}\,\eta, \qquad
         \theta \leftarrow \theta + p\,h, \qquad
         \xi \leftarrow \xi + \big(p^\top p/d - T\big)h,
 
+    the friction applied as the decay :math:`e^{-\xi h}` (Ding et al. write :math:`1 - \xi h`,
+    equal to first order; the decay stays stable when a chain far from the posterior heats
+    the thermostat to :math:`\xi h > 2`, where :math:`1 - \xi h` flips and amplifies the
+    momentum). ``step_size=None`` adapts the step by :func:`_time_step_law`, at most
+    :math:`\min(\delta, 1/4)/A` (``target_bias`` :math:`\delta`): the thermostat measures
+    the momentum after the kick, half a step from the positions, and at its equilibrium on a
+    Gaussian the positions' variance is :math:`1 - hA/2` of the target's to first order,
+    whatever the curvature (the discrete Lyapunov equation at the :math:`\xi` that gives
+    :math:`E[p^2] = T`: 0.995, 0.974 and 0.887 at :math:`hA` = 0.01, 0.05 and 0.2); at
+    :math:`h = \delta/A` and every curvature the step law allows the deflation stays below
+    :math:`0.6\,\delta` for :math:`\delta \le 0.1` (``tests/test_adaptation.py``). And the
+    injected noise alone gives the momentum the kinetic temperature
+    :math:`2AhT/(1 - e^{-2\xi h})`, which the thermostat can bring to :math:`T` only for
+    :math:`2Ah < 1`.
     ``diffusion`` :math:`A > 0` the injected noise, :math:`\xi` starting at :math:`A`,
     :math:`p` at 0, :math:`d` the number of parameters. The thermostat keeps the kinetic
     temperature :math:`p^\top p/d` at :math:`T` whatever the gradient noise: with exact
     gradients the joint law :math:`\propto e^{-U/T - p^\top p/(2T) - d(\xi - A)^2/(2T)}` is
     invariant (so :math:`E[\xi] = A`); a gradient noise of variance :math:`\sigma^2` per
     coordinate adds :math:`h\sigma^2/2` to the diffusion, and :math:`E[\xi]` becomes
-    :math:`A + h\sigma^2/(2T)` (``tests/test_sgnht.py`` checks both). Identity metric only: a
-    metric would need :math:`D^{-1}` in the kinetic temperature.
+    :math:`A + h\sigma^2/(2T)` (``tests/test_sgnht.py`` checks both).
+
+    With a constant metric :math:`D = RR^\top` the dynamics run in the coordinates
+    :math:`R^{-1}\theta`: the kick is :math:`R^\top\nabla\hat U`, the drift
+    :math:`\theta \leftarrow \theta + hRp`, and :math:`p^\top p/d` is the kinetic temperature
+    there (:data:`CONSTANT_METRICS`; a position-dependent metric would change the coordinates
+    under the thermostat).
     """
     diffusion = real(diffusion, "diffusion", low=0, low_open=True,
                      hint="It is the injected noise A of Ding et al.; 1 is typical.")
@@ -466,9 +520,11 @@ def sgnht(diffusion=1.0) -> Integrator:
         xi = state.thermostat
         scale = jnp.sqrt(2.0 * diffusion * step_size * temperature)
         noise = tree_normal(key, position)
-        p = jax.tree.map(lambda u, g, n: u - xi * u * step_size - step_size * g + scale * n,
-                         state.momentum, grad, noise)
-        position = jax.tree.map(lambda x, u: x + step_size * u, position, p)
+        decay = jnp.exp(-xi * step_size)  # 1 - xi h to first order, stable for any xi h >= 0
+        p = jax.tree.map(lambda u, g, n: decay * u - step_size * g + scale * n,
+                         state.momentum, _root_t(preconditioner)(grad), noise)
+        position = jax.tree.map(lambda x, u: x + step_size * u, position,
+                                preconditioner.noise(p))
         leaves = jax.tree.leaves(p)
         d = sum(u.size for u in leaves)
         kinetic = sum(jnp.sum(u * u) for u in leaves) / d
@@ -476,10 +532,9 @@ def sgnht(diffusion=1.0) -> Integrator:
         return position, SGNHTState(p, xi)
 
     return Integrator(
-        init, step, state_averages_gradient=False, name="sgnht", metrics=("identity",),
-        step_hint=_TIME_STEP_HINT,
-        metrics_hint="its thermostat measures the kinetic temperature p^T p / d, which with a "
-        "metric D would need D^{-1}",
+        init, step, state_averages_gradient=False, name="sgnht", metrics=CONSTANT_METRICS,
+        bias_weights=_time_step_law(diffusion), metrics_hint=_THERMOSTAT_METRICS,
+        max_step=lambda target_bias: min(target_bias, 0.25) / diffusion,
     )
 
 
@@ -518,8 +573,9 @@ def badodab(diffusion=1.0, thermal_mass=1.0) -> Integrator:
     :math:`E[\xi] = A`; gradient noise of variance :math:`\sigma^2` per coordinate adds
     :math:`h\sigma^2/2` to the diffusion (both half kicks at a step boundary share a minibatch:
     a kick of :math:`h` per step), and the thermostat settles at :math:`A + h\sigma^2/(2T)`
-    (``tests/test_badodab.py``). Identity metric only (the thermostat measures
-    :math:`p^\top p/d`); no ``bias_weights``: give the step.
+    (``tests/test_badodab.py``). A constant metric :math:`D = RR^\top` is taken as in
+    :func:`sgnht` (kick :math:`R^\top\nabla\hat U`, drift :math:`Rp`);
+    ``step_size=None`` adapts the step by :func:`_time_step_law`.
     """
     diffusion = real(diffusion, "diffusion", low=0, low_open=True,
                      hint="It is the injected noise A (the thermostat's target); 1 is typical.")
@@ -534,8 +590,9 @@ def badodab(diffusion=1.0, thermal_mass=1.0) -> Integrator:
     def step(key, position, state, grad, preconditioner, step_size, temperature, context, oracle):
         h = step_size
         kick = jnp.where(state.started, h, 0.5 * h)  # pending B + this B
-        p = jax.tree.map(lambda u, g: u - kick * g, state.momentum, grad)
-        position = jax.tree.map(lambda x, u: x + 0.5 * h * u, position, p)
+        root = preconditioner.noise
+        p = jax.tree.map(lambda u, g: u - kick * g, state.momentum, _root_t(preconditioner)(grad))
+        position = jax.tree.map(lambda x, u: x + 0.5 * h * u, position, root(p))
         xi = state.thermostat + 0.5 * h * (_kinetic_temperature(p) - temperature) / thermal_mass
         decay = jnp.exp(-xi * h)
         small = jnp.abs(xi * h) < 1e-6
@@ -545,12 +602,10 @@ def badodab(diffusion=1.0, thermal_mass=1.0) -> Integrator:
         noise = tree_normal(key, position)
         p = jax.tree.map(lambda u, n: decay * u + scale * n, p, noise)
         xi = xi + 0.5 * h * (_kinetic_temperature(p) - temperature) / thermal_mass
-        position = jax.tree.map(lambda x, u: x + 0.5 * h * u, position, p)
+        position = jax.tree.map(lambda x, u: x + 0.5 * h * u, position, root(p))
         return position, BADODABState(p, xi, jnp.ones((), bool))
 
     return Integrator(
-        init, step, state_averages_gradient=False, name="badodab", metrics=("identity",),
-        step_hint=_TIME_STEP_HINT,
-        metrics_hint="its thermostat measures the kinetic temperature p^T p / d, which with a "
-        "metric D would need D^{-1}",
+        init, step, state_averages_gradient=False, name="badodab", metrics=CONSTANT_METRICS,
+        bias_weights=_time_step_law(diffusion), metrics_hint=_THERMOSTAT_METRICS,
     )

@@ -625,22 +625,23 @@ class BAOAB(SGMCMC):
     :math:`\gamma` a rate per unit of time. With exact gradients the positions sample a
     Gaussian target exactly at every stable step (:math:`h < 2/\sqrt{\lambda_{\max}}`); SGLD at
     the same :math:`h` has variance :math:`\sigma^2/(1 - h/(2\sigma^2))`. One gradient per
-    step. The step must be given (no ``step_size=None``: the bias rule of
-    :mod:`numpyro_sgrld.adaptation` is first order in :math:`h`, and BAOAB's curvature bias is
-    zero on a Gaussian).
+    step. With ``step_size=None`` (the default) warm-up learns the preconditioner as SGLD's
+    does and adapts the step by the time-step law of
+    :func:`~numpyro_sgrld.integrators.baoab`: the gradient noise inflates the variance by
+    :math:`h s^2/(2\gamma T)`, and the step stays at :math:`h\sqrt{\lambda} \le
+    2\sqrt\delta` (``target_bias`` :math:`\delta`), well inside the stability limit.
 
 """
         + _COMMON
         + r"""
     :param friction: :math:`\gamma > 0`, default 1.
-    :param metric: a :class:`~numpyro_sgrld.metrics.Metric` (mass :math:`D^{-1}`); default the
-        identity.
+    :param metric: a :class:`~numpyro_sgrld.metrics.Metric` (mass :math:`D^{-1}`); default
+        the preconditioner learnt in warm-up with ``step_size=None``, else the identity.
 """
         + _example("BAOAB", "step_size=0.1")
     )
 
     def __init__(self, model=None, step_size=None, *, friction=1.0, metric=None, **kwargs):
-        metric = identity() if metric is None else metric
         super().__init__(model, step_size, metric=metric, integrator=baoab(friction), **kwargs)
 
 
@@ -652,11 +653,14 @@ class SGNHT(SGMCMC):
     noise.
 
     .. math::
-        p \leftarrow p - \xi p\,h - \nabla\hat U\,h + \sqrt{2AhT}\,\eta, \quad
+        p \leftarrow e^{-\xi h}p - \nabla\hat U\,h + \sqrt{2AhT}\,\eta, \quad
         \theta \leftarrow \theta + p\,h, \quad
         \xi \leftarrow \xi + (p^\top p/d - T)\,h.
 
-    ``step_size`` :math:`h` is a time step; ``diffusion`` :math:`A`. The step must be given.
+    ``step_size`` :math:`h` is a time step; ``diffusion`` :math:`A`. With ``step_size=None``
+    (the default) warm-up learns a constant preconditioner as SGLD's does, in whose
+    coordinates the thermostat runs, and adapts the step by the time-step law of
+    :func:`~numpyro_sgrld.integrators.sgnht`.
 
     **Known limit.** The thermostat is one scalar: it absorbs the gradient noise's *average*
     variance. Where anisotropic gradient noise dominates the injected diffusion, coordinates
@@ -669,12 +673,14 @@ class SGNHT(SGMCMC):
         + _COMMON
         + """
     :param diffusion: :math:`A > 0`, default 1.
+    :param metric: a constant :class:`~numpyro_sgrld.metrics.Metric`; default the
+        preconditioner learnt in warm-up with ``step_size=None``, else the identity.
 """
         + _example("SGNHT", "step_size=0.05")
     )
 
-    def __init__(self, model=None, step_size=None, *, diffusion=1.0, **kwargs):
-        super().__init__(model, step_size, metric=identity(), integrator=sgnht(diffusion),
+    def __init__(self, model=None, step_size=None, *, diffusion=1.0, metric=None, **kwargs):
+        super().__init__(model, step_size, metric=metric, integrator=sgnht(diffusion),
                          **kwargs)
 
 
@@ -691,40 +697,38 @@ class BADODAB(SGMCMC):
         d\xi = \mu^{-1}(p^\top p/d - T)\,dt.
 
     ``step_size`` :math:`h` is a time step; ``diffusion`` :math:`A`, ``thermal_mass``
-    :math:`\mu`. The step must be given. Identity metric only.
+    :math:`\mu`. With ``step_size=None`` (the default) warm-up adapts the step by the
+    time-step law of :func:`~numpyro_sgrld.integrators.badodab`, in the coordinates of a
+    constant preconditioner learnt as SGLD's is.
 
 """
         + _COMMON
         + r"""
     :param diffusion: :math:`A > 0`, default 1.
     :param thermal_mass: :math:`\mu > 0`, default 1.
+    :param metric: a constant :class:`~numpyro_sgrld.metrics.Metric`; default the
+        preconditioner learnt in warm-up with ``step_size=None``, else the identity.
 """
         + _example("BADODAB", "step_size=0.05")
     )
 
     def __init__(self, model=None, step_size=None, *, diffusion=1.0, thermal_mass=1.0,
-                 **kwargs):
-        super().__init__(model, step_size, metric=identity(),
+                 metric=None, **kwargs):
+        super().__init__(model, step_size, metric=metric,
                          integrator=badodab(diffusion, thermal_mass), **kwargs)
 
 
+#: Steps per cycle of the cyclical presets when ``cycle_length`` is not given: with the default
+#: ``exploration=0.5``, 500 draws per cycle.
+CYCLE_LENGTH = 1000
+
+
 def _cycle(kernel, step_size, cycle_length, exploration):
-    """The cosine schedule with peak ``step_size`` and period ``cycle_length``, and the
-    exploration stage's ``(L, E)``, checked."""
-    if step_size is None or cycle_length is None:
-        missing = [name for name, value in (("step_size=h0", step_size),
-                                            ("cycle_length=L", cycle_length)) if value is None]
-        raise ValueError(
-            f"{kernel} needs {' and '.join(f'`{m}`' for m in missing)}: the peak h0 of its "
-            "cosine step and the steps L per cycle (Zhang et al. 2020), e.g. "
-            f"{kernel}(model, step_size=1e-3, cycle_length=1000); neither is adapted during "
-            "warm-up. A good h0 is a few times the step SGLD(model) adapts (its state's "
-            "`step_size` after warm-up), with the cycle long enough to cross the posterior."
-        )
-    h0 = real(step_size, "step_size", low=0, low_open=True,
-              hint="It is the cycle's peak step h0 (a number: the schedule is the cosine).")
-    length = integer(cycle_length, "cycle_length", low=2,
-                     hint="It is the number of steps per cycle, exploration included.")
+    """The cosine schedule with peak ``step_size`` and period ``cycle_length`` (``None`` with
+    ``step_size=None``: the peak is adapted in warm-up), and the exploration stage's
+    ``(L, E)``, checked."""
+    length = integer(CYCLE_LENGTH if cycle_length is None else cycle_length, "cycle_length",
+                     low=2, hint="It is the number of steps per cycle, exploration included.")
     beta = real(exploration, "exploration", low=0, high=1, high_open=True,
                 hint="It is the fraction beta of each cycle spent exploring (no noise, no draws).")
     explore = math.ceil(beta * length)
@@ -733,6 +737,11 @@ def _cycle(kernel, step_size, cycle_length, exploration):
             f"exploration={beta!r} of cycle_length={length} leaves no sampling step in a cycle "
             f"({explore} exploration steps): lower `exploration` or raise `cycle_length`."
         )
+    if step_size is None:
+        return None, (length, explore)
+    h0 = real(step_size, "step_size", low=0, low_open=True,
+              hint=f"It is the cycle's peak step h0 (a number: the schedule is the cosine), "
+              f"or None to adapt it in warm-up: {kernel}(model).")
     return cyclical(h0, length, 1), (length, explore)
 
 
@@ -741,10 +750,12 @@ class _Cyclical:
 
     def cycle_position(self, i):
         r"""``(cycle, step_in_cycle)`` of the step that produced the state with counter ``i``
-        (the ``i`` extra field of a draw): ``(i - 1) // L`` and ``(i - 1) % L``. Every draw
-        has ``step_in_cycle >= E`` (a sampling step)."""
+        (the ``i`` extra field of a draw): ``(k - 1) // L`` and ``(k - 1) % L`` for
+        ``k = i - W``, ``W`` the warm-up's length when the step is adapted (the cycles begin
+        after it), else 0. Every draw has ``step_in_cycle >= E`` (a sampling step)."""
         length, _ = self._exploration
-        return (i - 1) // length, (i - 1) % length
+        k = i - self._cycle_start
+        return (k - 1) // length, (k - 1) % length
 
     @property
     def cycle_length(self):
@@ -771,12 +782,20 @@ _CYCLICAL_DOC = r"""
     sampling-stage state; ``num_samples`` counts sampling steps (each cycle gives
     :math:`L - E` of them, at the cost of :math:`L` gradients) and the step counter ``i`` counts
     all steps. :meth:`cycle_position` maps a draw's ``i`` (``extra_fields=("i",)``) to its
-    cycle and step within the cycle. The step is given, not adapted (``step_size=None`` is
-    refused). See ``docs/cyclical.md``.
+    cycle and step within the cycle.
+
+    **By default** (``step_size=None``) warm-up runs the plain kernel (SGLD or SGHMC) with
+    its adaptation: the preconditioner learnt in warm-up, control variates where they pay,
+    and the step of the bias target (:mod:`numpyro_sgrld.adaptation`), which becomes the
+    peak :math:`h_0`. The cycles start when warm-up ends (:math:`k` counts the steps since),
+    so every draw is taken at a step of at most :math:`h_0/2` (with ``exploration=0.5``) and
+    inflates the variance by at most half the ``target_bias``. See ``docs/cyclical.md``.
 
     :param model: NumPyro model (or ``potential_fn=``).
-    :param step_size: :math:`h_0`, the cycle's peak step (a float > 0).
-    :param cycle_length: :math:`L`, steps per cycle (exploration included; >= 2; required).
+    :param step_size: :math:`h_0`, the cycle's peak step (a float > 0), or ``None`` (default):
+        adapted in warm-up.
+    :param cycle_length: :math:`L`, steps per cycle (exploration included; >= 2; default
+        :data:`CYCLE_LENGTH`).
     :param exploration: :math:`\beta \in [0, 1)`, the fraction of each cycle spent exploring
         (default 0.5, our choice; Zhang et al. tune it per experiment). 0: cyclical step sizes
         only."""
@@ -787,15 +806,15 @@ class CyclicalSGLD(_Cyclical, SGMCMC):
     gradient MCMC for Bayesian deep learning", cSGLD): SGLD (or preconditioned Langevin with
     ``metric=``) with a cosine step size restarted every cycle and an exploration stage at the
     start of each cycle.""" + _CYCLICAL_DOC + r"""
-    :param metric: a :class:`~numpyro_sgrld.metrics.Metric` (default identity).
+    :param metric: a :class:`~numpyro_sgrld.metrics.Metric` (default: learnt in warm-up with
+        ``step_size=None``, else the identity).
     :param kwargs: as :class:`~numpyro_sgrld.SGMCMC` (``gradient``, ``correction``, ...).
     """
 
     def __init__(self, model=None, step_size=None, *, cycle_length=None, exploration=0.5,
                  metric=None, **kwargs):
         schedule, cycle = _cycle("CyclicalSGLD", step_size, cycle_length, exploration)
-        super().__init__(model, schedule, metric=identity() if metric is None else metric,
-                         integrator=langevin(), **kwargs)
+        super().__init__(model, schedule, metric=metric, integrator=langevin(), **kwargs)
         self._exploration = cycle
 
 
@@ -806,13 +825,14 @@ class CyclicalSGHMC(_Cyclical, SGMCMC):
     start of each cycle. The momentum is kept across stages and cycles.""" + _CYCLICAL_DOC + r"""
     :param friction: :math:`\alpha \in (0, 1]`, default 0.1.
     :param noise_estimate: :math:`\hat\beta \in [0, \alpha)`, default 0.
-    :param metric: a :class:`~numpyro_sgrld.metrics.Metric` (default identity).
+    :param metric: a :class:`~numpyro_sgrld.metrics.Metric` (default: learnt in warm-up with
+        ``step_size=None``, else the identity).
     :param kwargs: as :class:`~numpyro_sgrld.SGMCMC`.
     """
 
     def __init__(self, model=None, step_size=None, *, cycle_length=None, exploration=0.5,
                  friction=0.1, noise_estimate=0.0, metric=None, **kwargs):
         schedule, cycle = _cycle("CyclicalSGHMC", step_size, cycle_length, exploration)
-        super().__init__(model, schedule, metric=identity() if metric is None else metric,
+        super().__init__(model, schedule, metric=metric,
                          integrator=sghmc(friction, noise_estimate), **kwargs)
         self._exploration = cycle

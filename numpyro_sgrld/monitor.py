@@ -50,12 +50,15 @@ class RunMonitor(NamedTuple):
     - **origin** – ``(K,)``: the run's first post-warm-up position (a shift that keeps the
       sums of squares accurate in float32).
     - **rejected** – rejected steps before the run's first post-warm-up step.
+    - **transitions** – the transitions observed since the kernel's ``init`` (one per
+      ``MCMC`` draw, warm-up included; a cyclical preset's transition may run many steps).
     """
 
     sums: Any
     squares: Any
     origin: Any
     rejected: Any
+    transitions: Any = 0
 
 
 def coordinates(size):
@@ -70,7 +73,7 @@ def init_monitor(num_coordinates, dtype=jnp.float32):
     """Zero moments over ``num_coordinates`` coordinates."""
     zeros = jnp.zeros((BATCHES, num_coordinates), dtype)
     return RunMonitor(zeros, zeros, jnp.zeros((num_coordinates,), dtype),
-                      jnp.zeros((), jnp.int32))
+                      jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
 
 
 def update_monitor(monitor, x, offset, num_steps, rejected_before):
@@ -86,7 +89,8 @@ def update_monitor(monitor, x, offset, num_steps, rejected_before):
     batch = jnp.clip(offset, 0, num_steps - 1) * BATCHES // num_steps
     y = (x - origin) * weight
     return RunMonitor(sums.at[batch].add(y), squares.at[batch].add(y * y), origin,
-                      jnp.where(first, rejected_before, monitor.rejected))
+                      jnp.where(first, rejected_before, monitor.rejected),
+                      monitor.transitions + 1)
 
 
 def batch_sizes(num_steps):

@@ -31,6 +31,83 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
+#: Tests that run only in the slow set (``pytest -m slow``), besides those marked where they
+#: are written: each takes about 9 s or more on two cores, most of it compiling, and the
+#: default run must stay under five minutes there. The modules they test keep faster tests in
+#: the default run.
+SLOW = frozenset(
+    [
+        "tests/test_adaptation.py::test_adapted_step_is_target_bias_over_the_worst_directions_inflation[sgld]",
+        "tests/test_adaptation.py::test_adaptive_presets_sample_in_the_coordinates_learnt_in_warm_up[MongeSGLD]",
+        "tests/test_adaptation.py::test_adaptive_presets_sample_in_the_coordinates_learnt_in_warm_up[PSGLD]",
+        "tests/test_adaptation.py::test_every_preset_adapts_its_step[PSGLD]",
+        "tests/test_adaptation.py::test_the_step_freezes_after_warmup_and_travels_with_the_state",
+        "tests/test_adaptation.py::test_vectorised_chains_give_the_sequential_chains_steps_and_draws",
+        "tests/test_adapter.py::test_control_variate_options",
+        "tests/test_adapter.py::test_find_plates_several_and_nested",
+        "tests/test_adapter.py::test_minibatch_potential_matches_hand_computation",
+        "tests/test_adapter.py::test_postprocess_returns_constrained_values_and_full_data_deterministics",
+        "tests/test_adapter.py::test_postprocess_without_deterministic_sites_does_not_replay_the_model",
+        "tests/test_adapter.py::test_rejected_steps_keep_a_finite_state_whatever_failed",
+        "tests/test_badodab.py::test_thermostat_and_positions_with_exact_gradients[1.0]",
+        "tests/test_bias.py::test_corrected_kernels_sample_the_target[psgld]",
+        "tests/test_bias.py::test_monge_with_its_default_alpha2_and_gamma_samples_the_target",
+        "tests/test_bias.py::test_uncorrected_kernels_converge_to_the_predicted_biased_density[psgld]",
+        "tests/test_bnn.py::test_init_to_unit_scales_starts_horseshoe_scales_at_one[layer]",
+        "tests/test_bnp.py::test_bad_input_is_refused_with_the_fix",
+        "tests/test_bnp.py::test_gamma_of_the_instantaneous_bnp_metric_is_zero",
+        "tests/test_bnp.py::test_stationary_covariance_is_the_discretised_chains_law[consistent]",
+        "tests/test_chains.py::test_vectorized_chains_equal_sequential_chains[sgld-epoch]",
+        "tests/test_chains.py::test_vectorized_state_shapes",
+        "tests/test_checkpoint.py::test_save_load_resume_equals_one_uninterrupted_run[sgld-two-chains]",
+        "tests/test_composition.py::test_a_metric_reads_the_models_auxiliary_values_of_the_same_minibatch",
+        "tests/test_composition.py::test_langevin_with_a_constant_metric_has_the_discretised_law",
+        "tests/test_composition.py::test_momentum_integrator_with_any_metric_has_the_discretised_law[rmsprop]",
+        "tests/test_conv.py::test_other_parameters_get_the_gaussian_prior_and_arguments_are_checked",
+        "tests/test_diagnostics.py::test_reference_posterior_is_cached",
+        "tests/test_diagnostics.py::test_to_inference_data_on_a_subsampled_model",
+        "tests/test_diagnostics.py::test_to_inference_data_on_nuts_full_batch",
+        "tests/test_docs.py::test_code_blocks_run[README.md]",
+        "tests/test_docs.py::test_code_blocks_run[docs/bnn.md]",
+        "tests/test_docs.py::test_code_blocks_run[docs/cyclical.md]",
+        "tests/test_docs.py::test_code_blocks_run[docs/diagnostics.md]",
+        "tests/test_docs.py::test_code_blocks_run[docs/quickstart.md]",
+        "tests/test_nnx_equinox.py::test_an_equinox_linear_784_to_400_gets_the_he_scale_of_its_784_inputs",
+        "tests/test_no_silent_errors.py::test_the_warning_counts_the_rejections_after_the_adaptations_warm_up",
+        "tests/test_performance.py::test_reused_loop_gives_the_samples_of_a_fresh_one",
+        "tests/test_reference_updates.py::test_our_update_equals_the_authors_step_for_step[Shampoo]",
+        "tests/test_sampling_loop.py::test_other_kernels_keep_numpyros_loop",
+        "tests/test_sampling_loop.py::test_progress_bar_runs_one_compiled_call_per_update",
+        "tests/test_sampling_loop.py::test_same_draws_as_numpyros_loop[adapted]",
+        "tests/test_sgnht.py::test_thermostat_and_positions_with_exact_gradients",
+        "tests/test_statistical.py::test_adaptive_kernels_on_conjugate_regression[psgld]",
+        "tests/test_statistical.py::test_nuts_on_full_batch_matches_closed_form",
+        "tests/test_statistical.py::test_sgld_stationary_variance_is_that_of_the_discretised_chain[0.8]",
+        "tests/test_statistical.py::test_subsampled_kernels_on_conjugate_regression[sgld]",
+        "tests/test_steps.py::test_every_kernel_on_several_shapes_and_chain_methods[sgld]",
+        "tests/test_steps.py::test_shampoo_on_a_site_larger_than_a_block",
+        "tests/test_steps.py::test_wenzel_refreshes_once_per_epoch",
+        "tests/test_streaming.py::test_an_interrupted_run_resumes_to_the_same_file",
+        "tests/test_streaming.py::test_rejected_steps_and_non_finite_values_are_written_and_flagged",
+        "tests/test_streaming.py::test_streamed_draws_equal_one_in_memory_run",
+        "tests/test_svrg.py::test_svrg_is_unbiased_and_exact_at_its_anchor",
+        "tests/test_warmup.py::test_a_small_model_learns_the_dense_inverse_hessian_and_a_large_one_a_diagonal",
+        "tests/test_warmup.py::test_control_variates_switch_on_where_they_cut_the_noise_and_not_on_full_batches",
+        "tests/test_warmup.py::test_numpyros_own_loop_warns_at_the_end_with_the_verdict_of_the_draws[sequential]",
+        "tests/test_warmup.py::test_sgld_learns_a_preconditioner_at_least_the_conditional_variances",
+        "tests/test_warmup.py::test_the_switch_compares_the_noise_with_and_without_the_centre",
+    ]
+)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Mark the tests of :data:`SLOW` slow, before ``-m`` selects."""
+    for item in items:
+        if item.nodeid in SLOW:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def german_credit():
     from numpyro_sgrld.models.logistic_regression import load_german_credit

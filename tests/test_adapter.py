@@ -362,8 +362,13 @@ def test_schedules_drive_the_step_size():
             SGLD(model, step_size=schedule), num_warmup=0, num_samples=40, progress_bar=False
         )
         mcmc.run(random.PRNGKey(0), extra_fields=("step_size",))
+        # both sides are float32, evaluated by differently fused programs: they may differ by a
+        # few rounding errors of the largest intermediate, the initial step 0.1
         np.testing.assert_allclose(
-            mcmc.get_extra_fields()["step_size"], schedule(jnp.arange(40)), rtol=1e-6
+            mcmc.get_extra_fields()["step_size"],
+            schedule(jnp.arange(40)),
+            rtol=0,
+            atol=4 * np.finfo(np.float32).eps * 0.1,
         )
 
 

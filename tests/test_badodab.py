@@ -46,6 +46,6 @@ def test_bad_input():
     with pytest.raises(ValueError, match="`thermal_mass` must be"):
         BADODAB(model, 0.1, thermal_mass=-1.0)
     with pytest.raises(ValueError, match="step_size"):
-        BADODAB(model)
-    with pytest.raises(ValueError, match="takes only the metrics"):
+        BADODAB(model, step_size=-0.1)
+    with pytest.raises(ValueError, match="takes only the metrics.*position-dependent"):
         SGMCMC(model, 0.1, metric=metrics.rmsprop(), integrator=integrators.badodab())

@@ -83,6 +83,6 @@ def test_bad_input():
     with pytest.raises(ValueError, match="friction"):
         integrators.baoab(friction=0.0)
     with pytest.raises(ValueError, match="step_size"):
-        BAOAB(model)
+        BAOAB(model, step_size=0.0)
     with pytest.raises(ValueError, match="baoab"):
         BAOAB(model, 0.1, metric=metrics.rmsprop(), correction="exact")

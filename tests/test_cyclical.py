@@ -11,6 +11,7 @@ from jax import random
 from numpyro.infer import MCMC
 
 from numpyro_sgrld import CyclicalSGHMC, CyclicalSGLD, to_inference_data
+from numpyro_sgrld.kernels import CYCLE_LENGTH
 
 
 def standard_normal():
@@ -67,16 +68,50 @@ def test_the_exploration_stage_is_noise_free_gradient_descent_on_the_schedule():
 
 
 def test_cyclical_bad_input():
-    with pytest.raises(ValueError, match="CyclicalSGLD needs `step_size=h0`"):
-        CyclicalSGLD(standard_normal, cycle_length=10)
     with pytest.raises(ValueError, match="`cycle_length` must be an integer >= 2"):
         CyclicalSGLD(standard_normal, 0.1, cycle_length=1)
     with pytest.raises(ValueError, match="`exploration` must be a finite number in"):
         CyclicalSGHMC(standard_normal, 0.1, cycle_length=10, exploration=1.0)
     with pytest.raises(ValueError, match="exploration=0.95 of cycle_length=10 leaves no sampling"):
         CyclicalSGLD(standard_normal, 0.1, cycle_length=10, exploration=0.95)
-    with pytest.raises(ValueError, match="CyclicalSGLD needs `cycle_length=L`: "):
-        CyclicalSGLD(standard_normal, 0.1)
-    with pytest.raises(ValueError, match="needs `step_size=h0` and `cycle_length=L`.*e.g. "
-                       r"CyclicalSGHMC\(model, step_size=1e-3, cycle_length=1000\)"):
-        CyclicalSGHMC(standard_normal)
+    with pytest.raises(ValueError, match=r"`step_size`.*or None to adapt it in warm-up: "
+                       r"CyclicalSGHMC\(model\)"):
+        CyclicalSGHMC(standard_normal, -0.1)
+    assert CyclicalSGLD(standard_normal, 0.1).cycle_length == CYCLE_LENGTH
+
+
+def test_by_default_the_cycles_begin_after_warm_up_at_the_adapted_peak():
+    """CyclicalSGLD(model): warm-up adapts the step (a constant h0 after it), then draw j of
+    step counter i has the step h0 (cos(pi k / L) + 1) / 2 with k = (i - 1 - W) mod L, only in
+    the sampling stage (k >= E), and the NumPyro loop's verdict judges the draws (it counts
+    transitions, not steps: a transition that starts a cycle runs E steps): its split R-hat
+    is the draws' (:func:`numpyro_sgrld.check`)."""
+    import warnings
+
+    import jax
+
+    from numpyro_sgrld import check
+
+    W, L = 200, 40
+    k = CyclicalSGLD(standard_normal, cycle_length=L)
+    mcmc = MCMC(k, num_warmup=W, num_samples=2000, num_chains=2, chain_method="vectorized",
+                progress_bar=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mcmc.run(random.PRNGKey(0), extra_fields=("i", "step_size"))
+        jax.effects_barrier()
+    said = [str(w.message) for w in caught if "split R-hat" in str(w.message)]
+    assert len(said) == 1, said
+    v = check(mcmc, warn=False)
+    assert f"max split R-hat {v.max_rhat:.3f}" in said[0]
+    i = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["i"])
+    h = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["step_size"])
+    peak = np.asarray(mcmc.last_state.adaptation.step_size)
+    cycle, stage = k.cycle_position(i)
+    assert np.all(stage >= k.exploration_steps) and cycle[0, -1] == 2000 // (L // 2) - 1
+    # the recorded step is the next step's: of counter i
+    expected = peak[:, None] * 0.5 * (np.cos(np.pi * ((i - W) % L) / L) + 1)
+    # float32 on both sides: a few rounding errors of the largest intermediate, the peak
+    np.testing.assert_allclose(h, expected, rtol=0, atol=4 * np.finfo(np.float32).eps * peak.max())
+    x = np.asarray(mcmc.get_samples(group_by_chain=True)["x"])
+    assert np.all(np.isfinite(x))

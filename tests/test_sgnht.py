@@ -45,8 +45,8 @@ def test_bad_input():
     with pytest.raises(ValueError, match="diffusion"):
         integrators.sgnht(diffusion=0.0)
     with pytest.raises(ValueError, match="step_size"):
-        SGNHT(model)
-    with pytest.raises(ValueError, match="takes only the metrics"):
+        SGNHT(model, step_size=-0.1)
+    with pytest.raises(ValueError, match="takes only the metrics.*position-dependent"):
         SGMCMC(model, 0.1, metric=metrics.rmsprop(), integrator=integrators.sgnht())
 
 
