@@ -131,7 +131,7 @@ def reference_moments(X, y, args):
         seed=args.ref_seed,
     )
     draws = idata.posterior["w"].values
-    draws = draws.reshape(-1, draws.shape[-1])
+    draws = np.asarray(draws, np.float64).reshape(-1, draws.shape[-1])  # a float64 sum
     ess = float(az.ess(idata, var_names=["w"])["w"].values.min())
     return draws.mean(0), draws.std(0), ess
 

@@ -99,7 +99,9 @@ def _coordinates(draws_by_chain):
     if len(columns) > MAX_COORDINATES:
         keep = np.linspace(0, len(columns) - 1, MAX_COORDINATES).round().astype(int)
         columns = [columns[k] for k in np.unique(keep)]
-    return columns
+    # judged in float64: float32 sums of tens of thousands of draws of a parameter whose mean
+    # is many sds from 0 round off by a sizeable fraction of an sd
+    return [(name, j, x.astype(np.float64)) for name, j, x in columns]
 
 
 def verdict(draws_by_chain, rejected=None, num_steps=None, kernel=None, step_size=None):
