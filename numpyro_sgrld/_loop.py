@@ -15,9 +15,11 @@ docs/benchmarks.md, "Sampling loop").
 step ``start + (k + 1) * thinning - 1``, ``start = lower + (upper - lower) % thinning``; the
 same collection size, zero-filled beyond the draws) but
 
-- evaluates the transform and writes the draw only on the steps it keeps, inside a
-  ``lax.cond`` (NumPyro's loop evaluates the transform on every step and writes on every step
-  of a thinning window, the last write winning), and
+- evaluates the transform and writes the draw only on the steps it keeps, with no branch in
+  its loop over steps: an outer loop over kept draws around an inner loop of ``thinning``
+  steps (NumPyro's loop evaluates the transform on every step and writes on every step of a
+  thinning window under a ``lax.cond``, the last write winning; on a GPU a ``conditional``
+  costs a host synchronisation per step), and
 - with the progress bar on, runs ``progress_rate`` steps per compiled call (one dispatch per
   progress update instead of one per step).
 
@@ -109,20 +111,56 @@ def _window(val, since):
 
 def _sample_loop(body_fun, transform, lo, hi, val, collection, start, thinning, since):
     """Steps ``lo .. hi - 1`` of ``body_fun``; the kept ones transformed into ``collection``
-    (the transform runs inside the ``lax.cond``, so only on kept steps). ``since`` is the
-    rejection count at the previous record (or ``None`` for states without one)."""
+    (the transform runs once per kept draw). ``since`` is the rejection count at the previous
+    record (or ``None`` for states without one).
+
+    No branch inside a loop over steps: the steps run in phases whose bounds are arithmetic on
+    the (traced) arguments, and the per-step loop body is ``body_fun`` alone (a ``conditional``
+    there costs a device-to-host synchronisation per step on a GPU):
+
+    1. steps before ``start`` (not kept);
+    2. the head: up to the end of the thinning window the chunk starts in, kept at its last
+       step if that is in the chunk (one ``lax.cond`` per call, outside the step loops);
+    3. whole windows: an outer loop over kept draws around an inner loop of ``thinning`` steps,
+       each window's last state written unconditionally;
+    4. the tail: the steps of a window the chunk ends inside (not kept).
+    """
     record = partial(_record, transform)
+    counts = since is not None
 
-    def step(i, carry):
+    def steps(a, b, val):
+        return lax.fori_loop(a, b, lambda i, v: body_fun(v), val)
+
+    # 1. before start
+    p0 = jnp.clip(start, lo, hi)
+    val = steps(lo, p0, val)
+    if counts:
+        since = jnp.where(p0 > lo, _rejections(val), since)
+    # 2. the head, to the first window boundary b >= p0 (start + a multiple of thinning)
+    b = start + (p0 - start + thinning - 1) // thinning * thinning
+    head_end = jnp.minimum(b, hi)
+    val = steps(p0, head_end, val)
+    kept = (b > p0) & (b <= hi)
+    # one branch per call, outside the step loops: the transform (a full-data replay for a
+    # model with deterministic sites) runs only for a kept draw
+    collection = lax.cond(kept, record, _skip, collection, val, (b - start) // thinning - 1,
+                          since)
+    if counts:
+        since = jnp.where(kept, _rejections(val), since)
+    # 3. whole windows from b
+    windows = jnp.maximum(hi - b, 0) // thinning
+    first = (b - start) // thinning
+
+    def window(w, carry):
         val, collection, since = carry
-        val = body_fun(val)
-        kept, k = _is_kept(i, start, thinning), (i - start) // thinning
-        collection = lax.cond(kept, record, _skip, collection, val, k, since)
-        if since is not None:
-            since = jnp.where(kept | (i < start), _rejections(val), since)
-        return val, collection, since
+        val = lax.fori_loop(0, thinning, lambda i, v: body_fun(v), val)
+        collection = record(collection, val, first + w, since)
+        return val, collection, _rejections(val) if counts else since
 
-    return lax.fori_loop(lo, hi, step, (val, collection, since))
+    val, collection, since = lax.fori_loop(0, windows, window, (val, collection, since))
+    # 4. the tail
+    val = steps(jnp.maximum(b, p0) + windows * thinning, hi, val)
+    return val, collection, since
 
 
 def _compiled(body_fun, transform, traced=False):

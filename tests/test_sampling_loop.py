@@ -248,3 +248,58 @@ def test_progress_bar_shows_chunked_counts_and_leaves_the_draws_alone(tmp_path):
     np.testing.assert_array_equal(draws, runs["numpyro"]["draws"])
     # NumPyro's own bar counts the same 100 steps
     assert "100/100" in runs["numpyro"]["bar"]
+
+
+def _computations(hlo):
+    """``{name: text}`` of an HLO module's computations, and the name of its entry."""
+    blocks, entry, name = {}, None, None
+    for line in hlo.splitlines():
+        head = line.split("(")[0].split()
+        if line and not line[0].isspace() and "{" in line and head:
+            name = head[-1] if head[0] != "ENTRY" else head[1]
+            entry = name if head[0] == "ENTRY" else entry
+            blocks[name] = ""
+        elif name is not None:
+            blocks[name] += line + "\n"
+    return blocks, entry
+
+
+@pytest.mark.parametrize("kernel_cls", [numpyro_sgrld.SGLD, SGHMC, PSGLD])
+def test_no_branch_inside_the_loop_over_steps(kernel_cls):
+    """The optimized HLO (XLA:CPU) of the compiled sampling loop at a fixed step: every
+    ``conditional`` is in the entry computation (the head's one record per call), none inside a
+    while loop's body or anything it calls: on a GPU a ``conditional`` in the step loop reads
+    its predicate on the host at every step. The same program with a ``lax.cond`` per step
+    (the loop before) is told apart."""
+    X, y = _data()
+    kernel = kernel_cls(model, step_size=1e-3)
+    state = kernel.init(random.PRNGKey(0), 0, None, (X, y), {})
+
+    def body(s):
+        return kernel.sample(s, (X, y), {})
+
+    def transform(s):
+        return kernel.postprocess_fn((X, y), {})(s.z)
+
+    collection = _loop._empty_collection(transform, state, 8)
+    args = (np.int32(0), np.int32(40), state, collection, np.int32(0), np.int32(5),
+            state.num_rejected)
+
+    def inside_loops(loop):
+        hlo = jax.jit(partial(loop, body, transform)).lower(*args).compile().as_text()
+        blocks, entry = _computations(hlo)
+        return [n for n, text in blocks.items() if n != entry and " conditional(" in text]
+
+    assert inside_loops(_loop._sample_loop) == []
+
+    def per_step_branch(body, transform, lo, hi, val, collection, start, thinning, since):
+        def step(i, carry):
+            val, collection = carry
+            val = body(val)
+            kept = _loop._is_kept(i, start, thinning)
+            return val, jax.lax.cond(kept, partial(_loop._record, transform), _loop._skip,
+                                     collection, val, (i - start) // thinning, since)
+
+        return jax.lax.fori_loop(lo, hi, step, (val, collection))
+
+    assert inside_loops(per_step_branch) != []
