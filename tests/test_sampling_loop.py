@@ -264,7 +264,8 @@ def _computations(hlo):
     return blocks, entry
 
 
-@pytest.mark.parametrize("kernel_cls", [numpyro_sgrld.SGLD, SGHMC, PSGLD])
+@pytest.mark.parametrize("kernel_cls", [numpyro_sgrld.SGLD] + [
+    pytest.param(k, marks=pytest.mark.slow) for k in (SGHMC, PSGLD)])
 def test_no_branch_inside_the_loop_over_steps(kernel_cls):
     """The optimized HLO (XLA:CPU) of the compiled sampling loop at a fixed step: every
     ``conditional`` is in the entry computation (the head's one record per call), none inside a
