@@ -163,11 +163,10 @@ def set_group(idata, group, data):
 
 def concat_draws(parts):
     """Runs of the same chains one after another (``parts``, each an ``InferenceData`` or a
-    ``DataTree`` with the same groups) joined along ``draw``, draws renumbered."""
+    ``DataTree`` with the same groups) joined along ``draw``, draws renumbered; a group without
+    draws (the warm-up's ``adaptation``) is the first run's (``arviz.concat`` refuses it)."""
     if len(parts) == 1:
         return parts[0]
-    if not is_datatree():
-        return arviz().concat(*parts, dim="draw")
     import xarray as xr
 
     joined = {}
