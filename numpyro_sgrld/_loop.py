@@ -153,13 +153,13 @@ def _sample_loop(body_fun, transform, lo, hi, val, collection, start, thinning, 
 
     def window(w, carry):
         val, collection, since = carry
-        val = lax.fori_loop(0, thinning, lambda i, v: body_fun(v), val)
+        val = steps(0, thinning, val)
         collection = record(collection, val, first + w, since)
         return val, collection, _rejections(val) if counts else since
 
     val, collection, since = lax.fori_loop(0, windows, window, (val, collection, since))
     # 4. the tail
-    val = steps(jnp.maximum(b, p0) + windows * thinning, hi, val)
+    val = steps(b + windows * thinning, hi, val)  # b >= p0 (b rounds p0 - start up)
     return val, collection, since
 
 
