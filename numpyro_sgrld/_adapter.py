@@ -67,6 +67,7 @@ from numpyro_sgrld.subsample import (
     check_batching,
     draw_indices,
     full_batch,
+    full_batch_opaque,
     init_batching,
     placeholder_plates,
     trace_model,
@@ -587,7 +588,7 @@ class SGMCMC(MCMCKernel):
         # NumPy arrays in the model arguments become JAX arrays, so that the model can index
         # them with the (traced) minibatch indices, e.g. ``X[idx]``.
         args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
-        full = minibatch_potential(full_batch(self._prepared_model), args, kwargs)
+        full = minibatch_potential(full_batch_opaque(self._prepared_model), args, kwargs)
         return Target(
             minibatch_potential_with_aux(self._prepared_model, args, kwargs),
             lambda z: full(z, {}),

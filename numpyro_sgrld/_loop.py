@@ -54,21 +54,13 @@ _MAX_LOOPS = 32
 _loops = OrderedDict()
 
 
-def _is_kept(i, start, thinning):
-    """Whether step ``i`` is the last of a thinning window, i.e. recorded: ``i >= start`` and
-    ``(i - start) % thinning == thinning - 1``."""
-    offset = i - start
-    return (offset >= 0) & (offset % thinning == thinning - 1)
-
-
 def _record(transform, collection, val, k, since):
+    """``collection`` with draw ``k`` set to ``transform`` of ``val``; an index past the end
+    (the segments that keep nothing) is dropped, so the write needs no branch."""
     if not all(buf.shape[0] for buf in jax.tree.leaves(collection)):
         return collection  # a collection of size 0: nothing is kept
-    return jax.tree.map(lambda buf, x: buf.at[k].set(x), collection, transform(_window(val, since)))
-
-
-def _skip(collection, val, k, since):
-    return collection
+    return jax.tree.map(lambda buf, x: buf.at[k].set(x, mode="drop"), collection,
+                        transform(_window(val, since)))
 
 
 def _plain_tuple(val):
@@ -110,57 +102,52 @@ def _window(val, since):
 
 
 def _sample_loop(body_fun, transform, lo, hi, val, collection, start, thinning, since):
-    """Steps ``lo .. hi - 1`` of ``body_fun``; the kept ones transformed into ``collection``
-    (the transform runs once per kept draw). ``since`` is the rejection count at the previous
-    record (or ``None`` for states without one).
+    """Steps ``lo .. hi - 1`` of ``body_fun``; the kept ones transformed into ``collection``.
+    ``since`` is the rejection count at the previous record (or ``None`` for states without
+    one).
 
-    No branch inside a loop over steps: the steps run in phases whose bounds are arithmetic on
-    the (traced) arguments, and the per-step loop body is ``body_fun`` alone (a ``conditional``
-    there costs a device-to-host synchronisation per step on a GPU):
+    The steps fall into segments whose bounds are arithmetic on the (traced) arguments:
 
-    1. steps before ``start`` (not kept);
-    2. the head: up to the end of the thinning window the chunk starts in, kept at its last
-       step if that is in the chunk (one ``lax.cond`` per call, outside the step loops);
-    3. whole windows: an outer loop over kept draws around an inner loop of ``thinning`` steps,
-       each window's last state written unconditionally;
-    4. the tail: the steps of a window the chunk ends inside (not kept).
+    1. the steps before ``start`` (nothing kept);
+    2. the head, up to the end of the thinning window the chunk starts in (kept at its last
+       step if that is in the chunk);
+    3. whole windows of ``thinning`` steps, each kept at its last step;
+    4. the tail, the steps of a window the chunk ends inside (nothing kept).
+
+    One loop over the segments runs an inner loop over each segment's steps and then writes
+    the segment's last state at its draw index; a segment that keeps nothing writes past the
+    end of the buffers, which drops the write. So ``body_fun`` is traced once, and the loop
+    over steps has ``body_fun`` alone as its body: no ``conditional`` there (on a GPU one
+    costs a device-to-host synchronisation per step).
     """
-    record = partial(_record, transform)
     counts = since is not None
-
-    def steps(a, b, val):
-        return lax.fori_loop(a, b, lambda i, v: body_fun(v), val)
-
-    # 1. before start
+    size = jax.tree.leaves(collection)[0].shape[0] if jax.tree.leaves(collection) else 0
     p0 = jnp.clip(start, lo, hi)
-    val = steps(lo, p0, val)
-    if counts:
-        since = jnp.where(p0 > lo, _rejections(val), since)
-    # 2. the head, to the first window boundary b >= p0 (start + a multiple of thinning)
-    b = start + (p0 - start + thinning - 1) // thinning * thinning
-    head_end = jnp.minimum(b, hi)
-    val = steps(p0, head_end, val)
-    kept = (b > p0) & (b <= hi)
-    # one branch per call, outside the step loops: the transform (a full-data replay for a
-    # model with deterministic sites) runs only for a kept draw
-    collection = lax.cond(kept, record, _skip, collection, val, (b - start) // thinning - 1,
-                          since)
-    if counts:
-        since = jnp.where(kept, _rejections(val), since)
-    # 3. whole windows from b
+    b = start + (p0 - start + thinning - 1) // thinning * thinning  # first boundary >= p0
+    head_kept = (b > p0) & (b <= hi)
     windows = jnp.maximum(hi - b, 0) // thinning
-    first = (b - start) // thinning
+    first = (b - start) // thinning  # the first whole window's draw index
+    tail = b + windows * thinning
+    last = windows + 2  # segment index of the tail
 
-    def window(w, carry):
+    def segment(s, carry):
         val, collection, since = carry
-        val = steps(0, thinning, val)
-        collection = record(collection, val, first + w, since)
-        return val, collection, _rejections(val) if counts else since
+        pre, head, end = s == 0, s == 1, s == last
+        a = jnp.where(pre, lo, jnp.where(head, p0, jnp.where(end, tail, b + (s - 2) * thinning)))
+        e = jnp.where(pre, p0, jnp.where(head, jnp.minimum(b, hi),
+                                         jnp.where(end, hi, b + (s - 1) * thinning)))
+        keep = jnp.where(pre | end, False, jnp.where(head, head_kept, True))
+        k = jnp.where(keep, jnp.where(head, first - 1, first + s - 2), size)
+        val = lax.fori_loop(a, e, lambda i, v: body_fun(v), val)
+        collection = _record(transform, collection, val, k, since)
+        if counts:
+            since = jnp.where(keep | (pre & (p0 > lo)), _rejections(val), since)
+        return val, collection, since
 
-    val, collection, since = lax.fori_loop(0, windows, window, (val, collection, since))
-    # 4. the tail
-    val = steps(b + windows * thinning, hi, val)  # b >= p0 (b rounds p0 - start up)
-    return val, collection, since
+    # empty segments are left out: each segment runs the transform once
+    s_lo = jnp.where(p0 > lo, 0, jnp.where(p0 < jnp.minimum(b, hi), 1, 2))
+    s_hi = jnp.where(tail < hi, last + 1, last)
+    return lax.fori_loop(s_lo, s_hi, segment, (val, collection, since))
 
 
 def _compiled(body_fun, transform, traced=False):

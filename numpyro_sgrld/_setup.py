@@ -17,7 +17,7 @@ from numpyro.distributions.transforms import biject_to
 from numpyro.infer.util import find_valid_initial_params
 from numpyro.util import not_jax_tracer
 
-from numpyro_sgrld.subsample import full_batch, seeded
+from numpyro_sgrld.subsample import full_batch_opaque, seeded
 
 __all__ = [
     "ModelSetupError",
@@ -256,7 +256,7 @@ def observed_ok_fn(model):
     site on the **full** data at the unconstrained position ``z``: ``ok`` marks the data points
     whose log-density is finite and whose observed value lies in the support (masked-out
     points count as ok), ``value_ok`` those whose observed value itself is finite."""
-    whole = full_batch(model)
+    whole = full_batch_opaque(model)
 
     def fn(z, args, kwargs):
         # one pass: each latent site takes its constrained value as the model runs

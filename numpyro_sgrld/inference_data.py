@@ -10,6 +10,7 @@ what they are.
 import hashlib
 import inspect
 import json
+import time
 from functools import partial
 from pathlib import Path
 
@@ -31,6 +32,8 @@ __all__ = [
     "pointwise_log_likelihood",
     "observed_data",
     "reference_posterior",
+    "reference_file",
+    "reference_seconds",
     "add_reference",
     "REFERENCE_GROUP",
     "SG_EXTRA_FIELDS",
@@ -341,6 +344,25 @@ def reference_key(model, *model_args, **settings):
     return h.hexdigest()[:20]
 
 
+def reference_file(model, *model_args, num_samples=2000, num_warmup=1000, num_chains=4,
+                   seed=0, folder=None, **model_kwargs):
+    """The cache file of :func:`reference_posterior` with these arguments (it exists once the
+    reference has been computed)."""
+    settings = dict(num_samples=num_samples, num_warmup=num_warmup, num_chains=num_chains,
+                    seed=seed, model_kwargs=model_kwargs)
+    folder = Path(folder) if folder is not None else cache_dir() / "reference"
+    return folder / f"reference-{reference_key(model, *model_args, **settings)}.nc"
+
+
+def reference_seconds(idata):
+    """The wall time the reference run took when it was computed (``nan`` if not recorded)."""
+    try:
+        attrs = _arviz.dataset(idata, "posterior").attrs
+        return float(json.loads(attrs["reference"]).get("seconds", float("nan")))
+    except (KeyError, TypeError, ValueError):
+        return float("nan")
+
+
 def reference_posterior(
     model,
     *model_args,
@@ -371,10 +393,10 @@ def reference_posterior(
         seed=seed,
         model_kwargs=model_kwargs,
     )
-    folder = Path(folder) if folder is not None else cache_dir() / "reference"
-    path = folder / f"reference-{reference_key(model, *model_args, **settings)}.nc"
+    path = reference_file(model, *model_args, folder=folder, **settings)
     if path.exists() and not refresh:
         return load_netcdf(path)
+    start = time.perf_counter()
     method = "parallel" if jax.local_device_count() >= num_chains else "sequential"
     mcmc = MCMC(
         NUTS(full_batch(model)),
@@ -395,9 +417,10 @@ def reference_posterior(
         {
             "sampler": "NUTS(full_batch(model))",
             **{k: v for k, v in settings.items() if k != "model_kwargs"},
+            "seconds": time.perf_counter() - start,
         }
     )
-    folder.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.nc")
     save_netcdf(idata, tmp)
     tmp.replace(path)

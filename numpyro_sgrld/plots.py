@@ -15,6 +15,9 @@ __all__ = [
     "plot_dist_against_reference",
     "plot_rank_against_reference",
     "plot_reliability",
+    "plot_errors",
+    "plot_trace_rank",
+    "plot_time_to_accuracy",
 ]
 
 
@@ -68,17 +71,31 @@ def plot_marginals(draws, reference, params=None, max_params=12, ncols=4, path=N
         pad = 0.5 * (hi - lo) + 1e-12
         grid = np.linspace(lo - pad, hi + pad, 200)
         ax.fill_between(grid, 0, _kde(r, grid), color="0.8", label="reference")
-        for name, run in runs.items():
+        for (name, run), color in zip(runs.items(), _colors(len(runs))):
             if label in run:
-                _density(ax, run[label], grid, label=name, lw=1.2)
+                _density(ax, run[label], grid, label=name, lw=1.2, color=color)
         ax.set_title(label, fontsize=9)
-        ax.set_yticks([])
+        ax.tick_params(labelsize=7)
+    for row in axes:
+        row[0].set_ylabel("density", fontsize=8)
     for ax in axes.ravel()[len(params) :]:
         ax.axis("off")
     handles, labels = axes.ravel()[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=8)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    ncol = min(len(labels), 4)
+    fig.tight_layout()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=ncol,
+               fontsize=8, frameon=False)
     return _finish(fig, path)
+
+
+def _colors(n):
+    """``n`` distinct colours (tab10, then tab20's lighter ones)."""
+    import matplotlib
+
+    base = list(matplotlib.colormaps["tab10"].colors)
+    extra = list(matplotlib.colormaps["tab20"].colors)[1::2]
+    return (base + extra)[:n] if n <= 20 else [matplotlib.colormaps["hsv"](i / n)
+                                               for i in range(n)]
 
 
 def _kde(x, grid):
@@ -303,3 +320,91 @@ def plot_reliability(probs, labels, num_bins=10, ax=None, title=None, path=None)
     if title:
         ax.set_title(title, fontsize=10)
     return _finish(fig if fig is not None else ax.figure, path)
+
+
+def plot_errors(tables, mean_tol=0.15, sd_band=(0.87, 1.15), path=None):
+    """Every parameter's error against the reference, one row per sampler: the standardised
+    mean error (left) and the sd ratio (right), each parameter a dot with its ±2 standard
+    error bar, the accuracy band shaded. ``tables``: ``{name: compare_to_reference table}``
+    (columns ``std_mean_error``, ``std_mean_error_se``, ``sd_ratio``, ``mcse_sd``,
+    ``ref_mcse_sd``, ``ref_sd``)."""
+    plt = _pyplot()
+    names = list(tables)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 0.42 * len(names) + 1.4), sharey=True)
+    rng = np.random.default_rng(0)
+    for row, name in enumerate(names):
+        t = tables[name]
+        jitter = rng.uniform(-0.25, 0.25, len(t))
+        sd_se = np.hypot(t["mcse_sd"], t["ref_mcse_sd"]) / t["ref_sd"]
+        for ax, value, se in ((axes[0], t["std_mean_error"], t["std_mean_error_se"]),
+                              (axes[1], t["sd_ratio"], sd_se)):
+            ax.errorbar(np.asarray(value), row + jitter, xerr=2 * np.asarray(se), fmt="o",
+                        ms=2.5, lw=0.6, color="C0", alpha=0.8)
+    axes[0].axvspan(-mean_tol, mean_tol, color="0.9", zorder=0)
+    axes[0].axvline(0, color="k", lw=0.6)
+    axes[1].axvspan(*sd_band, color="0.9", zorder=0)
+    axes[1].axvline(1, color="k", lw=0.6)
+    axes[0].set_xlabel("(mean − reference mean) / reference sd", fontsize=9)
+    axes[1].set_xlabel("sd / reference sd", fontsize=9)
+    axes[0].set_yticks(range(len(names)), names, fontsize=8)
+    axes[0].invert_yaxis()
+    for ax in axes:
+        ax.tick_params(labelsize=8)
+        ax.grid(axis="x", lw=0.3)
+    fig.suptitle("Each dot a parameter (±2 standard errors); shaded: accurate", fontsize=9)
+    fig.tight_layout()
+    return _finish(fig, path)
+
+
+def plot_trace_rank(draws, params=None, max_params=4, title=None, path=None):
+    """Trace (left) and rank histogram per chain (right), one row per scalar parameter:
+    ``params`` (labels such as ``"w[3]"``; default the first ``max_params``). Chains that
+    sample the same law have flat rank histograms."""
+    plt = _pyplot()
+    chains = scalar_draws(draws, group_by_chain=not isinstance(draws, dict))
+    params = list(params) if params is not None else list(chains)[:max_params]
+    fig, axes = plt.subplots(len(params), 2, figsize=(9, 1.7 * len(params) + 0.5),
+                             squeeze=False, gridspec_kw={"width_ratios": (3, 1)})
+    for (ax_t, ax_r), label in zip(axes, params):
+        x = np.asarray(chains[label], np.float64)
+        x = x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1)
+        ranks = np.argsort(np.argsort(x.ravel())).reshape(x.shape)
+        bins = np.linspace(0, x.size, 21)
+        for c, color in zip(range(x.shape[0]), _colors(x.shape[0])):
+            ax_t.plot(x[c], lw=0.4, color=color, alpha=0.8)
+            ax_r.hist(ranks[c], bins=bins, histtype="step", color=color, lw=1.0)
+        ax_r.axhline(x.shape[1] / 20, color="k", lw=0.6, ls="--")
+        ax_t.set_ylabel(label, fontsize=8)
+        ax_t.tick_params(labelsize=7)
+        ax_r.tick_params(labelsize=7)
+        ax_r.set_yticks([])
+    axes[-1][0].set_xlabel("draw", fontsize=8)
+    axes[-1][1].set_xlabel("rank (all chains)", fontsize=8)
+    axes[0][0].set_title("trace, one colour per chain", fontsize=9)
+    axes[0][1].set_title("rank histogram per chain", fontsize=9)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return _finish(fig, path)
+
+
+def plot_time_to_accuracy(results, path=None):
+    """Seconds to the stated accuracy per method (horizontal bars); a method stopped at its
+    time cap before reaching it is drawn hatched, labelled with the time it ran ("> t s")."""
+    plt = _pyplot()
+    results = sorted(results, key=lambda r: (not r.reached, r.seconds_to_target))
+    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(results) + 1.2))
+    for row, r in enumerate(results):
+        ax.barh(row, r.seconds_to_target, color="C2" if r.reached else "0.85",
+                hatch=None if r.reached else "//", edgecolor="k", lw=0.5)
+        text = f"{r.seconds_to_target:.0f} s" if r.reached else \
+            f"> {r.seconds_to_target:.0f} s (not reached)"
+        ax.text(r.seconds_to_target, row, "  " + text, va="center", fontsize=8)
+    ax.set_yticks(range(len(results)), [r.method for r in results], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("wall time to the stated accuracy (s), compilation and warm-up included",
+                  fontsize=8)
+    ax.set_xlim(0, 1.45 * max(r.seconds_to_target for r in results))
+    ax.tick_params(labelsize=8)
+    fig.tight_layout()
+    return _finish(fig, path)

@@ -25,7 +25,15 @@ BATCHING_CHOICES = ("replacement", "epoch")
 
 
 class _FullBatch(Messenger):
-    """Handler that turns every subsample plate into a plate over all its data."""
+    """Handler that turns every subsample plate into a plate over all its data. With
+    ``opaque``, the indices ``arange(N)`` pass through ``lax.optimization_barrier``: where the
+    data are constants of the compiled program (NumPyro's ``MCMC`` closes over the model's
+    arguments), XLA would otherwise evaluate ``X[arange(N)]`` while compiling, which for a
+    large data set costs seconds per copy of the model in the program."""
+
+    def __init__(self, fn=None, opaque=False):
+        self.opaque = opaque
+        super().__init__(fn)
 
     def __call__(self, *args, **kwargs):
         # NumPy arrays cannot be indexed by the (traced, under jit) full index set: hand the
@@ -37,7 +45,8 @@ class _FullBatch(Messenger):
         if msg["type"] == "plate" and msg.get("value") is None:
             size = msg["args"][0]
             msg["args"] = (size, None)
-            msg["value"] = jnp.arange(size)
+            idx = jnp.arange(size)
+            msg["value"] = jax.lax.optimization_barrier(idx) if self.opaque else idx
 
 
 def as_jax_array(x):
@@ -60,6 +69,12 @@ def full_batch(model):
     arrays among the model's arguments are passed to it as JAX arrays.
     """
     return _FullBatch(model)
+
+
+def full_batch_opaque(model):
+    """:func:`full_batch` for the kernels' own full-data evaluations (rare, inside a compiled
+    step): the indices are opaque to XLA's constant folding (see ``_FullBatch``)."""
+    return _FullBatch(model, opaque=True)
 
 
 class SubsamplePlate(NamedTuple):

@@ -326,9 +326,13 @@ def _compare(tmp_path, monkeypatch, *options):
     )
     report = (out / "report.md").read_text()
     assert "| SGLD |" in report and "| PSGLD |" in report and "marginals.png" in report
-    # errors with their standard errors, resolution and convergence in the table and the text
-    assert "| ± se |" in report and "| resolved |" in report and "| converged |" in report
-    assert "- SGLD: " in report and "continued until the smallest bulk ESS reached 200" in report
+    # the verdict first; errors with their standard errors, accuracy and convergence
+    assert report.split("\n")[2].startswith("**Verdict.** On German credit") or \
+        report.split("\n")[2].startswith("**Verdict.** On ")
+    assert "the most accurate SG kernel is **" in report.split("\n")[2]
+    assert "| ± se |" in report and "| off beyond noise |" in report
+    assert "| converged |" in report and "| accurate |" in report
+    assert "continued until the smallest bulk ESS reached 200" in report
     assert "largest split R-hat was at most 1.01" in report
     # a run of 300 steps, continued at most to 1500: SGLD's steps per chain are in the text
     steps = int(report.split("steps per chain: SGLD ")[1].split(",")[0])
@@ -352,25 +356,33 @@ def test_sgrld_compare_writes_a_report(tmp_path, monkeypatch):
     """The report on the small regression without the bias curves and the Γ panel (each a
     set of further compiled runs); the full report is the slow test below."""
     out, report = _compare(
-        tmp_path, monkeypatch, "--model", "linear_regression", "--bias-kernels",
-        "--no-gamma-panel", "--step-size", "PSGLD=1e-6",
+        tmp_path, monkeypatch, "--model", "linear_regression", "--no-large",
+        "--step-size", "PSGLD=1e-6",
     )
     assert "## The Γ bias, visible and removed" not in report
     # SGLD chose its step during the burn-in, PSGLD's was given: the text says which
     steps = report.split("step sizes ")[1]
     assert "SGLD " in steps and "(adapted)" in steps.split("PSGLD")[0]
     assert "PSGLD 1e-06 (" in steps and "| step size |" in report
-    _assert_images(out, ("marginals", "trace_SGLD", "trace_PSGLD", "rank_reference"))
+    _assert_images(out, ("errors", "marginals", "trace_SGLD", "trace_PSGLD",
+                         "trace_reference"))
+    assert "## Where SG-MCMC wins" not in report
 
 
 @pytest.mark.slow
 def test_sgrld_compare_writes_the_full_report(tmp_path, monkeypatch):
-    out, report = _compare(tmp_path, monkeypatch)
+    """Every section: the bias curves, the Γ panel, and the time-to-accuracy race (on a
+    small data set here: the default's million rows take minutes)."""
+    out, report = _compare(tmp_path, monkeypatch, "--bias-kernels", "SGLD", "PSGLD",
+                           "--gamma-panel", "--large-rows", "20000", "--large-kernels", "SGLD")
     # the Γ panel: pSGLD with and without Γ on the 1-D target, sds with standard errors
     assert "## The Γ bias, visible and removed" in report and "| PSGLD+Γ | " in report
-    _assert_images(
-        out, ("marginals", "bias", "gamma", "trace_SGLD", "trace_PSGLD", "rank_reference")
-    )
+    assert "## Where SG-MCMC wins" in report and "reached it first" in report.split("\n")[2]
+    csv = (out / "time_to_accuracy.csv").read_text().splitlines()
+    assert csv[0].startswith("method,seconds_to_target,reached")
+    assert [line.split(",")[0] for line in csv[1:]] == ["SGLD", "NUTS", "HMCECS", "MALA"]
+    _assert_images(out, ("errors", "marginals", "bias", "gamma", "trace_SGLD", "trace_PSGLD",
+                         "time_to_accuracy"))
 
 
 @pytest.mark.parametrize(
@@ -379,7 +391,8 @@ def test_sgrld_compare_writes_the_full_report(tmp_path, monkeypatch):
         (["--step-size", "SGLD=0"], "STEP > 0"),
         (["--step-size", "FOO=1e-3"], "unknown kernel"),
         (["--num-steps", "0"], "num_steps"),
-        (["--kernels", "NUTS"], "invalid choice"),
+        (["--kernels", "NUTS"], "Unknown kernels"),
+        (["--large-kernels", "NUTS"], "--large-kernels: unknown"),
     ],
 )
 def test_sgrld_compare_rejects_bad_options(argv, message, capsys):

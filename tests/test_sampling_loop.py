@@ -267,16 +267,19 @@ def _computations(hlo):
 @pytest.mark.parametrize("kernel_cls", [numpyro_sgrld.SGLD] + [
     pytest.param(k, marks=pytest.mark.slow) for k in (SGHMC, PSGLD)])
 def test_no_branch_inside_the_loop_over_steps(kernel_cls):
-    """The optimized HLO (XLA:CPU) of the compiled sampling loop at a fixed step: every
-    ``conditional`` is in the entry computation (the head's one record per call), none inside a
-    while loop's body or anything it calls: on a GPU a ``conditional`` in the step loop reads
-    its predicate on the host at every step. The same program with a ``lax.cond`` per step
-    (the loop before) is told apart."""
+    """The optimized HLO (XLA:CPU) of the compiled sampling loop at a fixed step has no
+    ``conditional`` inside a while loop's body or anything it calls: on a GPU a
+    ``conditional`` in the step loop reads its predicate on the host at every step. The same
+    program with a ``lax.cond`` per step is told apart. The step is traced once (compile time
+    grows with every copy of it in the program)."""
     X, y = _data()
     kernel = kernel_cls(model, step_size=1e-3)
     state = kernel.init(random.PRNGKey(0), 0, None, (X, y), {})
 
+    traced = []
+
     def body(s):
+        traced.append(1)
         return kernel.sample(s, (X, y), {})
 
     def transform(s):
@@ -292,14 +295,16 @@ def test_no_branch_inside_the_loop_over_steps(kernel_cls):
         return [n for n, text in blocks.items() if n != entry and " conditional(" in text]
 
     assert inside_loops(_loop._sample_loop) == []
+    assert len(traced) == 1
 
     def per_step_branch(body, transform, lo, hi, val, collection, start, thinning, since):
         def step(i, carry):
             val, collection = carry
             val = body(val)
-            kept = _loop._is_kept(i, start, thinning)
-            return val, jax.lax.cond(kept, partial(_loop._record, transform), _loop._skip,
-                                     collection, val, (i - start) // thinning, since)
+            kept = (i >= start) & ((i - start) % thinning == thinning - 1)
+            return val, jax.lax.cond(kept, partial(_loop._record, transform),
+                                     lambda c, *_: c, collection, val,
+                                     (i - start) // thinning, since)
 
         return jax.lax.fori_loop(lo, hi, step, (val, collection))
 

@@ -1,0 +1,529 @@
+r"""Time to a stated accuracy on a large data set: the SG kernels on minibatches against NUTS,
+MALA and HMCECS, the exact and the subsampling methods NumPyro users know
+(``sgrld``'s second problem).
+
+**The problem.** Bayesian logistic regression
+(:func:`numpyro_sgrld.models.logistic_regression.model`, :math:`w \sim \mathcal N(0, I)`) on
+synthetic data: :math:`x_i \sim \mathcal N(0, I_d)`, a true :math:`w^\star \sim
+\mathcal N(0, I/d)`, :math:`y_i \sim \mathrm{Bernoulli}(\sigma(x_i^\top w^\star))`
+(:func:`logistic_data`, a million rows by default).
+
+**The accuracy.** A method has reached the target when, over all its draws so far, every
+coordinate's mean is within ``MEAN_TOL`` = 0.1 reference sd of the reference mean and every
+sd ratio is in ``SD_BAND`` = [0.9, 1.1] (:func:`accuracy`).
+
+**The reference** (:func:`laplace_reference`): importance sampling from the Laplace
+approximation. Newton's method finds the mode :math:`\hat w` and the Hessian :math:`H` of the
+full-data potential; :math:`S` draws :math:`w_s \sim \mathcal N(\hat w, H^{-1})` are weighted
+by :math:`p(w_s\mid y)/q(w_s)`. Self-normalised importance sampling is consistent for any
+proposal whose tails cover the target's; its reliability is read off the Pareto shape
+:math:`\hat k` of the largest weights (Vehtari, Simpson, Gelman, Yao & Gabry 2024, "Pareto
+smoothed importance sampling": reliable for :math:`\hat k < 0.7`) and its precision off the
+weights' effective sample size. The moments' standard errors are the delta-method ones of the
+ratio estimator. The result is cached on disk (:func:`numpyro_sgrld._cache.cache_dir`).
+
+**The measurement** (:func:`race`). Each method runs in chunks on one ``MCMC`` object (the
+first chunk includes warm-up), continuing from its last state; after each chunk the accuracy of
+all its draws so far is checked, off the clock. The time to the target is the wall time of the
+chunks up to the first one after which the target holds: tracing, compilation, the
+initialisation (for HMCECS its MAP search and Taylor proxy), warm-up and sampling all count.
+A method that has not reached the target when its time cap runs out is reported with the time
+it ran and ``reached = False``.
+"""
+
+import hashlib
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from numpyro_sgrld._cache import cache_dir
+
+__all__ = [
+    "MEAN_TOL",
+    "SD_BAND",
+    "Reference",
+    "RaceResult",
+    "logistic_data",
+    "laplace_reference",
+    "pareto_khat",
+    "accuracy",
+    "race",
+]
+
+#: The stated accuracy: every mean within this many reference sds of the reference mean ...
+MEAN_TOL = 0.1
+#: ... and every sd ratio (draws' sd over the reference's) inside this band.
+SD_BAND = (0.9, 1.1)
+
+
+class Reference(NamedTuple):
+    """Per-coordinate posterior mean and sd with their Monte Carlo standard errors, how they
+    were obtained, and what they cost."""
+
+    mean: np.ndarray
+    sd: np.ndarray
+    mean_se: np.ndarray
+    sd_se: np.ndarray
+    khat: float  # Pareto shape of the importance weights' tail
+    ess: float  # effective sample size of the weights
+    num_draws: int
+    seconds: float  # the computation's wall time (also when read from the cache)
+    cached: bool  # whether this call read it from the cache
+
+
+class RaceResult(NamedTuple):
+    """One method's race: the time to the target (the time it ran, if not reached)."""
+
+    method: str
+    seconds_to_target: float
+    reached: bool
+    seconds_run: float
+    draws: int
+    max_mean_error: float  # over all draws at the end, in reference sds
+    worst_sd_ratio: float  # the sd ratio farthest from 1 at the end
+    note: str = ""
+
+
+def logistic_data(num_data=1_000_000, num_features=20, seed=0):
+    r"""Synthetic logistic-regression data ``(X, y)``: ``X`` (N, d) float32 with standard
+    normal entries, ``y`` (N,) int32 Bernoulli with logits :math:`X w^\star`, :math:`w^\star
+    \sim \mathcal N(0, I/d)` (NumPy's ``default_rng(seed)``)."""
+    if not (isinstance(num_data, int) and num_data >= 2):
+        raise ValueError(f"`num_data` must be an integer >= 2, got {num_data!r}.")
+    if not (isinstance(num_features, int) and num_features >= 1):
+        raise ValueError(f"`num_features` must be a positive integer, got {num_features!r}.")
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((num_data, num_features), dtype=np.float32)
+    w = rng.standard_normal(num_features) / np.sqrt(num_features)
+    logits = X @ w.astype(np.float32)
+    y = (rng.random(num_data) < 1.0 / (1.0 + np.exp(-logits))).astype(np.int32)
+    return jnp.asarray(X), jnp.asarray(y)
+
+
+def _signs(y):
+    return 2.0 * jnp.asarray(y, jnp.float32) - 1.0
+
+
+@jax.jit
+def _newton_terms(X, s, w):
+    """Gradient and Hessian of :math:`U(w) = -\\sum_i \\log\\sigma(s_i x_i^\\top w) +
+    |w|^2/2` (float32 products, summed in float32 blocks by XLA)."""
+    eta = X @ w
+    p = jax.nn.sigmoid(-s * eta)  # 1 - sigma(s eta)
+    grad = -(X.T @ (s * p)) + w
+    weight = p * (1.0 - p)
+    hess = (X * weight[:, None]).T @ X + jnp.eye(X.shape[1], dtype=X.dtype)
+    return grad, hess
+
+
+def _mode(X, s, max_iter=50):
+    """Newton's method on the full-data potential (float64 solves of float32 sums)."""
+    w = np.zeros(X.shape[1])
+    for _ in range(max_iter):
+        grad, hess = (np.asarray(a, np.float64) for a in _newton_terms(X, s, jnp.asarray(w,
+                                                                        jnp.float32)))
+        step = np.linalg.solve(hess, grad)
+        w = w - step
+        if np.max(np.abs(step) * np.sqrt(np.diag(hess))) < 1e-4:
+            break
+    grad, hess = (np.asarray(a, np.float64) for a in _newton_terms(X, s, jnp.asarray(
+        w, jnp.float32)))
+    return w, hess
+
+
+def _log_lik_change(X, s, mode, draws, block=65536):
+    r""":math:`\log p(y\mid w_s) - \log p(y\mid\hat w)` for every draw, summed over blocks of
+    rows: each term :math:`\log\sigma(s_i x_i^\top w_s) - \log\sigma(s_i x_i^\top\hat w)` is
+    small, so float32 sums lose little."""
+    n = X.shape[0]
+    pad = (-n) % block
+    Xp = jnp.pad(X, ((0, pad), (0, 0)))
+    sp = jnp.pad(s, (0, pad))  # padded rows have s = 0: log σ(0) - log σ(0) = 0
+    W = jnp.asarray(draws, jnp.float32).T
+    m = jnp.asarray(mode, jnp.float32)
+
+    @jax.jit
+    def total(Xp, sp, W, m):
+        def one(carry, xs):
+            Xb, sb = xs
+            eta = sb[:, None] * (Xb @ W)
+            eta0 = (sb * (Xb @ m))[:, None]
+            return carry + jnp.sum(jax.nn.log_sigmoid(eta) - jax.nn.log_sigmoid(eta0), 0), None
+
+        blocks = (Xp.reshape(-1, block, Xp.shape[1]), sp.reshape(-1, block))
+        return jax.lax.scan(one, jnp.zeros(W.shape[1], jnp.float32), blocks)[0]
+
+    return np.asarray(total(Xp, sp, W, m), np.float64)
+
+
+def pareto_khat(log_weights):
+    r"""The shape :math:`\hat k` of a generalised Pareto distribution fitted to the largest
+    importance weights (:math:`M = \min(S/5, 3\sqrt S)` of them, above the next largest), by
+    Zhang & Stephens's (2009) estimator with Vehtari et al.'s (2024) weak prior towards 0.5.
+    :math:`\hat k < 0.7`: the self-normalised estimates are reliable."""
+    lw = np.sort(np.asarray(log_weights, np.float64))
+    S = len(lw)
+    M = int(min(0.2 * S, 3 * np.sqrt(S)))
+    if M < 5:
+        return float("nan")
+    x = np.exp(lw[-M:] - lw[-M - 1]) - 1.0  # exceedances over the cutoff, relative
+    x = np.sort(x)
+    n = len(x)
+    m = 30 + int(np.sqrt(n))
+    b = 1.0 - np.sqrt(m / (np.arange(1, m + 1) - 0.5))
+    b = b / (3.0 * x[int(n / 4 + 0.5) - 1]) + 1.0 / x[-1]
+    k = np.log1p(-b[:, None] * x).mean(axis=1)
+    log_lik = n * (np.log(-b / k) - k - 1.0)
+    weights = 1.0 / np.exp(log_lik - log_lik[:, None]).sum(axis=1)
+    b_post = np.sum(b * weights)
+    k_post = np.log1p(-b_post * x).mean()
+    return float((n * k_post + 10 * 0.5) / (n + 10))
+
+
+def _reference_path(X, y, num_draws, seed, folder):
+    h = hashlib.sha256()
+    h.update(np.asarray(X.shape).tobytes())
+    h.update(np.asarray(X[:: max(1, X.shape[0] // 1000)]).tobytes())
+    h.update(np.asarray(y).tobytes())
+    h.update(f"laplace-is/{num_draws}/{seed}".encode())
+    folder = Path(folder) if folder is not None else cache_dir() / "reference"
+    return folder / f"laplace-is-{h.hexdigest()[:20]}.npz"
+
+
+def laplace_reference(X, y, num_draws=4000, seed=0, folder=None, refresh=False):
+    """The reference posterior moments of the logistic regression (module docstring):
+    importance sampling from the Laplace approximation, cached as an ``.npz`` file."""
+    path = _reference_path(X, y, num_draws, seed, folder)
+    if path.exists() and not refresh:
+        f = np.load(path)
+        return Reference(f["mean"], f["sd"], f["mean_se"], f["sd_se"], float(f["khat"]),
+                         float(f["ess"]), int(f["num_draws"]), float(f["seconds"]), True)
+    start = time.perf_counter()
+    s = _signs(y)
+    mode, hess = _mode(X, s)
+    cov = np.linalg.inv(hess)
+    chol = np.linalg.cholesky(cov)
+    z = np.random.default_rng(seed).standard_normal((num_draws, len(mode)))
+    draws = mode + z @ chol.T
+    # log p(w) - log q(w), up to a constant: the likelihood's change from the mode, the
+    # prior's, and minus the Gaussian's
+    dw = draws - mode
+    log_w = (_log_lik_change(X, s, mode, draws)
+             - 0.5 * np.sum(draws**2, 1) + 0.5 * np.sum(mode**2)
+             + 0.5 * np.einsum("si,ij,sj->s", dw, hess, dw))
+    log_w -= log_w.max()
+    w = np.exp(log_w)
+    w /= w.sum()
+    mean = w @ draws
+    centred = draws - mean
+    var = w @ centred**2
+    sd = np.sqrt(var)
+    # delta-method standard errors of the ratio estimators
+    mean_se = np.sqrt(np.sum(w[:, None] ** 2 * centred**2, 0))
+    var_se = np.sqrt(np.sum(w[:, None] ** 2 * (centred**2 - var) ** 2, 0))
+    sd_se = var_se / (2 * sd)
+    ess = 1.0 / np.sum(w**2)
+    khat = pareto_khat(log_w)
+    seconds = time.perf_counter() - start
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, mean=mean, sd=sd, mean_se=mean_se, sd_se=sd_se, khat=khat, ess=ess,
+             num_draws=num_draws, seconds=seconds)
+    tmp.replace(path)
+    return Reference(mean, sd, mean_se, sd_se, khat, ess, num_draws, seconds, False)
+
+
+def accuracy(draws, reference):
+    """``(max |mean error| / sd, worst sd ratio, reached)`` of draws ``(n, d)`` against the
+    reference: the worst standardised mean error, the sd ratio farthest from 1, and whether
+    both are within the stated accuracy."""
+    x = np.asarray(draws, np.float64)
+    if x.shape[0] < 2:
+        return float("inf"), float("nan"), False
+    err = np.abs(x.mean(0) - reference.mean) / reference.sd
+    ratio = x.std(0, ddof=1) / reference.sd
+    worst = ratio[np.argmax(np.abs(ratio - 1))]
+    ok = bool(np.all(np.isfinite(err)) and err.max() <= MEAN_TOL
+              and SD_BAND[0] <= ratio.min() and ratio.max() <= SD_BAND[1])
+    return float(err.max()), float(worst), ok
+
+
+class Runner(NamedTuple):
+    """How to run a method in chunks: ``first(key)`` runs warm-up and the first chunk,
+    ``more()`` one more chunk; each returns its new draws ``(n, d)`` (host arrays, ready)."""
+
+    first: Callable[[Any], np.ndarray]
+    more: Callable[[], np.ndarray]
+
+
+def race(name, runner, reference, cap, key, log=print, log_every=10.0, note=""):
+    """Run ``runner`` chunk by chunk until the draws meet the stated accuracy or ``cap``
+    seconds of running are spent; returns a :class:`RaceResult`. A line goes to ``log`` at
+    least every ``log_every`` seconds of running (a chunk longer than that logs once)."""
+    draws, clock, last_log = [], 0.0, 0.0
+    err, worst, ok = float("inf"), float("nan"), False
+    while True:
+        start = time.perf_counter()
+        new = runner.first(key) if not draws else runner.more()
+        clock += time.perf_counter() - start
+        draws.append(np.asarray(new, np.float64).reshape(len(new), -1))
+        allx = np.concatenate(draws)
+        err, worst, ok = accuracy(allx, reference)
+        if ok or clock >= cap or clock - last_log >= log_every:
+            status = "target reached" if ok else ("time cap" if clock >= cap else "running")
+            log(f"  {name}: {clock:6.1f} s, {len(allx):>7,} draws, max |mean error| "
+                f"{err:.3f} sd, worst sd ratio {worst:.3f} ({status})")
+            last_log = clock
+        if ok or clock >= cap:
+            break
+    return RaceResult(name, clock, ok, clock, len(allx), err, worst, note)
+
+
+def mcmc_runner(kernel, model_args, num_warmup, chunk, thinning=1, num_chains=1, site="w"):
+    """A :class:`Runner` over one ``MCMC`` object: warm-up and ``chunk`` steps (every
+    ``thinning``-th kept), then ``chunk`` more per call, continuing from the last state.
+    The data are passed to the compiled programs as arguments (``jit_model_args=True``), as
+    for every method raced here: as constants of the program they would be copied into it at
+    compile time, which costs seconds at a million rows."""
+    from numpyro.infer import MCMC
+
+    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=chunk, thinning=thinning,
+                num_chains=num_chains, chain_method="vectorized", progress_bar=False,
+                jit_model_args=True)
+
+    def draws():
+        return np.asarray(jax.block_until_ready(mcmc.get_samples()[site]))
+
+    def first(key):
+        mcmc.run(key, *model_args)
+        return draws()
+
+    def more():
+        mcmc.post_warmup_state = mcmc.last_state
+        mcmc.run(mcmc.post_warmup_state.rng_key, *model_args)
+        return draws()
+
+    return Runner(first, more)
+
+
+def hmcecs_runner(model, model_args, num_warmup=500, chunk=100, num_blocks=100,
+                  map_steps=5000, seed=0):
+    """NumPyro's HMCECS (Dang et al. 2019) as its example uses it: NUTS within Gibbs over the
+    subsample indices (``num_blocks`` blocks), the log-likelihood estimated with the
+    second-order Taylor proxy around the MAP, which SVI with an ``AutoDelta`` guide finds
+    first (:func:`numpyro_sgrld.baselines.find_map`, ``map_steps`` minibatch steps): that
+    search is part of its time."""
+    from numpyro.infer import HMCECS, NUTS
+
+    from numpyro_sgrld.baselines import find_map
+
+    inner = {}
+
+    def first(key):
+        mode = find_map(model, model_args, num_steps=map_steps, seed=seed)
+        kernel = HMCECS(NUTS(model), num_blocks=num_blocks,
+                        proxy=HMCECS.taylor_proxy({k: jnp.asarray(v) for k, v in mode.items()}))
+        inner["runner"] = mcmc_runner(kernel, model_args, num_warmup, chunk)
+        return inner["runner"].first(key)
+
+    return Runner(first, lambda: inner["runner"].more())
+
+
+#: The SG kernels raced by default (the constant-preconditioner ones, exact up to the step's
+#: bias); any of ``compare.KERNELS`` may be given.
+SG_DEFAULT = ("SGLD", "SGHMC")
+#: The exact and subsampling baselines.
+BASELINE_METHODS = ("NUTS", "HMCECS", "MALA")
+
+
+class Setting(NamedTuple):
+    """The large problem and the methods' settings (all picklable: they cross processes)."""
+
+    num_data: int = 1_000_000
+    num_features: int = 20
+    seed: int = 0
+    batch: int = 100  # the SG kernels' minibatch
+    sg_warmup: int = 2000
+    sg_chunk: int = 5000  # steps per chunk (4 vectorised chains, every 10th kept)
+    exact_warmup: int = 500  # NUTS's, MALA's and HMCECS's warm-up
+    hmcecs_subsample: int = 1000
+
+
+def _runner(method, setting, X, y):
+    from numpyro.infer import NUTS
+
+    from numpyro_sgrld.baselines import lmc_kernel
+    from numpyro_sgrld.compare import KERNELS
+    from numpyro_sgrld.models import logistic_regression as lr
+    from numpyro_sgrld.subsample import full_batch
+
+    args = (X, y)
+    if method == "NUTS":
+        return mcmc_runner(NUTS(full_batch(lr.model)), args, setting.exact_warmup, 50)
+    if method == "MALA":
+        return mcmc_runner(lmc_kernel(lr.model), args, setting.exact_warmup, 500)
+    if method == "HMCECS":
+        from functools import partial
+
+        return hmcecs_runner(partial(lr.model, subsample_size=setting.hmcecs_subsample), args,
+                             num_warmup=setting.exact_warmup, seed=setting.seed)
+    from functools import partial
+
+    kernel = KERNELS[method](partial(lr.model, subsample_size=setting.batch))
+    return mcmc_runner(kernel, args, setting.sg_warmup, setting.sg_chunk, thinning=10,
+                       num_chains=4)
+
+
+def _child(method, setting, queue):
+    """A method's run in a process of its own, chunk after chunk until it is stopped:
+    ``("start",)``, then ``("chunk", seconds so far, draws)`` after each chunk (the clock runs
+    only inside the runner's calls), or ``("error", message)``."""
+    import warnings
+
+    warnings.simplefilter("ignore")  # the verdict's warnings: the parent judges the draws
+    try:
+        from numpyro_sgrld import enable_fast_sampling_loop
+
+        enable_fast_sampling_loop()
+        X, y = logistic_data(setting.num_data, setting.num_features, setting.seed)
+        runner = _runner(method, setting, X, y)
+        key = jax.random.PRNGKey(setting.seed + 1)
+        queue.put(("start",))
+        clock = 0.0
+        call = lambda: runner.first(key)  # noqa: E731
+        while True:
+            start = time.perf_counter()
+            draws = call()
+            clock += time.perf_counter() - start
+            queue.put(("chunk", clock, np.asarray(draws, np.float32)))
+            call = runner.more
+    except Exception as e:  # noqa: BLE001 — reported to the parent, which goes on
+        queue.put(("error", f"{type(e).__name__}: {e}"))
+
+
+def race_in_process(method, setting, reference, cap, log=print, log_every=10.0):
+    """:func:`race` for one method run in a child process (:func:`_child`), stopped when its
+    draws meet the stated accuracy or when ``cap`` seconds have passed since it started (a
+    chunk cannot be interrupted inside one process; a process can). A line goes to ``log`` at
+    least every ``log_every`` seconds."""
+    import multiprocessing as mp
+    import queue as queues
+
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_child, args=(method, setting, q), daemon=True)
+    proc.start()
+    draws, started, clock, last = [], None, 0.0, time.perf_counter()
+    err, worst, ok, note = float("inf"), float("nan"), False, ""
+    try:
+        while True:
+            try:
+                msg = q.get(timeout=1.0)
+            except queues.Empty:
+                msg = None
+                if not proc.is_alive():
+                    note = f"the process ended (exit code {proc.exitcode})"
+                    break
+            now = time.perf_counter()
+            if msg is not None and msg[0] == "start":
+                started = now
+            elif msg is not None and msg[0] == "error":
+                note = msg[1]
+                log(f"  {method}: failed: {note}")
+                break
+            elif msg is not None:
+                clock = msg[1]
+                draws.append(np.asarray(msg[2], np.float64).reshape(len(msg[2]), -1))
+                allx = np.concatenate(draws)
+                err, worst, ok = accuracy(allx, reference)
+            elapsed = clock if started is None else max(clock, now - started)
+            if ok or (started is not None and now - started >= cap) or now - last >= log_every:
+                n = sum(len(d) for d in draws)
+                state = ("target reached" if ok else "time cap" if started is not None
+                         and now - started >= cap else "compiling / warming up" if not n
+                         else "running")
+                tail = (f"{n:>7,} draws, max |mean error| {err:.3f} sd, worst sd ratio "
+                        f"{worst:.3f}" if n else "no draws yet")
+                log(f"  {method}: {elapsed:6.1f} s, {tail} ({state})")
+                last = now
+            if ok:
+                break
+            if started is not None and now - started >= cap:
+                clock = now - started
+                note = note or f"stopped at the time cap of {cap:.0f} s"
+                break
+    finally:
+        proc.terminate()
+        proc.join(5)
+    n = sum(len(d) for d in draws)
+    return RaceResult(method, clock, ok, clock, n, err, worst, note)
+
+
+class LargeRace(NamedTuple):
+    """The large problem's outcome: its setting, the reference, the results and the caps."""
+
+    setting: Setting
+    reference: Reference
+    results: list
+    sg_cap: float
+    exact_cap: float
+    mala_cap: float
+    speedup: float
+
+
+def run_large(setting=None, out=None, kernels=SG_DEFAULT, log=print, sg_cap=90.0, speedup=5.0,
+              mala_share=2.0):
+    """The race on the large problem (module docstring): the SG ``kernels`` first, each for
+    at most ``sg_cap`` seconds; then NUTS and HMCECS, each until it reaches the target or
+    ``speedup`` times the fastest SG kernel's time has passed (what it takes to tell whether
+    that kernel is ``speedup`` times faster), and MALA for at most ``mala_share`` times it.
+    Writes ``time_to_accuracy.csv`` (columns ``method``, ``seconds_to_target``,
+    ``reached``, ...) and ``time_to_accuracy.png`` into ``out``; returns a
+    :class:`LargeRace`."""
+    setting = Setting() if setting is None else setting
+    log(f"Data: {setting.num_data:,} rows x {setting.num_features} features (synthetic)")
+    X, y = logistic_data(setting.num_data, setting.num_features, setting.seed)
+    cached = _reference_path(X, y, 4000, setting.seed, None).exists()
+    log("Reference: importance sampling from the Laplace approximation "
+        + ("(cached: read from disk)" if cached else "(computing; cached for later runs)"))
+    ref = laplace_reference(X, y, seed=setting.seed)
+    log(f"Reference ready: {ref.num_draws} draws, Pareto k {ref.khat:.2f}, importance ESS "
+        f"{ref.ess:.0f}; it took {ref.seconds:.1f} s" + (" when computed" if cached else ""))
+    del X, y
+    results = []
+    for name in kernels:
+        log(f"{name} (minibatch {setting.batch}, 4 chains), at most {sg_cap:.0f} s")
+        results.append(race_in_process(name, setting, ref, sg_cap, log=log))
+    reached = [r.seconds_to_target for r in results if r.reached]
+    fastest = min(reached) if reached else sg_cap
+    exact_cap, mala_cap = speedup * fastest, mala_share * fastest
+    for name, cap in (("NUTS", exact_cap), ("HMCECS", exact_cap), ("MALA", mala_cap)):
+        data = (f"subsample {setting.hmcecs_subsample}" if name == "HMCECS" else "full data")
+        log(f"{name} ({data}, 1 chain), until the target or {cap:.0f} s")
+        results.append(race_in_process(name, setting, ref, cap, log=log))
+    race_result = LargeRace(setting, ref, results, sg_cap, exact_cap, mala_cap, speedup)
+    if out is not None:
+        write_csv(results, Path(out) / "time_to_accuracy.csv")
+        from numpyro_sgrld.plots import plot_time_to_accuracy
+
+        plot_time_to_accuracy(results, path=Path(out) / "time_to_accuracy.png")
+    return race_result
+
+
+def write_csv(results, path):
+    """The results as CSV: ``method, seconds_to_target, reached, seconds_run, draws,
+    max_mean_error, worst_sd_ratio, note``."""
+    import csv
+
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(RaceResult._fields)
+        for r in results:
+            writer.writerow([r.method, f"{r.seconds_to_target:.2f}", r.reached,
+                             f"{r.seconds_run:.2f}", r.draws, f"{r.max_mean_error:.4f}",
+                             f"{r.worst_sd_ratio:.4f}", r.note])
