@@ -328,8 +328,10 @@ def check_options(
     if model not in PROBLEMS:
         raise ValueError(f"Unknown model {model!r}; choose one of {sorted(PROBLEMS)}.")
     network = model in NETWORK_PROBLEMS
-    if kernels is None:
-        kernels = [k for k in DEFAULT_KERNELS if network or k not in NETWORK_KERNELS]
+    if kernels is None:  # on a network, the network-only kernels too
+        kernels = [k for k in DEFAULT_KERNELS if k in KERNELS]
+        kernels += [k for k in NETWORK_KERNELS if network] + [
+            k for k in DEFAULT_KERNELS if k in BASELINES]
     elif list(kernels) == ["all"]:
         kernels = [k for k in KERNELS if network or k not in NETWORK_KERNELS] + list(BASELINES)
     kernels = list(kernels)

@@ -141,6 +141,7 @@ def _log_lik_change(X, s, mode, draws, block=65536):
     rows: each term :math:`\log\sigma(s_i x_i^\top w_s) - \log\sigma(s_i x_i^\top\hat w)` is
     small, so float32 sums lose little."""
     n = X.shape[0]
+    block = min(block, n)
     pad = (-n) % block
     Xp = jnp.pad(X, ((0, pad), (0, 0)))
     sp = jnp.pad(s, (0, pad))  # padded rows have s = 0: log σ(0) - log σ(0) = 0
