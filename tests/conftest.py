@@ -37,6 +37,12 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 #: the default run.
 SLOW = frozenset(
     [
+        "tests/test_warmup.py::test_the_adapted_step_its_inflation_and_the_preconditioner_reach_inference_data",
+        "tests/test_performance.py::test_other_run_lengths_and_kernels_compile_their_own_loop",
+        "tests/test_adapter.py::test_recorded_potential_is_the_minibatch_estimate_of_the_step",
+        "tests/test_cyclical.py::test_by_default_the_cycles_begin_after_warm_up_at_the_adapted_peak",
+        "tests/test_chains.py::test_continuing_from_last_state_equals_one_long_run[sgld]",
+        "tests/test_chains.py::test_same_key_same_samples[sghmc]",
         "tests/test_adaptation.py::test_adapted_step_is_target_bias_over_the_worst_directions_inflation[sgld]",
         "tests/test_adaptation.py::test_adaptive_presets_sample_in_the_coordinates_learnt_in_warm_up[MongeSGLD]",
         "tests/test_adaptation.py::test_adaptive_presets_sample_in_the_coordinates_learnt_in_warm_up[PSGLD]",
