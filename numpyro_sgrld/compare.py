@@ -839,7 +839,7 @@ def _race_text(race):
     for r in race.results:
         secs = f"{r.seconds_to_target:.1f}" if r.reached else f"> {r.seconds_to_target:.1f}"
         lines.append(f"| {r.method} | {secs} | {'yes' if r.reached else 'no'} | {r.draws:,} | "
-                     f"{_fmt(r.max_mean_error)} | {_fmt(r.worst_sd_ratio)} | {r.note} |")
+                     f"{r.max_mean_error:.3f} | {r.worst_sd_ratio:.3f} | {r.note} |")
     return lines + ["", "![time to accuracy](time_to_accuracy.png)", "",
                     "The same numbers: `time_to_accuracy.csv`.", ""]
 
