@@ -313,7 +313,7 @@ def mcmc_runner(kernel, model_args, num_warmup, chunk, thinning=1, num_chains=1,
 
 
 def hmcecs_runner(model, model_args, num_warmup=500, chunk=100, num_blocks=100,
-                  map_steps=5000, seed=0):
+                  map_steps=5000, seed=0, num_chains=1):
     """NumPyro's HMCECS (Dang et al. 2019) as its example uses it: NUTS within Gibbs over the
     subsample indices (``num_blocks`` blocks), the log-likelihood estimated with the
     second-order Taylor proxy around the MAP, which SVI with an ``AutoDelta`` guide finds
@@ -329,7 +329,8 @@ def hmcecs_runner(model, model_args, num_warmup=500, chunk=100, num_blocks=100,
         mode = find_map(model, model_args, num_steps=map_steps, seed=seed)
         kernel = HMCECS(NUTS(model), num_blocks=num_blocks,
                         proxy=HMCECS.taylor_proxy({k: jnp.asarray(v) for k, v in mode.items()}))
-        inner["runner"] = mcmc_runner(kernel, model_args, num_warmup, chunk)
+        inner["runner"] = mcmc_runner(kernel, model_args, num_warmup, chunk,
+                                      num_chains=num_chains)
         return inner["runner"].first(key)
 
     return Runner(first, lambda: inner["runner"].more())
@@ -350,7 +351,8 @@ class Setting(NamedTuple):
     seed: int = 0
     batch: int = 100  # the SG kernels' minibatch
     sg_warmup: int = 2000
-    sg_chunk: int = 5000  # steps per chunk (4 vectorised chains, every 10th kept)
+    sg_chunk: int = 5000  # steps per chunk (every 10th kept)
+    chains: int = 1  # every method's chains (NumPyro's default for MCMC: one)
     exact_warmup: int = 500  # NUTS's, MALA's and HMCECS's warm-up
     hmcecs_subsample: int = 1000
 
@@ -365,19 +367,22 @@ def _runner(method, setting, X, y):
 
     args = (X, y)
     if method == "NUTS":
-        return mcmc_runner(NUTS(full_batch(lr.model)), args, setting.exact_warmup, 50)
+        return mcmc_runner(NUTS(full_batch(lr.model)), args, setting.exact_warmup, 50,
+                           num_chains=setting.chains)
     if method == "MALA":
-        return mcmc_runner(lmc_kernel(lr.model), args, setting.exact_warmup, 500)
+        return mcmc_runner(lmc_kernel(lr.model), args, setting.exact_warmup, 500,
+                           num_chains=setting.chains)
     if method == "HMCECS":
         from functools import partial
 
         return hmcecs_runner(partial(lr.model, subsample_size=setting.hmcecs_subsample), args,
-                             num_warmup=setting.exact_warmup, seed=setting.seed)
+                             num_warmup=setting.exact_warmup, seed=setting.seed,
+                             num_chains=setting.chains)
     from functools import partial
 
     kernel = KERNELS[method](partial(lr.model, subsample_size=setting.batch))
     return mcmc_runner(kernel, args, setting.sg_warmup, setting.sg_chunk, thinning=10,
-                       num_chains=4)
+                       num_chains=setting.chains)
 
 
 def _child(method, setting, queue):
@@ -498,14 +503,15 @@ def run_large(setting=None, out=None, kernels=SG_DEFAULT, log=print, sg_cap=90.0
     del X, y
     results = []
     for name in kernels:
-        log(f"{name} (minibatch {setting.batch}, 4 chains), at most {sg_cap:.0f} s")
+        log(f"{name} (minibatch {setting.batch}, {setting.chains} chain(s)), at most "
+            f"{sg_cap:.0f} s")
         results.append(race_in_process(name, setting, ref, sg_cap, log=log))
     reached = [r.seconds_to_target for r in results if r.reached]
     fastest = min(reached) if reached else sg_cap
     exact_cap, mala_cap = speedup * fastest, mala_share * fastest
     for name, cap in (("NUTS", exact_cap), ("HMCECS", exact_cap), ("MALA", mala_cap)):
         data = (f"subsample {setting.hmcecs_subsample}" if name == "HMCECS" else "full data")
-        log(f"{name} ({data}, 1 chain), until the target or {cap:.0f} s")
+        log(f"{name} ({data}, {setting.chains} chain(s)), until the target or {cap:.0f} s")
         results.append(race_in_process(name, setting, ref, cap, log=log))
     race_result = LargeRace(setting, ref, results, sg_cap, exact_cap, mala_cap, speedup)
     if out is not None:
