@@ -3,8 +3,8 @@
 :class:`SGMCMC` sets the model up (its plates, data checks, initial values), draws the
 minibatch indices every step, asks the gradient estimator for :math:`\\nabla\\hat U`, builds
 the step's :class:`~numpyro_sgrld.metrics.StepContext`, runs the composed step
-(:func:`numpyro_sgrld._composition.transition`), applies the acceptance policy
-(:mod:`numpyro_sgrld._acceptance`) and postprocesses draws.
+(:func:`numpyro_sgrld._composition.transition_with_preconditioner`), applies the acceptance
+policy (:mod:`numpyro_sgrld._acceptance`) and postprocesses draws.
 """
 
 import sys
@@ -249,7 +249,7 @@ class SGMCMC(MCMCKernel):
     :class:`~numpyro_sgrld.SGHMC`, ...) are presets of this class. Everything NumPyro-related
     (model set-up and plates, index drawing, the acceptance policy of
     :mod:`numpyro_sgrld._acceptance`, chains, postprocessing) lives here; the step itself is
-    :func:`numpyro_sgrld._composition.transition`.
+    :func:`numpyro_sgrld._composition.transition_with_preconditioner`.
 
     The kernel's ``sampler_state`` is a :class:`~numpyro_sgrld._composition.SamplerState`
     (``metric``, ``integrator``, ``correction``), e.g. SGHMC's momentum is

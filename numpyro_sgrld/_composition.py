@@ -28,7 +28,6 @@ __all__ = [
     "SamplerState",
     "build_sampler",
     "init_sampler",
-    "transition",
     "transition_with_preconditioner",
 ]
 
@@ -102,21 +101,13 @@ def init_sampler(sampler, key, position, curvature, context, step_size, temperat
     )
 
 
-def transition(sampler, key, position, state, grad, oracle, step_size, temperature, context):
-    """One step from ``position``; returns ``(position, SamplerState)``. ``oracle(z) ->
-    (value, grad)`` is the gradient estimator on this step's minibatch."""
-    position, state, _ = transition_with_preconditioner(
-        sampler, key, position, state, grad, oracle, step_size, temperature, context
-    )
-    return position, state
-
-
 def transition_with_preconditioner(
     sampler, key, position, state, grad, oracle, step_size, temperature, context
 ):
-    """:func:`transition`, also returning the step's
-    :class:`~numpyro_sgrld.metrics.Preconditioner` (``(position, SamplerState,
-    preconditioner)``: step-size adaptation reads it)."""
+    """One step from ``position`` with the step's
+    :class:`~numpyro_sgrld.metrics.Preconditioner`: ``(position, SamplerState,
+    preconditioner)`` (step-size adaptation reads the preconditioner). ``oracle(z) ->
+    (value, grad)`` is the gradient estimator on this step's minibatch."""
     preconditioner, metric_state = sampler.metric.update(grad, state.metric, position, context)
     correction_state = state.correction
     if sampler.correction is not None:

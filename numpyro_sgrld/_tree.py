@@ -72,8 +72,3 @@ def tree_normal(key, like):
 def tree_where(pred, on_true, on_false):
     """Leaf-wise ``jnp.where`` with a scalar predicate."""
     return jax.tree.map(lambda x, y: jnp.where(pred, x, y), on_true, on_false)
-
-
-def tree_axpy(a, x, y):
-    """``a * x + y`` leaf-wise, ``a`` a scalar."""
-    return jax.tree.map(lambda u, v: a * u + v, x, y)

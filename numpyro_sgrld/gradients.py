@@ -56,7 +56,6 @@ __all__ = [
     "minibatch_potential",
     "minibatch_potential_with_aux",
     "hessian_diagonal_estimate",
-    "value_and_grad_estimator",
     "ControlVariate",
     "control_variate",
     "control_variate_estimate",
@@ -114,11 +113,6 @@ def minibatch_potential_with_aux(model, model_args=(), model_kwargs=None):
         return value, collect.values
 
     return potential
-
-
-def value_and_grad_estimator(potential):
-    """Default estimator: the exact gradient of the minibatch potential, by reverse mode."""
-    return jax.value_and_grad(potential)
 
 
 def hessian_diagonal_estimate(potential, z, idx, key):

@@ -245,11 +245,6 @@ def draw_indices(key, plates, batching_state):
     return idx, tuple(new_state)
 
 
-def full_indices(plates):
-    """Substitution that selects every data point (``arange(N)``) for each plate."""
-    return {plate.name: jnp.arange(plate.size) for plate in plates}
-
-
 def check_batching(batching):
     if batching not in BATCHING_CHOICES:
         raise ValueError(
