@@ -30,8 +30,11 @@ CONFIGS = {
 }
 
 
-def compile_seconds(kernel, args):
+def compile_seconds(kernel, args, alone=False):
     state = kernel.init(random.PRNGKey(0), 2000, None, args, {})
+    if alone:  # one step, outside any loop
+        compiled = _timed(jax.jit(lambda s: kernel.sample(s, args, {})).lower(state))
+        return compiled
 
     def body(s):
         return kernel.sample(s, args, {})
@@ -42,10 +45,26 @@ def compile_seconds(kernel, args):
     collection = _loop._empty_collection(transform, state, 8)
     loop_args = (np.int32(0), np.int32(40), state, collection, np.int32(0), np.int32(5),
                  state.num_rejected)
-    lowered = jax.jit(partial(_loop._sample_loop, body, transform)).lower(*loop_args)
+    return _timed(jax.jit(partial(_loop._sample_loop, body, transform)).lower(*loop_args))
+
+
+def _timed(lowered):
     start = time.perf_counter()
     compiled = lowered.compile()
     return time.perf_counter() - start, compiled.as_text().count("\n")
+
+
+def _window_end_as(mode):
+    """``jax.lax.cond`` with the learnt metric's window end (``true_fun`` named
+    ``window_end``) never taken (``"skipped"``) or always taken (``"taken"``)."""
+    cond = jax.lax.cond
+
+    def patched(pred, true_fun, false_fun, *operands):
+        if getattr(true_fun, "__name__", "") == "window_end":
+            return (false_fun if mode == "skipped" else true_fun)(*operands)
+        return cond(pred, true_fun, false_fun, *operands)
+
+    return cond, patched
 
 
 def main():
@@ -65,6 +84,15 @@ def main():
         _adapter.SGMCMC._learn = learn
     print(f"| the default without the learnt metric's warm-up updates and window ends | "
           f"{seconds:.1f} | {lines:,} |")
+    for mode, label, alone in (("skipped", "the default, window end never taken", False),
+                               ("taken", "one step alone, window end always taken", True)):
+        cond, patched = _window_end_as(mode)
+        jax.lax.cond = patched
+        try:
+            seconds, lines = compile_seconds(SGLD(problem.model), problem.args, alone=alone)
+        finally:
+            jax.lax.cond = cond
+        print(f"| {label} | {seconds:.1f} | {lines:,} |")
 
 
 if __name__ == "__main__":
