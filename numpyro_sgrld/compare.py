@@ -771,10 +771,10 @@ def verdict_paragraph(rows, race=None):
 
 
 def _race_sentence(race):
-    from numpyro_sgrld.time_to_accuracy import MEAN_TOL, SD_BAND, SG_DEFAULT
+    from numpyro_sgrld.time_to_accuracy import MEAN_TOL, SD_BAND
 
     results = race.results
-    sg = [r for r in results if r.method in KERNELS or r.method in SG_DEFAULT]
+    sg = [r for r in results if r.method in KERNELS]
     done = [r for r in sg if r.reached]
     n = race.setting.num_data
     head = (f"On the large problem (logistic regression, N = {n:,}), the stated accuracy is "
