@@ -113,6 +113,12 @@ def test_the_verdict_names_the_best_kernel_the_biased_ones_and_the_race():
     assert "**SGLD** reached it first, in 10 s" in text
     assert "NUTS had not reached it when stopped after 50 s, so SGLD is more than 5.0×" in text
     assert "HMCECS reached it in 80 s (8.0× SGLD's time)" in text
+    # where an exact method is faster (a small data set), the verdict says so
+    faster = race._replace(results=[*results, tta.RaceResult("MALA", 6.0, True, 6.0, 900, 0.05,
+                                                             1.02)])
+    text = verdict_paragraph(rows, faster)
+    assert "MALA reached it first, in 6 s; the fastest SG kernel, **SGLD**, took 10 s" in text
+    assert "MALA reached it in 6 s (0.6× SGLD's time)" in text
 
 
 def test_bad_sizes_are_refused():
