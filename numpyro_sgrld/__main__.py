@@ -91,6 +91,8 @@ def _compare(args, parser):
     if unknown:
         parser.error(f"--large-kernels: unknown {unknown}; choose from {list(KERNELS)}")
     large = None if args.no_large else Setting(num_data=args.large_rows, seed=args.seed)
+    if args.workers < 1:
+        parser.error(f"--workers must be at least 1, got {args.workers}")
     if args.target_ess < 0:
         parser.error(f"--target-ess must be >= 0, got {args.target_ess}")
 
@@ -112,6 +114,7 @@ def _compare(args, parser):
         gamma_panel=args.gamma_panel,
         large=large,
         large_kernels=tuple(args.large_kernels),
+        workers=args.workers,
     )
     print()
     print(format_table(rows))
@@ -188,6 +191,9 @@ def _add_compare_options(p):
                    metavar="KERNEL", help="SG kernels raced on the large data set")
     p.add_argument("--large-rows", type=int, default=Setting().num_data,
                    help="rows of the large data set")
+    p.add_argument("--workers", type=int, default=2,
+                   help="runs of the first problem at a time, each in its own process (the "
+                   "large problem's race runs one method at a time)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="sgrld-report", help="report folder")
     p.add_argument("--no-progress-bar", action="store_true",

@@ -824,7 +824,7 @@ class SGMCMC(MCMCKernel):
         # the transition's index, unbatched for vectorised chains (a branch on it stays one)
         target = target._replace(step=state.i if step is None else step,
                                  axis_name=self._axis_name)
-        key_next, key_idx, key_step = random.split(state.rng_key, 3)
+        key_next, key_idx, key_step, key_adapt, key_learn = random.split(state.rng_key, 5)
         idx, batch_state = self._draw_indices(key_idx, state.batch_state)
         est = self._gradient.estimate(state.z, idx, state.gradient_state, target)
         step_size = self._step_size(state.i, state.adaptation)
@@ -853,7 +853,7 @@ class SGMCMC(MCMCKernel):
             adaptation = jax.lax.cond(
                 adapting,
                 lambda: self._adapt(state, est, target, idx, batch_state,
-                                    random.fold_in(key_step, 7), preconditioner, ok),
+                                    key_adapt, preconditioner, ok),
                 lambda: adaptation,
             )
             if self.integrator.rescale is not None:  # while the adaptation moves the step
@@ -868,7 +868,7 @@ class SGMCMC(MCMCKernel):
             adaptation, warmup, sampler_state, gradient_state = jax.lax.cond(
                 adapting,
                 lambda: self._learn(state, z, target, idx, est, adaptation, warmup,
-                                    sampler_state, random.fold_in(key_step, 11)),
+                                    sampler_state, key_learn),
                 lambda: (adaptation, warmup, sampler_state, gradient_state),
             )
             step_size = self._step_size(state.i + 1, adaptation)

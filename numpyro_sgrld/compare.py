@@ -13,8 +13,6 @@ compares them (:mod:`numpyro_sgrld.diagnostics`) and writes a report folder::
     <kernel>.nc, reference.nc   the runs as ArviZ InferenceData (NetCDF)
 """
 
-import contextlib
-import threading
 import time
 import warnings
 from functools import partial
@@ -26,6 +24,7 @@ import numpy as np
 from numpyro.infer import MCMC
 
 from numpyro_sgrld import _arviz, diagnostics, plots
+from numpyro_sgrld._parallel import run_all
 from numpyro_sgrld.adaptation import MIN_WARMUP
 from numpyro_sgrld.inference_data import (
     SG_EXTRA_FIELDS,
@@ -402,6 +401,7 @@ def run_compare(
     gamma_panel=False,
     large=None,
     large_kernels=None,
+    workers=1,
 ):
     """Run the comparison and write the report folder ``out``; returns the summary rows
     ``{kernel: {...}}`` (the reference NUTS run included).
@@ -417,7 +417,11 @@ def run_compare(
     ``large`` (a :class:`~numpyro_sgrld.time_to_accuracy.Setting`, or ``None`` for none) adds
     the time-to-accuracy race on a large logistic regression
     (:func:`~numpyro_sgrld.time_to_accuracy.run_large`). The report opens with a verdict
-    (:func:`verdict_paragraph`)."""
+    (:func:`verdict_paragraph`). ``workers`` runs of the first problem (the reference and the
+    kernels) go at a time, each in its own process (:func:`numpyro_sgrld._parallel.run_all`);
+    the large problem's race always runs one method at a time."""
+    if not (isinstance(workers, int) and workers >= 1):
+        raise ValueError(f"`workers` must be a positive integer, got {workers!r}.")
     from numpyro_sgrld.inference_data import reference_file, reference_seconds
 
     kernels = check_options(
@@ -441,53 +445,59 @@ def run_compare(
     settings_ref = dict(num_samples=reference_samples, num_warmup=reference_samples,
                         num_chains=4, seed=seed)
     cached = reference_file(problem.model, *problem.args, **settings_ref).exists()
-    log(f"{stamp()} Reference: NUTS on the full data, {reference_samples} draws x 4 chains"
-        + (" (cached: read from disk)" if cached else " (computing; it is cached for later runs)"))
-    start = time.perf_counter()
-    with _ticking(lambda text: log(f"{stamp()}{text}"), "NUTS reference"):
-        ref = reference_posterior(problem.model, *problem.args, **settings_ref,
-                                  progress_bar=progress_bar and not cached)
-    ref_seconds = reference_seconds(ref) if cached else time.perf_counter() - start
-    log(f"{stamp()} Reference ready: NUTS took {ref_seconds:.1f} s"
-        + (" when it was computed" if cached else ""))
-    save_netcdf(ref, out / "reference.nc")
-    ref_draws = _latent_only(ref, problem.model, problem.args)
-    ref_pooled = _pooled(ref_draws)
-    ref_table = diagnostics.compare_to_reference(ref, ref)
-    ref_row = _summary_row(
-        ref_table,
-        ref,
-        ref_seconds,
-        _reference_noise(ref, problem),
-        _ksd(problem.model, problem.args, ref_draws),
-    )
-    # errors of the reference against itself are 0 by construction: leave them blank
-    for key in ("max abs mean err/sd", "± se", "worst sd ratio", "± se (sd)", "mean W1/sd"):
-        ref_row[key] = float("nan")
-    ref_row["off beyond noise"] = "—"
-    ref_row["accurate"] = "—"
-    rows = {"NUTS (reference)": ref_row}
-    tables, idatas, taken, used = {}, {}, {}, {}
-    for count, name in enumerate(kernels, 1):
-        log(f"{stamp()} [{count}/{len(kernels)}] {name}: compiling and running "
-            f"({num_warmup} warm-up steps, {num_steps} steps x {num_chains} chains)")
-        with _ticking(lambda text: log(f"{stamp()}{text}"), name):
-            idata, seconds, taken[name] = _run_one(
-                name, problem, steps[name], num_warmup, num_steps, thinning, num_chains,
-                seed + 1, target_ess, max_steps)
-        save_netcdf(idata, out / f"{_file_name(name)}.nc")
-        table = diagnostics.compare_to_reference(idata, ref)
-        draws = _latent_only(idata, problem.model, problem.args)
-        energy = diagnostics.energy_distance(_pooled(draws), ref_pooled)
-        rows[name] = _summary_row(
-            table, idata, seconds, energy, _ksd(problem.model, problem.args, draws)
-        )
-        tables[name], idatas[name] = table, idata
-        used[name] = rows[name]["step size"]
-        r = rows[name]
-        log(f"{stamp()}     {seconds:.1f} s; max |mean error| {r['max abs mean err/sd']:.3f} "
-            f"sd, worst sd ratio {r['worst sd ratio']:.3f}; accurate: {r['accurate']}; "
-            f"converged: {r['converged']}")
+    if workers > 1:
+        log(f"{stamp()} {workers} runs at a time, each in its own process (--workers); each "
+            "run's seconds are measured while another runs beside it")
+    reference = "NUTS (reference)"
+    tasks = {reference: (_reference_task, (model, settings_ref,
+                                           progress_bar and not cached and workers == 1))}
+    tasks.update({name: (_kernel_task, (model, name, steps[name], num_warmup, num_steps,
+                                        thinning, num_chains, seed + 1, target_ess, max_steps))
+                  for name in kernels})
+    order = {name: count for count, name in enumerate(kernels, 1)}
+
+    def on_start(label):
+        if label == reference:
+            log(f"{stamp()} Reference: NUTS on the full data, {reference_samples} draws x 4 "
+                "chains" + (" (cached: read from disk)" if cached
+                            else " (computing; it is cached for later runs)"))
+        else:
+            log(f"{stamp()} [{order[label]}/{len(kernels)}] {label}: compiling and running "
+                f"({num_warmup} warm-up steps, {num_steps} steps x {num_chains} chains)")
+
+    rows, tables, idatas, taken, used, waiting = {}, {}, {}, {}, {}, {}
+    ref = None
+    for label, result in run_all(tasks, workers, lambda text: log(f"{stamp()}{text}"),
+                                 on_start=on_start):
+        if label == reference:
+            ref, seconds = result
+            ref_seconds = reference_seconds(ref) if cached else seconds
+            log(f"{stamp()} Reference ready: NUTS took {ref_seconds:.1f} s"
+                + (" when it was computed" if cached else ""))
+            save_netcdf(ref, out / "reference.nc")
+            ref_draws = _latent_only(ref, problem.model, problem.args)
+            ref_pooled = _pooled(ref_draws)
+            rows[reference] = _reference_row(ref, ref_seconds, ref_draws, problem)
+        else:
+            waiting[label] = result
+        if ref is None:
+            continue
+        for name in list(waiting):
+            idata, seconds, taken[name] = waiting.pop(name)
+            save_netcdf(idata, out / f"{_file_name(name)}.nc")
+            table = diagnostics.compare_to_reference(idata, ref)
+            draws = _latent_only(idata, problem.model, problem.args)
+            energy = diagnostics.energy_distance(_pooled(draws), ref_pooled)
+            rows[name] = _summary_row(
+                table, idata, seconds, energy, _ksd(problem.model, problem.args, draws)
+            )
+            tables[name], idatas[name] = table, idata
+            used[name] = rows[name]["step size"]
+            r = rows[name]
+            log(f"{stamp()}     {name}: {seconds:.1f} s; max |mean error| "
+                f"{r['max abs mean err/sd']:.3f} sd, worst sd ratio {r['worst sd ratio']:.3f}; "
+                f"accurate: {r['accurate']}; converged: {r['converged']}")
+    rows = {name: rows[name] for name in (reference, *kernels)}
     _write_tables(out, rows, tables)
 
     log(f"{stamp()} Plots")
@@ -560,6 +570,36 @@ def run_compare(
     return rows
 
 
+def _reference_row(ref, seconds, ref_draws, problem):
+    """The reference's row of the table: its own errors (zero by construction) left blank."""
+    ref_row = _summary_row(
+        diagnostics.compare_to_reference(ref, ref),
+        ref,
+        seconds,
+        _reference_noise(ref, problem),
+        _ksd(problem.model, problem.args, ref_draws),
+    )
+    for key in ("max abs mean err/sd", "± se", "worst sd ratio", "± se (sd)", "mean W1/sd"):
+        ref_row[key] = float("nan")
+    ref_row["off beyond noise"] = "—"
+    ref_row["accurate"] = "—"
+    return ref_row
+
+
+def _reference_task(model, settings, progress_bar):
+    """NUTS's reference on problem ``model`` (cached): ``(idata, seconds)``."""
+    problem = PROBLEMS[model]()
+    start = time.perf_counter()
+    ref = reference_posterior(problem.model, *problem.args, **settings,
+                              progress_bar=progress_bar)
+    return ref, time.perf_counter() - start
+
+
+def _kernel_task(model, name, *args):
+    """:func:`_run_one` on problem ``model``: ``(idata, seconds, steps)``."""
+    return _run_one(name, PROBLEMS[model](), *args)
+
+
 def _run_one(name, problem, step_size, num_warmup, num_steps, thinning, num_chains, seed,
              target_ess, max_steps):
     """One kernel's or baseline's run, ``(idata, seconds, steps)``."""
@@ -575,26 +615,6 @@ def _run_one(name, problem, step_size, num_warmup, num_steps, thinning, num_chai
         warnings.simplefilter("ignore", UserWarning)
         return _run_kernel(kernel, problem, num_warmup, num_steps, thinning, num_chains, seed,
                            target_ess, max_steps)
-
-
-@contextlib.contextmanager
-def _ticking(log, label, every=10.0):
-    """A line ``label: still running (t s)`` every ``every`` seconds while the block runs
-    (compilation gives no other sign of life)."""
-    done = threading.Event()
-    start = time.perf_counter()
-
-    def tick():
-        while not done.wait(every):
-            log(f"    {label}: still running ({time.perf_counter() - start:.0f} s)")
-
-    thread = threading.Thread(target=tick, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()
 
 
 def _worst_parameters(tables, n):

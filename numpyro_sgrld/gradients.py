@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax, random
+from jax.flatten_util import ravel_pytree
 from numpyro import handlers
 from numpyro.infer.util import potential_energy
 from numpyro.primitives import Messenger, apply_stack
@@ -119,12 +120,8 @@ def hessian_diagonal_estimate(potential, z, idx, key):
     r"""Hutchinson's unbiased estimate of the diagonal of :math:`\nabla^2\hat U(z)` on the
     minibatch ``idx``: :math:`\zeta\odot(H\zeta)` with Rademacher :math:`\zeta` (Bekas,
     Kokiopoulou & Saad 2007), one Hessian-vector product (forward over reverse)."""
-    leaves, treedef = jax.tree.flatten(z)
-    keys = random.split(key, max(len(leaves), 1))
-    probe = jax.tree.unflatten(
-        treedef,
-        [random.rademacher(k, jnp.shape(x), jnp.result_type(x)) for k, x in zip(keys, leaves)],
-    )
+    flat, unravel = ravel_pytree(z)
+    probe = unravel(random.rademacher(key, flat.shape, flat.dtype))
     hvp = jax.jvp(jax.grad(lambda x: potential(x, idx)), (z,), (probe,))[1]
     return jax.tree.map(jnp.multiply, probe, hvp)
 

@@ -225,16 +225,30 @@ def _next_epoch_batch(key, plate, state):
     return idx, EpochState(permutation, position + n)
 
 
+def uniform_indices(key, shape, size):
+    r"""Independent uniform draws from ``0..size-1``, with :func:`jax.random.randint`'s
+    arithmetic: two 32-bit words :math:`h, l` per index give
+    :math:`\big((h \bmod N)\,(2^{32} \bmod N) + l \bmod N\big) \bmod N`, uniform up to a
+    relative error of order :math:`N / 2^{32}`. Both words come from one call of the bit
+    generator (``randint`` makes three: a split and one per word), which keeps the compiled
+    step small: every call of the generator is a separate, unrolled threefry hash in it."""
+    bits = random.bits(key, (2,) + tuple(shape), jnp.uint32)
+    span = jnp.uint32(size)
+    multiplier = lax.rem(jnp.uint32(2**16) % span * (jnp.uint32(2**16) % span), span)
+    offset = lax.rem(lax.rem(bits[0], span) * multiplier + lax.rem(bits[1], span), span)
+    return offset.astype(jnp.int32)
+
+
 def draw_indices(key, plates, batching_state):
     """Fresh minibatch indices ``{plate_name: idx}`` and the new batching state.
 
     With replacement (``batching_state is None``) each index is an independent uniform draw
-    from ``0..N-1`` (``random.randint``: O(n) work, not a permutation of all N).
+    from ``0..N-1`` (:func:`uniform_indices`: O(n) work, not a permutation of all N).
     """
-    keys = random.split(key, max(len(plates), 1))
+    keys = random.split(key, len(plates)) if len(plates) > 1 else [key]
     if batching_state is None:
         idx = {
-            plate.name: random.randint(k, (plate.subsample_size,), 0, plate.size)
+            plate.name: uniform_indices(k, (plate.subsample_size,), plate.size)
             for k, plate in zip(keys, plates)
         }
         return idx, None
