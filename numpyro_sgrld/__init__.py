@@ -24,7 +24,7 @@ from numpyro_sgrld import (
     verdict,
     warmup,
 )
-from numpyro_sgrld._adapter import SGMCMC, SGMCMCKernel, SGState
+from numpyro_sgrld._adapter import SGMCMC, SGState
 from numpyro_sgrld._compat import (
     disable_fast_sampling_loop,
     enable_fast_sampling_loop,
@@ -118,7 +118,6 @@ __all__ = [
     "save_checkpoint",
     "load_checkpoint",
     "resume",
-    "SGMCMCKernel",
     "SGState",
     "enable_fast_sampling_loop",
     "disable_fast_sampling_loop",

@@ -25,7 +25,7 @@ from numpyro.util import identity, is_prng_key, not_jax_tracer
 
 from numpyro_sgrld import _setup, monitor
 from numpyro_sgrld._acceptance import accept, usable
-from numpyro_sgrld._checks import integer, named_field_lookup, real
+from numpyro_sgrld._checks import flag, integer, named_field_lookup, real
 from numpyro_sgrld._compat import fast_sampling_loop_enabled
 from numpyro_sgrld._composition import (
     build_sampler,
@@ -83,7 +83,7 @@ from numpyro_sgrld.warmup import (
 )
 from numpyro_sgrld.warmup.schedule import final_window_start
 
-__all__ = ["SGState", "SGMCMC", "SGMCMCKernel"]
+__all__ = ["SGState", "SGMCMC"]
 
 
 class _RunInfo(NamedTuple):
@@ -192,12 +192,6 @@ def _check_num_data(num_data):
     return integer(num_data, "num_data", hint="Or None (inferred from the model's plates).")
 
 
-def _check_bool(value, name):
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"`{name}` must be True or False, got {value!r}.")
-    return bool(value)
-
-
 def _gradient_estimator(gradient, control_variate, mode_steps, start_at_centre, model):
     """The gradient estimator from ``gradient=`` or the ``control_variate`` shortcut."""
     if gradient is not None and control_variate is not None:
@@ -214,7 +208,7 @@ def _gradient_estimator(gradient, control_variate, mode_steps, start_at_centre, 
         gradient = control_variates(control_variate, mode_steps, start_at_centre)
     else:
         integer(mode_steps, "mode_steps")
-        _check_bool(start_at_centre, "start_at_centre")
+        flag(start_at_centre, "start_at_centre")
     gradient = minibatch() if gradient is None else gradient
     if not isinstance(gradient, GradientEstimator):
         raise TypeError(
@@ -326,6 +320,9 @@ class SGMCMC(MCMCKernel):
 
     sample_field = "z"
     default_fields = ("z", "diverging", "num_rejected")
+    #: ``MCMC`` may run this kernel on :func:`numpyro_sgrld._loop.collect` once
+    #: :func:`~numpyro_sgrld.enable_fast_sampling_loop` is on (:mod:`numpyro_sgrld._compat`).
+    own_sampling_loop = True
 
     def __init__(
         self,
@@ -375,7 +372,7 @@ class SGMCMC(MCMCKernel):
         self._gradient = _gradient_estimator(
             gradient, control_variate, mode_steps, start_at_centre, model
         )
-        self._check_proposal = _check_bool(check_proposal, "check_proposal")
+        self._check_proposal = flag(check_proposal, "check_proposal")
         if metric is None:
             metric = learnt() if step_size is None else identity_metric()
         if step_size is None and gradient is None and control_variate is None and (
@@ -1085,6 +1082,3 @@ def _sample_vectorized(sample_one, state, model_args, model_kwargs):
         state, model_args, model_kwargs
     )
 
-
-# The name of the adapter class before the pieces became separate arguments.
-SGMCMCKernel = SGMCMC

@@ -81,3 +81,20 @@ def named_field_lookup(self, key):
             "'sampler_state.metric.square_avg')."
         )
     return tuple.__getitem__(self, key)
+
+
+class FlagError(TypeError, ValueError):
+    """A flag argument that is not ``True`` or ``False``: a ``TypeError`` (the wrong type) and,
+    like the other argument checks here, a ``ValueError``."""
+
+
+def flag(value, name):
+    """``value`` as a ``bool`` when it is one (Python or NumPy); otherwise
+    :class:`FlagError` naming the argument and the value."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise FlagError(f"`{name}` must be True or False, got {value!r}.")
+    return bool(value)
+
+
+class ModelSetupError(ValueError):
+    """A model, its arguments or its data cannot be sampled as given."""

@@ -19,7 +19,7 @@ loop are out of a kernel's reach (NumPyro 0.22, ``numpyro/util.py`` and
 
 :func:`enable_fast_sampling_loop` replaces ``numpyro.infer.mcmc.fori_collect`` (the name
 ``MCMC`` calls; ``numpyro.util.fori_collect`` itself is left alone) by a dispatcher that sends the
-runs of :class:`~numpyro_sgrld.SGMCMCKernel` instances to :func:`numpyro_sgrld._loop.collect`
+runs of :class:`~numpyro_sgrld.SGMCMC` instances to :func:`numpyro_sgrld._loop.collect`
 and passes every other call to NumPyro's function unchanged: ``NUTS`` and every other kernel run
 exactly as without the opt-in, and nothing is memoised for them. It checks the NumPyro version
 and the shape of the code it relies on first, and refuses on a version it was not tested with.
@@ -92,9 +92,8 @@ def _check_numpyro():
 def _is_sg_run(body_fun):
     """Whether ``body_fun`` is ``MCMC``'s step function for a stochastic-gradient kernel (a
     ``functools.partial`` with the kernel as its ``sampler`` keyword)."""
-    from numpyro_sgrld._adapter import SGMCMCKernel
-
-    return isinstance(getattr(body_fun, "keywords", {}).get("sampler"), SGMCMCKernel)
+    sampler = getattr(body_fun, "keywords", {}).get("sampler")
+    return getattr(type(sampler), "own_sampling_loop", False) is True
 
 
 def _control_flow_disabled():
@@ -137,7 +136,7 @@ def fast_sampling_loop_enabled():
 def enable_fast_sampling_loop():
     """Run the stochastic-gradient kernels on their own sampling loop inside ``MCMC``.
 
-    For :class:`~numpyro_sgrld.SGMCMCKernel` runs: the postprocessing and the write into the
+    For :class:`~numpyro_sgrld.SGMCMC` runs: the postprocessing and the write into the
     sample buffer only on the steps ``thinning`` keeps, one compiled call per progress-bar update
     (not per step), and no recompilation on a repeated ``MCMC.run`` with the same shapes. The
     draws are the same as without it. Every other kernel (``NUTS``, ...) is run by NumPyro's

@@ -29,7 +29,7 @@ length with the same collection size does not recompile. A loop traced inside a 
 transformation (``MCMC.run`` under ``jax.jit`` or ``pmap``) is not cached: its step function
 holds tracers. ``MCMC`` uses this loop only after the opt-in
 :func:`numpyro_sgrld.enable_fast_sampling_loop` (:mod:`numpyro_sgrld._compat`), and then only for
-:class:`~numpyro_sgrld.SGMCMCKernel` instances; every other kernel keeps NumPyro's loop.
+:class:`~numpyro_sgrld.SGMCMC` instances; every other kernel keeps NumPyro's loop.
 """
 
 import inspect

@@ -17,6 +17,7 @@ from numpyro.distributions.transforms import biject_to
 from numpyro.infer.util import find_valid_initial_params
 from numpyro.util import not_jax_tracer
 
+from numpyro_sgrld._checks import ModelSetupError
 from numpyro_sgrld.subsample import full_batch_opaque, seeded
 
 __all__ = [
@@ -39,10 +40,6 @@ __all__ = [
     "same_objects",
     "concrete",
 ]
-
-
-class ModelSetupError(ValueError):
-    """A model, its arguments or its data cannot be sampled as given."""
 
 
 def evaluate_now():

@@ -21,10 +21,9 @@ def tree_all_finite(a):
     """True when every entry of every floating-point leaf is finite.
 
     Computed as ``isfinite(sum_leaves sum(x))``: a NaN or an infinity anywhere makes the sum NaN
-    or infinite, so no non-finite entry passes. A plain sum is a cheap, vectorised reduction on
-    XLA:CPU, unlike ``all(isfinite(x))``, a boolean reduction: 149 against 61 µs on the 478k
-    parameters of the 784-400-400-10 MLP (``benchmarks/speed.py``, docs/benchmarks.md), about 2 %
-    of an MLP step per tree checked. The price is conservative: a finite state whose entries
+    or infinite, so no non-finite entry passes. A plain sum is a vectorised reduction on
+    XLA:CPU, cheaper than ``all(isfinite(x))``, a boolean reduction (docs/benchmarks.md). The
+    price is conservative: a finite state whose entries
     sum beyond the float32 range (|sum| > 3.4e38; leaves narrower than float32 are summed in
     float32) also counts as non-finite, i.e. diverging. Integer and boolean leaves (counters)
     are always finite.
@@ -41,10 +40,10 @@ def tree_normal(key, like):
     """Standard normal noise with the structure, shapes and dtypes of ``like``.
 
     Drawn as **one** vector over all entries (in the widest floating dtype of the leaves), then
-    cut into the leaves, as BlackJAX's ``generate_gaussian_noise`` does: XLA:CPU generates one
-    long threefry stream faster than one per leaf. On the 478k parameters of the
-    784-400-400-10 MLP (6 leaves), 1.52 against 2.13 ms per draw (the noise-draw table of
-    ``benchmarks/speed.py --problem mlp``, docs/benchmarks.md), about half of an SGLD step there.
+    cut into the leaves, as BlackJAX's ``generate_gaussian_noise`` does: one call of the
+    generator is one threefry hash in the compiled program, faster to run than one per leaf and
+    smaller to compile (the noise-draw table of ``benchmarks/speed.py --problem mlp``,
+    docs/benchmarks.md).
     Leaves that are not real floating point raise ``TypeError`` (noise cast to an integer
     would be truncated).
     """

@@ -78,7 +78,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import random
 
-from numpyro_sgrld._tree import tree_normal
+from numpyro_sgrld._tree import tree_dot, tree_normal
 from numpyro_sgrld.warmup.schedule import final_window_start, first_window_start
 
 __all__ = [
@@ -160,16 +160,12 @@ class StepSizeState(NamedTuple):
     recent_stiffness: Any = 0.0
 
 
-def _vdot(a, b):
-    return sum(jnp.vdot(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
-
-
 def _scale_add(a, x, b, y):
     return jax.tree.map(lambda u, v: a * u + b * v, x, y)
 
 
 def _normalise(x, fallback):
-    norm = jnp.sqrt(_vdot(x, x))
+    norm = jnp.sqrt(tree_dot(x, x))
     ok = jnp.isfinite(norm) & (norm > 0)
     return jax.tree.map(lambda u, f: jnp.where(ok, u / jnp.where(ok, norm, 1.0), f), x, fallback)
 
@@ -215,14 +211,14 @@ def rayleigh(direction, position, preconditioner, hvp, grad1, grad2, weights, te
     curvature = curvature_product(direction, position, preconditioner, hvp)
     root_t = preconditioner.noise_transpose or preconditioner.noise
     e = root_t(jax.tree.map(lambda a, b: (a - b) / np.sqrt(2.0), grad1, grad2))
-    lam = jnp.abs(_vdot(direction, curvature))
+    lam = jnp.abs(tree_dot(direction, curvature))
     if order == 2:
         weight = jnp.sqrt(c_curv * target / jnp.where(lam > 0, lam, 1.0))
         stiffness = jnp.sqrt(base * lam * FAST_TARGET)
     else:
         weight, stiffness = c_curv, base * lam
-    y = _scale_add(weight, curvature, (c_noise / temperature) * _vdot(e, direction), e)
-    return jnp.abs(_vdot(direction, y)), y, stiffness
+    y = _scale_add(weight, curvature, (c_noise / temperature) * tree_dot(e, direction), e)
+    return jnp.abs(tree_dot(direction, y)), y, stiffness
 
 
 #: The power iteration's shift, in units of the current estimate: ``u <- (SHIFT * rho_bar * u

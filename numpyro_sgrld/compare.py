@@ -17,7 +17,6 @@ import time
 import warnings
 from functools import partial
 from pathlib import Path
-from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -32,119 +31,35 @@ from numpyro_sgrld.inference_data import (
     save_netcdf,
     to_inference_data,
 )
-from numpyro_sgrld.kernels import (
-    BADODAB,
-    BAOAB,
-    BNPSGLD,
-    PSGLD,
-    SGHMC,
-    SGLD,
-    SGNHT,
-    AdamSGLD,
-    CyclicalSGHMC,
-    CyclicalSGLD,
-    MongeSGLD,
-    ShampooSGLD,
-    WenzelSGLD,
+from numpyro_sgrld.kernels import KERNELS, PSGLD
+from numpyro_sgrld.problems import NETWORK_KERNELS, NETWORK_PROBLEMS, PROBLEMS, Problem
+from numpyro_sgrld.report import (
+    ACCURATE_MEAN,
+    ACCURATE_SD,
+    BASELINES,
+    MAX_RHAT,
+    MIN_ESS,
+    _write_report,
+    _write_tables,
+    format_table,
+    verdict_paragraph,
 )
-from numpyro_sgrld.priors import init_to_unit_scales
 from numpyro_sgrld.subsample import full_batch
 
 __all__ = ["PROBLEMS", "KERNELS", "BASELINES", "DEFAULT_KERNELS", "Problem", "run_compare",
            "format_table", "verdict_paragraph"]
 
 
-class Problem(NamedTuple):
-    """A model with its data."""
-
-    description: str
-    model: Any  # subsampled model
-    args: tuple
-    network: bool = False  # a network built with random_haiku_module (BNPSGLD applies)
-    init_strategy: Any = None  # the SG kernels' init strategy (None: the kernels' default)
-
-
-def _german_credit(subsample_size=100):
-    from numpyro_sgrld.models import logistic_regression as lr
-
-    X, y = lr.load_german_credit()
-    return Problem(
-        "Bayesian logistic regression on German credit (N = 1000, d = 25, w ~ N(0, I)), "
-        f"minibatch {subsample_size}",
-        partial(lr.model, subsample_size=subsample_size),
-        (X, y),
-    )
-
-
-def _linear_regression(subsample_size=100):
-    from numpyro_sgrld.models import linear_regression as lr
-
-    X, y, _ = lr.make_data(seed=0, num_data=2000, num_features=5)
-    return Problem(
-        "Conjugate Bayesian linear regression (N = 2000, d = 5, synthetic), "
-        f"minibatch {subsample_size}",
-        partial(lr.model, subsample_size=subsample_size),
-        (X, y),
-    )
-
-
-def _digits_mlp(subsample_size=100):
-    from numpyro_sgrld.models import bnn
-
-    X, y, _, _ = bnn.load_digits()
-    return Problem(
-        "Bayesian 64-16-10 ReLU MLP on scikit-learn's digits (N = 1438, Gaussian prior with He "
-        f"scales, 1,210 parameters), minibatch {subsample_size}",
-        partial(bnn.mlp_classifier, hidden=(16,), subsample_size=subsample_size),
-        (X, y),
-        network=True,
-        init_strategy=init_to_unit_scales,
-    )
-
-
-PROBLEMS = {
-    "german_credit": _german_credit,
-    "linear_regression": _linear_regression,
-    "digits_mlp": _digits_mlp,
-}
-NETWORK_PROBLEMS = ("digits_mlp",)
-#: Kernels that only apply to networks (a dense layer's inputs are what they read).
-NETWORK_KERNELS = ("BNPSGLD",)
-
-KERNELS = {
-    "SGLD": SGLD,
-    "SGHMC": partial(SGHMC, friction=0.1),
-    "PSGLD": PSGLD,
-    "PSGLD+Γ": partial(PSGLD, correction="exact"),
-    "MongeSGLD": MongeSGLD,
-    "MongeSGLD+Γ": partial(MongeSGLD, correction="exact"),
-    "ShampooSGLD": ShampooSGLD,
-    "WenzelSGLD": WenzelSGLD,
-    "AdamSGLD": AdamSGLD,
-    "BNPSGLD": BNPSGLD,
-    "BAOAB": BAOAB,
-    "SGNHT": SGNHT,
-    "BADODAB": BADODAB,
-    "CyclicalSGLD": CyclicalSGLD,
-    "CyclicalSGHMC": CyclicalSGHMC,
-}
 #: The kernels and baselines ``sgrld`` runs by default on German credit: one of each family
 #: (constant, RMSprop, Monge and Shampoo preconditioners, Γ-corrected, adaptive drift,
 #: underdamped), and MALA; ``kernels="all"`` (``--kernels all``) runs every one.
 DEFAULT_KERNELS = ("SGLD", "SGHMC", "PSGLD", "PSGLD+Γ", "MongeSGLD", "ShampooSGLD", "AdamSGLD",
                    "BAOAB", "LMC")
-#: A row is accurate when its worst standardised mean error and every sd ratio are inside
-#: these bounds (max |mean error| <= 0.15 sd, sd ratios in [0.87, 1.15]).
-ACCURATE_MEAN, ACCURATE_SD = 0.15, (0.87, 1.15)
 #: The cyclical kernels' cycles per first run (``cycle_length = num_steps // CYCLES``; their
 #: continuations keep cycling) and exploration fraction.
 CYCLES, EXPLORATION = 4, 0.5
 
 
-#: Baselines that are not SG-MCMC kernels (:mod:`numpyro_sgrld.baselines`), run on the same
-#: model and reported like the kernels: Langevin Monte Carlo with Metropolis–Hastings on the
-#: full data, Bayes by Backprop (mean-field VI), constant SGD (Mandt et al. 2017).
-BASELINES = ("LMC", "BayesByBackprop", "ConstantSGD")
 
 
 def _pooled(draws, max_draws=2000):
@@ -185,12 +100,7 @@ def _ksd(model, args, draws, max_draws=1000):
     return diagnostics.kernel_stein_discrepancy(x, s)
 
 
-#: A kernel whose chains have a split R-hat above this, or a bulk ESS below
-#: :data:`MIN_ESS`, is flagged as not converged in the table (Vehtari et al. 2021 recommend
-#: R-hat < 1.01 and a bulk ESS of at least 100 per parameter).
-MAX_RHAT = 1.01
 MIN_WARMUP_ADAPT = MIN_WARMUP
-MIN_ESS = 100
 
 
 def _step_used(stats):
@@ -634,33 +544,6 @@ def _file_name(name):
     return name.replace("+Γ", "_corrected")
 
 
-def _write_tables(out, rows, tables):
-    import pandas as pd
-
-    pd.DataFrame.from_dict(rows, orient="index").to_csv(out / "comparison.csv")
-    pd.concat(tables, names=["kernel"]).to_csv(out / "per_parameter.csv")
-
-
-def _fmt(v):
-    if isinstance(v, float):
-        if not np.isfinite(v):
-            return "—"
-        return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
-    return str(v)
-
-
-def format_table(rows, markdown=False):
-    """The summary rows as a plain-text (or Markdown) table."""
-    headers = ["kernel", *next(iter(rows.values()))]
-    cells = [[name, *(_fmt(v) for v in row.values())] for name, row in rows.items()]
-    if markdown:
-        lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-        return "\n".join(lines + ["| " + " | ".join(c) + " |" for c in cells])
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
-    line = lambda items: "  ".join(s.rjust(w) for s, w in zip(items, widths))  # noqa: E731
-    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(c) for c in cells])
-
-
 def gamma_demo(path=None, num_chains=2000, num_steps=20000, seed=0):
     r"""The Γ bias, visible and removed: pSGLD (decay 0.9, ``eps`` 1, h = 1e-3) on
     Rensmeyer & Niggemann's target :math:`\theta \sim \mathcal N(0, 1)`, ``num_chains``
@@ -713,281 +596,3 @@ def gamma_demo(path=None, num_chains=2000, num_steps=20000, seed=0):
     return rows
 
 
-def _gamma_text(gamma):
-    if not gamma:
-        return []
-    lines = [
-        "## The Γ bias, visible and removed",
-        "",
-        "pSGLD (decay 0.9, eps 1, h = 1e-3, 2000 vectorized chains) on Rensmeyer & Niggemann's "
-        "1-D target θ ~ N(0, 1). Dropping Γ, its small-step law is ∝ φ(θ)(1 + |θ|) (sd 1.20, "
-        "red); `correction=\"exact\"` restores N(0, 1) (dashed). sd ± its Monte Carlo "
-        "standard error; L1 distances between the histogram (bin width 0.1) and each density.",
-        "",
-        "| kernel | sd (target 1) | L1 to N(0, 1) | L1 to φ(θ)(1 + \\|θ\\|) |",
-        "|---|---|---|---|",
-    ]
-    for name, r in gamma.items():
-        lines.append(f"| {name} | {r['sd']:.3f} ± {r['sd_se']:.3f} | {r['l1_normal']:.3f} "
-                     f"| {r['l1_predicted']:.3f} |")
-    return lines + ["", "![gamma](gamma.png)", ""]
-
-
-def _score(row):
-    """How far a row is off: the larger of its worst mean error and its worst sd ratio's
-    distance from 1 (both in reference sds)."""
-    return max(row["max abs mean err/sd"], abs(row["worst sd ratio"] - 1))
-
-
-def verdict_paragraph(rows, race=None):
-    """The report's opening paragraph: the most accurate SG kernel, the accurate and the
-    biased rows with their errors and Monte Carlo errors, the rows that did not converge, and,
-    with ``race`` (:class:`~numpyro_sgrld.time_to_accuracy.LargeRace`), which method reached
-    the stated accuracy first on the large problem and by how much."""
-    sg = {k: r for k, r in rows.items() if k in KERNELS}
-    text = []
-    if sg:
-        best = min(sg, key=lambda k: _score(sg[k]))
-        b = sg[best]
-        text.append(
-            f"On German credit the most accurate SG kernel is **{best}**: its worst parameter "
-            f"mean is off by {b['max abs mean err/sd']:.3f} ± {b['± se']:.3f} posterior sd and "
-            f"its sd ratio farthest from 1 is {b['worst sd ratio']:.3f} ± {b['± se (sd)']:.3f} "
-            "(NUTS on the full data is the reference; ± one Monte Carlo standard error).")
-        good = [k for k, r in rows.items() if r.get("accurate") == "yes"]
-        bad = [k for k, r in rows.items() if str(r.get("accurate", "")).startswith("NO")]
-        if good:
-            text.append(
-                f"{len(good)} of {len(rows) - 1} rows are accurate (every mean within "
-                f"{ACCURATE_MEAN} sd, every sd within {ACCURATE_SD[0]}–{ACCURATE_SD[1]} times "
-                f"the reference's): {', '.join(good)}.")
-        if bad:
-            parts = []
-            for k in bad:
-                r = rows[k]
-                pct = 100 * (r["worst sd ratio"] - 1)
-                parts.append(f"{k} (sds {'too wide' if pct > 0 else 'too narrow'} by up to "
-                             f"{abs(pct):.0f} ± {100 * r['± se (sd)']:.0f} %, worst mean off "
-                             f"by {r['max abs mean err/sd']:.2f} ± {r['± se']:.2f} sd)")
-            text.append("**Not accurate**: " + "; ".join(parts) + ".")
-        ratios = [r["worst sd ratio"] for r in sg.values() if np.isfinite(r["worst sd ratio"])]
-        wide = all(r["worst sd ratio"] - 1 > 2 * r["± se (sd)"] for r in sg.values())
-        if ratios and wide:  # every SG row's sd beyond 2 standard errors above the reference's
-            text.append(
-                "Every SG kernel's sds are somewhat too wide (worst ratio "
-                + (f"{min(ratios):.2f}–{max(ratios):.2f}" if len(ratios) > 1
-                   else f"{ratios[0]:.2f}")
-                + "): that is the step's own bias, which warm-up sets on purpose "
-                "(the default `target_bias=0.1` inflates the variance by about 10 %, the sd by "
-                "about 5 %); a smaller `target_bias` is more exact and mixes more slowly.")
-        stuck = [k for k, r in rows.items() if str(r.get("converged", "yes")) != "yes"]
-        if stuck:
-            text.append("**Did not converge** (their errors are mixing error, not bias; run "
-                        "longer): " + ", ".join(f"{k} ({rows[k]['converged'][4:]})"
-                                                for k in stuck) + ".")
-        else:
-            text.append(f"Every run converged (split R-hat ≤ {MAX_RHAT}, bulk ESS ≥ "
-                        f"{MIN_ESS}).")
-    if race is not None:
-        text.append(_race_sentence(race))
-    return " ".join(text)
-
-
-def _race_sentence(race):
-    from numpyro_sgrld.time_to_accuracy import MEAN_TOL, SD_BAND
-
-    results = race.results
-    sg = [r for r in results if r.method in KERNELS]
-    done = [r for r in sg if r.reached]
-    n = race.setting.num_data
-    head = (f"On the large problem (logistic regression, N = {n:,}), the stated accuracy is "
-            f"every mean within {MEAN_TOL} sd and every sd within {SD_BAND[0]}–{SD_BAND[1]} "
-            "times the reference's. ")
-    if not done:
-        return head + "No SG kernel reached it within its time cap."
-    fast = min(done, key=lambda r: r.seconds_to_target)
-    first = min((r for r in results if r.reached), key=lambda r: r.seconds_to_target)
-    if first is fast:
-        words = [f"**{fast.method}** reached it first, in {fast.seconds_to_target:.0f} s "
-                 "(compilation and warm-up included)."]
-    else:
-        words = [f"{first.method} reached it first, in {first.seconds_to_target:.0f} s; the "
-                 f"fastest SG kernel, **{fast.method}**, took {fast.seconds_to_target:.0f} s "
-                 "(compilation and warm-up included)."]
-    for r in results:
-        if r.method in ("NUTS", "HMCECS", "MALA"):
-            if r.reached:
-                ratio = r.seconds_to_target / fast.seconds_to_target
-                words.append(f"{r.method} reached it in {r.seconds_to_target:.0f} s "
-                              f"({ratio:.1f}× {fast.method}'s time).")
-            else:
-                words.append(f"{r.method} had not reached it when stopped after "
-                             f"{r.seconds_to_target:.0f} s, so {fast.method} is more than "
-                             f"{r.seconds_to_target / fast.seconds_to_target:.1f}× faster.")
-    return head + " ".join(words)
-
-
-def _race_text(race):
-    if race is None:
-        return []
-    from numpyro_sgrld.time_to_accuracy import MEAN_TOL, SD_BAND
-
-    ref, s = race.reference, race.setting
-    lines = [
-        "## Where SG-MCMC wins: time to accuracy on a large data set",
-        "",
-        f"Bayesian logistic regression, w ~ N(0, I), on {s.num_data:,} synthetic rows with "
-        f"{s.num_features} standard normal features. A method has reached the stated accuracy "
-        f"when, over all its draws so far, every coordinate's mean is within {MEAN_TOL} "
-        f"reference sd of the reference mean and every sd ratio is within "
-        f"[{SD_BAND[0]}, {SD_BAND[1]}]. Its time is the wall time of its runs until the first "
-        "check that passed (checks after every chunk, off the clock): tracing, compilation, "
-        "initialisation, warm-up and sampling count. Every method runs "
-        f"{s.chains} chain(s) (NumPyro's default for `MCMC`). The SG kernels run at their "
-        f"defaults (minibatch {s.batch}, {s.sg_warmup} warm-up steps, chunks of {s.sg_chunk} "
-        f"steps, every 10th kept), each for at most {race.sg_cap:.0f} s; NUTS (`NUTS("
-        "full_batch(model))`), MALA (`HMC` with one leapfrog step, full data) and NumPyro's "
-        f"HMCECS (NUTS within Gibbs on subsamples of {s.hmcecs_subsample}, 100 blocks, Taylor "
-        "proxy around a MAP found by SVI, as in NumPyro's HMCECS example; the MAP search "
-        f"counts) run {s.exact_warmup} warm-up iterations. NUTS and HMCECS run until the "
-        f"target or {race.speedup:.0f}× the fastest SG kernel's time ({race.exact_cap:.0f} s), "
-        f"which is what it takes to tell whether that kernel is {race.speedup:.0f}× faster; "
-        "MALA for at most "
-        f"{race.mala_cap:.0f} s. Each method runs in a process of its own, one after another; "
-        "every `MCMC` gets the data as arguments (`jit_model_args=True`).",
-        "",
-        f"Reference: importance sampling from the Laplace approximation ({ref.num_draws} "
-        f"draws; Pareto k̂ = {ref.khat:.2f}, reliable below 0.7; importance ESS {ref.ess:.0f}; "
-        f"Monte Carlo error of its means ≤ {np.max(ref.mean_se / ref.sd):.3f} sd and of its "
-        f"sds ≤ {100 * np.max(ref.sd_se / ref.sd):.1f} %); computing it took "
-        f"{ref.seconds:.1f} s, and it is cached for later runs.",
-        "",
-        r"| method | seconds to target | reached | draws | max \|mean error\| (sd) | "
-        "worst sd ratio | note |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in race.results:
-        secs = f"{r.seconds_to_target:.1f}" if r.reached else f"> {r.seconds_to_target:.1f}"
-        lines.append(f"| {r.method} | {secs} | {'yes' if r.reached else 'no'} | {r.draws:,} | "
-                     f"{r.max_mean_error:.3f} | {r.worst_sd_ratio:.3f} | {r.note} |")
-    return lines + ["", "![time to accuracy](time_to_accuracy.png)", "",
-                    "The same numbers: `time_to_accuracy.csv`.", ""]
-
-
-def _write_report(out, problem, rows, curves, gamma, settings, race=None):
-    steps = ", ".join(
-        f"{k} {settings['steps'][k]:.3g}{' (adapted)' if k in settings['adapted'] else ''}"
-        for k in settings["kernels"] if np.isfinite(settings["steps"][k])
-    )
-    baselines = [k for k in settings["kernels"] if k in BASELINES]
-    ksd_ref = rows["NUTS (reference)"]["KSD"]
-    text = [
-        "# SG-MCMC against exact methods",
-        "",
-        "**Verdict.** " + verdict_paragraph(rows, race),
-        "",
-        "## The bias of each kernel: German credit",
-        "",
-        problem.description + ".",
-        "",
-        f"SG kernels at their defaults (`step_size=None`: the step, the preconditioner and "
-        f"control variates where they pay are chosen in warm-up): {settings['num_chains']} "
-        f"vectorized chains x at least {settings['num_steps']} steps after "
-        f"{settings['num_warmup']} warm-up steps, every {settings['thinning']}th kept, "
-        f"continued until the smallest bulk ESS reached {settings['target_ess']} and the "
-        f"largest split R-hat was at most {MAX_RHAT}, or {settings['max_steps']} steps (steps "
-        "per chain: " + ", ".join(f"{k} {v}" for k, v in settings["taken"].items())
-        + f"); step sizes {steps} (the chains' geometric mean); seed {settings['seed']}. "
-        f"Reference: NUTS on the full data, 4 chains x {settings['reference_samples']} draws"
-        + (" (read from the cache; its time is the time it took when computed)."
-           if settings.get("ref_cached") else "."),
-        "",
-        "How to read the table. Errors are in reference posterior standard deviations, per "
-        "scalar parameter: the worst standardised mean error and the sd ratio farthest from 1, "
-        "each ± its Monte Carlo standard error (the draws' and the reference's, ESS-based). "
-        f"*accurate* is yes when every mean is within {ACCURATE_MEAN} sd and every sd ratio "
-        f"within [{ACCURATE_SD[0]}, {ACCURATE_SD[1]}]. *off beyond noise* counts the "
-        "parameters whose mean or sd differs from the reference by more than 3 standard "
-        "errors: with long runs even a harmless difference is resolved, so read it with the "
-        f"errors' size. *converged* is NO when the split R-hat exceeds {MAX_RHAT} or the "
-        f"smallest bulk ESS is below {MIN_ESS}: that row's errors are mixing error, not bias. "
-        "The energy distance is between pooled draws and the reference (the NUTS row: between "
-        "two halves of its own chains, the distance two exact samples of this size are apart). "
-        "KSD is the IMQ kernel Stein discrepancy from the model's full-data score, which needs "
-        f"no reference: exact draws of this size give about {_fmt(ksd_ref)} (the NUTS row); "
-        "larger values mean draws from another law. *seconds* is each run's wall time, "
-        "compilation included. Per-parameter numbers, with z-scores: `per_parameter.csv`.",
-        "",
-        format_table(rows, markdown=True),
-        "",
-        *_baseline_text(baselines),
-        *_wenzel_note(settings),
-        "",
-        "![errors of every parameter](errors.png)",
-        "",
-        "Marginal densities of the 8 parameters farthest off (over all rows), the reference "
-        "shaded:",
-        "",
-        "![marginals](marginals.png)",
-        "",
-    ]
-    text += _race_text(race)
-    text += _gamma_text(gamma)
-    if curves:
-        text += [
-            "## Bias against the step size",
-            "",
-            "The sd ratio averaged over the parameters, |mean sd ratio − 1|, ± 2 standard "
-            "errors (the parameters' combined as if independent); each step size run until its "
-            "smallest bulk ESS reached the target. "
-            "A curve that falls with h is the step's bias; one that stays flat as h → 0 is a "
-            "bias of the stationary law (the Γ bias) or the noise floor of the run.",
-            "",
-            "![bias](bias.png)",
-            "",
-        ]
-        for name, table in curves.items():
-            text += [f"{name}:", "", _frame_markdown(table), ""]
-    text += ["## Traces and rank plots", "",
-             "The 4 parameters farthest off, per run: traces by chain and rank histograms by "
-             "chain (flat when the chains sample the same law).", ""]
-    text += [f"![{p.stem}]({p.name})" for p in sorted(out.glob("trace_*.png"))]
-    (out / "report.md").write_text("\n".join(text) + "\n")
-
-
-_BASELINE_NOTES = {
-    "LMC": "LMC: Langevin Monte Carlo with Metropolis–Hastings (MALA) on the full data: "
-    "NumPyro's `HMC` with one leapfrog step, its step ε adapted by dual averaging to an "
-    "acceptance rate of 0.574 (the Langevin step is h = ε²/2). Exact up to Monte Carlo error; "
-    "each step costs a full-data gradient.",
-    "BayesByBackprop": "BayesByBackprop: mean-field normal VI (`AutoNormal`, Adam 1e-2 "
-    "decaying to 1e-4, minibatch ELBO) for as many SVI steps as the kernels' first run; its "
-    "rows are independent "
-    "draws of the fitted normal (so its ESS is the number of draws and R-hat 1): its error is "
-    "the mean-field approximation's, typically sds too small where parameters correlate.",
-    "ConstantSGD": "ConstantSGD: SGD iterates at Mandt, Hoffman & Blei's (2017) KL-optimal "
-    "constant learning rate, started at the MAP; their stationary Gaussian approximates the "
-    "posterior (sds roughly right where the gradient noise is isotropic, not in general).",
-}
-
-
-def _baseline_text(baselines):
-    return [f"- {_BASELINE_NOTES[k]}" for k in baselines] + ([""] if baselines else [])
-
-
-def _wenzel_note(settings):
-    if "WenzelSGLD" not in settings["kernels"] or len(settings["latent_sites"]) != 1:
-        return []
-    return [
-        f"- WenzelSGLD: this model has one latent site ({settings['latent_sites'][0]}), so "
-        "the layer-wise scale, normalised by the smallest site's, is exactly 1 and the kernel "
-        "is SGLD (its row equals SGLD's when their step sizes agree)."
-    ]
-
-
-def _frame_markdown(frame):
-    headers = [frame.index.name or "", *frame.columns]
-    lines = ["| " + " | ".join(map(str, headers)) + " |", "|" + "---|" * len(headers)]
-    for idx, row in frame.iterrows():
-        lines.append("| " + " | ".join([_fmt(float(idx)), *(_fmt(v) for v in row.values)]) + " |")
-    return "\n".join(lines)

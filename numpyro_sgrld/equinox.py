@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 from jax.tree_util import DictKey, FlattenedIndexKey, GetAttrKey, SequenceKey
 
+from numpyro_sgrld._checks import flag
 from numpyro_sgrld._network_priors import (
     check_module,
     check_name,
@@ -217,8 +218,7 @@ def random_eqx_module(name, module, prior, *, batched=True):
     eqx = _import_equinox()
     check_name(name)
     _check_module(eqx, module)
-    if not isinstance(batched, bool):
-        raise TypeError(f"`batched` must be True or False, got {batched!r}.")
+    batched = flag(batched, "batched")
     params, static = eqx.partition(module, eqx.is_inexact_array)
     leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
     layers = _layers(eqx, module)

@@ -40,7 +40,7 @@ from numpyro.infer.util import potential_energy
 from numpyro.primitives import Messenger, apply_stack
 from numpyro.util import not_jax_tracer
 
-from numpyro_sgrld._checks import integer
+from numpyro_sgrld._checks import flag, integer
 from numpyro_sgrld._tree import tree_all_finite, tree_dot, tree_where
 
 __all__ = [
@@ -191,10 +191,8 @@ def control_variate_estimate(potential, cv, z, idx):
     :math:`\nabla U(\hat\theta) - \nabla\hat U_B(\hat\theta)` added to every gradient on this
     minibatch (for correction terms that re-evaluate the gradient elsewhere).
     """
-    value, grad = jax.value_and_grad(potential)(z, idx)
-    centre_value, centre_grad = jax.value_and_grad(potential)(cv.centre, idx)
-    shift = jax.tree.map(jnp.subtract, cv.grad, centre_grad)
-    return value - centre_value + cv.value, jax.tree.map(jnp.add, grad, shift), shift
+    value, grad, _, _, _, shift = _centred(z, idx, cv, lambda x, b: (potential(x, b), {}))
+    return value, grad, shift
 
 
 def find_mode(potential, z, key, draw, num_steps=1000, learning_rate=0.1, final_rate=1e-4):
@@ -306,20 +304,22 @@ def _check_centre(centre):
     )
 
 
-def _centred(position, batch, cv, target):
-    """``(value, grad, aux, oracle)`` of the control-variate estimate centred at ``cv``
-    (:func:`control_variate_estimate`), with the model's auxiliary values at ``position``."""
-    grad_at = jax.value_and_grad(target.potential, has_aux=True)
+def _centred(position, batch, cv, potential):
+    """``(value, grad, aux, oracle, batch_value, shift)`` of the control-variate estimate
+    centred at ``cv`` (:func:`control_variate_estimate`) for ``potential(z, batch) -> (value,
+    aux)``, with the model's auxiliary values at ``position``; ``batch_value`` is the plain
+    minibatch potential there and ``shift`` the constant added to every gradient."""
+    grad_at = jax.value_and_grad(potential, has_aux=True)
     (value, aux), grad = grad_at(position, batch)
     (centre_value, _), centre_grad = grad_at(cv.centre, batch)
     shift = jax.tree.map(jnp.subtract, cv.grad, centre_grad)
     offset = cv.value - centre_value
 
     def oracle(z):
-        v, g = jax.value_and_grad(lambda x: target.potential(x, batch)[0])(z)
+        v, g = jax.value_and_grad(lambda x: potential(x, batch)[0])(z)
         return v + offset, jax.tree.map(jnp.add, g, shift)
 
-    return value + offset, jax.tree.map(jnp.add, grad, shift), aux, oracle, value
+    return value + offset, jax.tree.map(jnp.add, grad, shift), aux, oracle, value, shift
 
 
 def control_variates(centre="mode", mode_steps=1000, start_at_centre=False) -> GradientEstimator:
@@ -334,8 +334,7 @@ def control_variates(centre="mode", mode_steps=1000, start_at_centre=False) -> G
     posterior sds from the mode."""
     centre = _check_centre(centre)
     mode_steps = integer(mode_steps, "mode_steps")
-    if not isinstance(start_at_centre, (bool, np.bool_)):
-        raise ValueError(f"`start_at_centre` must be True or False, got {start_at_centre!r}.")
+    start_at_centre = flag(start_at_centre, "start_at_centre")
 
     def init(position, key, target):
         if isinstance(centre, dict):
@@ -357,7 +356,7 @@ def control_variates(centre="mode", mode_steps=1000, start_at_centre=False) -> G
         return control_variate(target.full_potential, point)
 
     def estimate(position, batch, cv, target):
-        value, grad, aux, oracle, batch_value = _centred(position, batch, cv, target)
+        value, grad, aux, oracle, batch_value, _ = _centred(position, batch, cv, target.potential)
         return Estimate(value, grad, aux, cv, oracle, batch_value)
 
     def start(cv, z):
@@ -407,7 +406,8 @@ def warmup_control_variates() -> GradientEstimator:
         active = shared_flag(state.active, target.axis_name)
 
         def centred(position):
-            value, grad, aux, _, batch_value = _centred(position, batch, state.cv, target)
+            value, grad, aux, _, batch_value, _ = _centred(position, batch, state.cv,
+                                                           target.potential)
             return value, grad, aux, batch_value
 
         def plain(position):
@@ -418,7 +418,7 @@ def warmup_control_variates() -> GradientEstimator:
         value, grad, aux, batch_value = lax.cond(active, centred, plain, position)
 
         def oracle(z):
-            return lax.cond(active, lambda z: _centred(z, batch, state.cv, target)[3](z),
+            return lax.cond(active, lambda z: _centred(z, batch, state.cv, target.potential)[3](z),
                             lambda z: jax.value_and_grad(
                                 lambda x: target.potential(x, batch)[0])(z), z)
 
@@ -513,7 +513,7 @@ def svrg(update_every=None) -> GradientEstimator:
         if target.step is not None:
             refresh = (target.step > 0) & (target.step % every == 0)
             cv = lax.cond(refresh, lambda: anchor(target, position), lambda: cv)
-        value, grad, aux, oracle, batch_value = _centred(position, batch, cv, target)
+        value, grad, aux, oracle, batch_value, _ = _centred(position, batch, cv, target.potential)
         return Estimate(value, grad, aux, cv, oracle, batch_value)
 
     return GradientEstimator(init, estimate, needs_full_data=True, name="svrg")

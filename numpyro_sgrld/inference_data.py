@@ -22,7 +22,7 @@ from numpyro import handlers
 from numpyro.infer import MCMC, NUTS
 
 from numpyro_sgrld import _arviz
-from numpyro_sgrld._adapter import SGMCMCKernel
+from numpyro_sgrld._adapter import SGMCMC
 from numpyro_sgrld._cache import cache_dir
 from numpyro_sgrld.subsample import full_batch
 
@@ -140,7 +140,7 @@ def observed_data(model, samples, *model_args, **model_kwargs):
 
 def _sample_stats(mcmc):
     extra = mcmc.get_extra_fields(group_by_chain=True)
-    names = _SG_STAT_NAMES if isinstance(mcmc.sampler, SGMCMCKernel) else _HMC_STAT_NAMES
+    names = _SG_STAT_NAMES if isinstance(mcmc.sampler, SGMCMC) else _HMC_STAT_NAMES
     stats = {}
     for field, value in extra.items():
         value = np.asarray(value)
@@ -171,7 +171,7 @@ def adaptation(mcmc):
     :func:`to_inference_data` stores them in its group ``"adaptation"`` and the inflation in
     ``sample_stats`` too."""
     state = getattr(mcmc, "last_state", None)
-    if not isinstance(mcmc.sampler, SGMCMCKernel) or getattr(state, "adaptation", None) is None:
+    if not isinstance(mcmc.sampler, SGMCMC) or getattr(state, "adaptation", None) is None:
         return {}
     a = state.adaptation
     step = np.atleast_1d(np.asarray(state.step_size, np.float64))

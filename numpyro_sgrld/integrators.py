@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import random
 
-from numpyro_sgrld._checks import integer, real
+from numpyro_sgrld._checks import flag, integer, real
 from numpyro_sgrld._tree import tree_normal, tree_where
 
 __all__ = [
@@ -265,8 +265,7 @@ def sghmc(
         partial_refresh, "partial_refresh", low=0, high=1, high_open=True,
         hint="It is the fraction of the momentum kept at each resampling (0 redraws it).",
     )
-    if not isinstance(naive, (bool, np.bool_)):
-        raise ValueError(f"`naive` must be True or False, got {naive!r}.")
+    naive = flag(naive, "naive")
     if initial_momentum not in ("zero", "random"):
         raise ValueError(
             f"Unknown initial_momentum={initial_momentum!r}; use 'zero' or 'random'."
@@ -472,6 +471,12 @@ class SGNHTState(NamedTuple):
     thermostat: Any
 
 
+def _kinetic_temperature(p):
+    """:math:`p^\\top p / d`, the kinetic temperature of the momentum ``p``."""
+    leaves = jax.tree.leaves(p)
+    return sum(jnp.sum(u * u) for u in leaves) / sum(u.size for u in leaves)
+
+
 def sgnht(diffusion=1.0) -> Integrator:
     r"""The stochastic gradient Nosé–Hoover thermostat (Ding, Fang, Babbush, Chen, Skeel & Neven
     2014, Algorithm 2), with temperature :math:`T` and time step :math:`h`:
@@ -525,10 +530,7 @@ def sgnht(diffusion=1.0) -> Integrator:
                          state.momentum, _root_t(preconditioner)(grad), noise)
         position = jax.tree.map(lambda x, u: x + step_size * u, position,
                                 preconditioner.noise(p))
-        leaves = jax.tree.leaves(p)
-        d = sum(u.size for u in leaves)
-        kinetic = sum(jnp.sum(u * u) for u in leaves) / d
-        xi = xi + (kinetic - temperature) * step_size
+        xi = xi + (_kinetic_temperature(p) - temperature) * step_size
         return position, SGNHTState(p, xi)
 
     return Integrator(
@@ -546,11 +548,6 @@ class BADODABState(NamedTuple):
     momentum: Any
     thermostat: Any
     started: Any
-
-
-def _kinetic_temperature(p):
-    leaves = jax.tree.leaves(p)
-    return sum(jnp.sum(u * u) for u in leaves) / sum(u.size for u in leaves)
 
 
 def badodab(diffusion=1.0, thermal_mass=1.0) -> Integrator:

@@ -23,6 +23,7 @@ SGNHT         identity                sgnht
 
 import math
 import warnings
+from functools import partial
 
 from numpyro_sgrld._adapter import SGMCMC
 from numpyro_sgrld._checks import integer, real
@@ -41,6 +42,7 @@ from numpyro_sgrld.metrics.monge import AUTO_FREEZE
 from numpyro_sgrld.schedules import cyclical
 
 __all__ = [
+    "KERNELS",
     "LangevinKernel",
     "SGLD",
     "SGHMC",
@@ -316,8 +318,8 @@ class MongeSGLD(SGMCMC):
         (docs/benchmarks.md, step-size adaptation). With ``correction``, an ``"auto"``
         :math:`\\alpha^2` is fixed after :data:`~numpyro_sgrld.metrics.monge.AUTO_FREEZE`
         (1000) steps, so that Γ corrects the metric the chain uses (use ``num_warmup`` at
-        least that long). The default was 1.0 in earlier releases; pass ``alpha2=1.0`` for
-        their behaviour.
+        least that long). ``alpha2=1.0`` is Rensmeyer & Niggemann's and Yu et al.'s fixed
+        strength.
     :param decay: :math:`\\lambda \\in [0, 1)`, default 0.9.
     :param correction: ``None`` (default), ``"exact"`` or ``"hutchinson"``.
     :param correction_form: ``"lagged"`` (default) or ``"instant"``
@@ -836,3 +838,24 @@ class CyclicalSGHMC(_Cyclical, SGMCMC):
         super().__init__(model, schedule, metric=metric,
                          integrator=sghmc(friction, noise_estimate), **kwargs)
         self._exploration = cycle
+
+
+#: Every preset by the name ``sgrld`` and its reports use (``SGHMC`` with friction 0.1, and
+#: the Γ-corrected pSGLD and Monge SGLD as rows of their own).
+KERNELS = {
+    "SGLD": SGLD,
+    "SGHMC": partial(SGHMC, friction=0.1),
+    "PSGLD": PSGLD,
+    "PSGLD+Γ": partial(PSGLD, correction="exact"),
+    "MongeSGLD": MongeSGLD,
+    "MongeSGLD+Γ": partial(MongeSGLD, correction="exact"),
+    "ShampooSGLD": ShampooSGLD,
+    "WenzelSGLD": WenzelSGLD,
+    "AdamSGLD": AdamSGLD,
+    "BNPSGLD": BNPSGLD,
+    "BAOAB": BAOAB,
+    "SGNHT": SGNHT,
+    "BADODAB": BADODAB,
+    "CyclicalSGLD": CyclicalSGLD,
+    "CyclicalSGHMC": CyclicalSGHMC,
+}

@@ -68,7 +68,7 @@ import numpy as np
 from jax.scipy.special import logsumexp
 
 from numpyro_sgrld import _arviz
-from numpyro_sgrld._adapter import SGMCMCKernel
+from numpyro_sgrld._adapter import SGMCMC
 from numpyro_sgrld._checks import integer
 from numpyro_sgrld._compat import fast_sampling_loop_enabled
 from numpyro_sgrld.checkpoint import _attachments, _checkpoint_of, _write, load_checkpoint
@@ -170,7 +170,7 @@ def _divisors_near(n, k):
 
 def _default_extra_fields(mcmc):
     """The step size, for the stochastic-gradient kernels (``diverging`` is always there)."""
-    return ("step_size",) if isinstance(mcmc.sampler, SGMCMCKernel) else ()
+    return ("step_size",) if isinstance(mcmc.sampler, SGMCMC) else ()
 
 
 def _plan(mcmc, segment_draws, extra_fields, accumulator):
@@ -438,14 +438,14 @@ def _set_num_samples(mcmc, num_samples):
 def _warn_if_recompiling(mcmc, num_segments):
     """Warn when each of ``num_segments > 1`` segments would compile NumPyro's loop anew with
     the data as constants (``jit_model_args=False`` and not the fast loop for an SG kernel)."""
-    fast = fast_sampling_loop_enabled() and isinstance(mcmc.sampler, SGMCMCKernel)
+    fast = fast_sampling_loop_enabled() and isinstance(mcmc.sampler, SGMCMC)
     if num_segments > 1 and not getattr(mcmc, "_jit_model_args", True) and not fast:
         warnings.warn(
             "run_streaming: `mcmc` was built with jit_model_args=False, so NumPyro compiles "
             "each segment again with the model's arguments (the data) baked into the program "
             "as constants, and the programs it keeps grow memory by about the data's size per "
             "segment. Build it with MCMC(..., jit_model_args=True)"
-            + ("." if fast or not isinstance(mcmc.sampler, SGMCMCKernel) else
+            + ("." if fast or not isinstance(mcmc.sampler, SGMCMC) else
                ", or call numpyro_sgrld.enable_fast_sampling_loop() first."),
             UserWarning,
             stacklevel=3,

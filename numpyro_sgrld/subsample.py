@@ -114,7 +114,7 @@ class _PlateRecorder(Messenger):
 
 
 def _check_subsample_size(name, size, subsample_size):
-    from numpyro_sgrld._setup import ModelSetupError
+    from numpyro_sgrld._checks import ModelSetupError
 
     integral = isinstance(subsample_size, (int, np.integer)) and not isinstance(
         subsample_size, (bool, np.bool_)

@@ -337,7 +337,7 @@ def hmcecs_runner(model, model_args, num_warmup=500, chunk=100, num_blocks=100,
 
 
 #: The SG kernels raced by default (the constant-preconditioner ones, exact up to the step's
-#: bias); any of ``compare.KERNELS`` may be given.
+#: bias); any of ``kernels.KERNELS`` may be given.
 SG_DEFAULT = ("SGLD", "SGHMC")
 #: The exact and subsampling baselines.
 BASELINE_METHODS = ("NUTS", "HMCECS", "MALA")
@@ -361,7 +361,7 @@ def _runner(method, setting, X, y):
     from numpyro.infer import NUTS
 
     from numpyro_sgrld.baselines import lmc_kernel
-    from numpyro_sgrld.compare import KERNELS
+    from numpyro_sgrld.kernels import KERNELS
     from numpyro_sgrld.models import logistic_regression as lr
     from numpyro_sgrld.subsample import full_batch
 

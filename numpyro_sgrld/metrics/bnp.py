@@ -72,7 +72,7 @@ from typing import Any, NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from numpyro_sgrld._checks import real
+from numpyro_sgrld._checks import flag, real
 from numpyro_sgrld.metrics._base import Metric, Preconditioner, _check_decay, _context
 
 #: Prefix of the auxiliary values that hold a dense layer's inputs: ``"layer_inputs:{path}"``,
@@ -194,8 +194,7 @@ def bnp(decay=0.99, eps1=1e-2, eps2=1e-4, noise_scale="consistent", bias_correct
     State: two vectors of each layer's fan-in.
     """
     decay = _check_decay(decay)
-    if not isinstance(bias_correction, bool):
-        raise ValueError(f"`bias_correction` must be True or False, got {bias_correction!r}.")
+    bias_correction = flag(bias_correction, "bias_correction")
     eps1 = _check_positive(eps1, "eps1")
     eps2 = _check_positive(eps2, "eps2")
     if noise_scale not in NOISE_SCALES:

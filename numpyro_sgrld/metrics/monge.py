@@ -92,9 +92,8 @@ def monge(alpha2="auto", decay=0.9, max_drift_norm=None, freeze_after=None) -> M
     (Rensmeyer & Niggemann: a fixed :math:`\alpha^2` of that strength inflates the variance of
     N(0, 1) by about :math:`2\kappa`; in one dimension the adapting :math:`\alpha^2` tracks
     :math:`1/\theta^2`, keeps :math:`D` nearly constant, and the variance is 1.03);
-    measured with adapted steps: German credit total error 0.11 at :math:`\kappa = 0.1`, 0.69
-    at 1 (0.075 with :math:`\alpha^2 = 1`); sblrc-blr no divergence at either (docs/benchmarks.md,
-    step-size adaptation).
+    the errors at :math:`\kappa = 0.1` and 1 on German credit and sblrc-blr are in
+    docs/benchmarks.md (step-size adaptation).
 
     **Γ with** ``"auto"``: :math:`\alpha^2` follows the chain (in one dimension it tracks
     :math:`1/\theta^2`, which makes :math:`D` nearly constant), and the lagged Γ, which

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from numpyro_sgrld._checks import flag
 from numpyro_sgrld.metrics._base import (
     Metric,
     Preconditioner,
@@ -245,10 +246,7 @@ def shampoo(
     shampoo_block_shapes((1,), block_size, block_split)  # checks block_split
     if ridge not in ("root", "statistic"):
         raise ValueError(f"`ridge` must be 'root' or 'statistic', got {ridge!r}.")
-    if not isinstance(precondition_vectors, bool):
-        raise TypeError(
-            f"`precondition_vectors` must be True or False, got {precondition_vectors!r}."
-        )
+    precondition_vectors = flag(precondition_vectors, "precondition_vectors")
 
     def layout(x):
         return shampoo_block_shapes(jnp.shape(x), block_size, block_split)

@@ -5,6 +5,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from numpyro_sgrld._checks import flag
 from numpyro_sgrld.metrics._base import (
     Metric,
     Preconditioner,
@@ -47,8 +48,7 @@ def wenzel(decay=0.99, eps=1e-8, update_interval=None, *, lagged_refresh=False) 
     eps = _check_nonnegative(eps, "eps")
     if update_interval is not None:
         update_interval = _check_interval(update_interval)
-    if not isinstance(lagged_refresh, bool):
-        raise TypeError(f"`lagged_refresh` must be True or False, got {lagged_refresh!r}.")
+    lagged_refresh = flag(lagged_refresh, "lagged_refresh")
 
     def init(position):
         ones = jax.tree.map(lambda x: jnp.ones((), jnp.result_type(x)), position)
