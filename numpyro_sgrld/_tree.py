@@ -42,7 +42,7 @@ def tree_normal(key, like):
     Drawn as **one** vector over all entries (in the widest floating dtype of the leaves), then
     cut into the leaves, as BlackJAX's ``generate_gaussian_noise`` does: one call of the
     generator is one threefry hash in the compiled program, faster to run than one per leaf and
-    smaller to compile (the noise-draw table of ``benchmarks/speed.py --problem mlp``,
+    smaller to compile (the noise-draw table of ``benchmarks/speed/speed.py --problem mlp``,
     docs/benchmarks.md).
     Leaves that are not real floating point raise ``TypeError`` (noise cast to an integer
     would be truncated).

@@ -254,7 +254,7 @@ def sghmc(
         ``noise_estimate`` are ignored), momentum resampled every ``resample_momentum_every``
         steps (required). Its stationary law is **not** the posterior: the gradient noise heats
         the momentum between resamplings and nothing takes the heat out (their Fig. 1;
-        ``benchmarks/chen_double_well.py``). Warns; for comparisons only.
+        ``benchmarks/papers/chen_double_well.py``). Warns; for comparisons only.
 
     Not Γ-corrected: with a position-dependent metric the drift that keeps the second-order
     dynamics exact differs from the first-order Γ (Ma, Chen & Fox 2015); a kernel refuses

@@ -159,7 +159,7 @@ class SGHMC(SGMCMC):
         redraws it.
     :param naive: naive SGHMC, no friction and no injected noise (Chen et al. 2014, Sec. 3.2):
         does **not** sample the posterior with stochastic gradients; warns. Needs
-        ``resample_momentum_every``; for demonstrations (``benchmarks/chen_double_well.py``).
+        ``resample_momentum_every``; for demonstrations (``benchmarks/papers/chen_double_well.py``).
     :param metric: a :class:`~numpyro_sgrld.metrics.Metric` (default identity): with
         ``metrics.rmsprop()`` this is preconditioned SGHMC, mass matrix :math:`M = D^{-1}`
         (:func:`~numpyro_sgrld.integrators.sghmc_step`).

@@ -135,10 +135,11 @@ def uci_concrete():
 
 
 def load_benchmark(name):
-    """The script ``benchmarks/<name>.py`` as a module; skips the test when it is not there
-    (an installed package without the benchmarks)."""
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
-    if not path.exists():
+    """The script ``benchmarks/<kind>/<name>.py`` as a module; skips the test when it is not
+    there (an installed package without the benchmarks)."""
+    found = sorted((Path(__file__).resolve().parents[1] / "benchmarks").glob(f"*/{name}.py"))
+    path = found[0] if found else Path("benchmarks") / "*" / f"{name}.py"
+    if not found:
         pytest.skip(f"{path} is not there (an installed package without the benchmarks)")
     spec = importlib.util.spec_from_file_location(f"{name}_benchmark", path)
     module = importlib.util.module_from_spec(spec)

@@ -1,4 +1,4 @@
-"""The hand-written baselines of ``benchmarks/speed.py`` compute what the library computes.
+"""The hand-written baselines of ``benchmarks/speed/speed.py`` compute what the library computes.
 
 A speed ratio against a hand-written loop means something only if both do the same work; the
 Shampoo comparison in particular supports the claim that ShampooSGLD's cost is the metric's

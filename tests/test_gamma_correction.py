@@ -1,4 +1,5 @@
-"""The Γ correction on real posteriors at equal wall time (``benchmarks/gamma_correction.py``).
+"""The Γ correction on real posteriors at equal wall time
+(``benchmarks/accuracy/gamma_correction.py``).
 
 Slow: ``python -m pytest -m slow tests/test_gamma_correction.py`` (about 4 minutes on 2 cores).
 The verdicts are those of the benchmark: a corrected error is *worse* when it exceeds the

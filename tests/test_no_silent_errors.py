@@ -1,6 +1,6 @@
 """No silent wrong answers: one test per class of mistake that used to run and return a wrong
-posterior without a word, or crash deep inside JAX/NumPyro (benchmarks/misuse.py has the full
-list of cases with their outcomes)."""
+posterior without a word, or crash deep inside JAX/NumPyro (benchmarks/investigations/misuse.py
+has the full list of cases with their outcomes)."""
 
 import warnings
 

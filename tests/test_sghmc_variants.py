@@ -73,14 +73,15 @@ def test_naive_sghmc_warns_and_needs_resampling():
 
 @pytest.mark.slow
 def test_chen_double_well_naive_sghmc_is_measurably_wrong():
-    """Chen et al.'s Fig. 1 (``benchmarks/chen_double_well.py``, 100,000 gradients per chain):
+    """Chen et al.'s Fig. 1 (``benchmarks/papers/chen_double_well.py``, 100,000 gradients per
+    chain):
     E[theta^2] and E[theta^4] of HMC with MH and of SGHMC within Monte Carlo error of the exact
     moments (four z-scores, Bonferroni), naive SGHMC's beyond it. SGHMC's own discretisation
     bias at epsilon = 0.1 is below the Monte Carlo error at this length."""
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks" / "papers"))
     import chen_double_well as cdw
     from numpyro_sgrld.models import double_well
 

@@ -58,8 +58,8 @@ def test_positions_on_the_conjugate_regression_with_subsampling():
     (Bonferroni z over the 6 comparisons, ESS-based standard errors; 200 chains of 50,000
     steps). Where the gradient noise dominates, the scalar thermostat cannot make anisotropic
     noise isotropic: the positions' sds then follow the thermostat's own law (0.97, 1.00, 1.03
-    at A = 1, h = 1e-3, measured and predicted; benchmarks/sgnht_noise_bias.py), which this
-    test does not cover."""
+    at A = 1, h = 1e-3, measured and predicted; benchmarks/investigations/sgnht_noise_bias.py),
+    which this test does not cover."""
     from functools import partial
 
     from conftest import assert_moments
