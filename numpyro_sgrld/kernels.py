@@ -21,13 +21,14 @@ SGNHT         identity                sgnht
 ============  ======================  ======================
 """
 
-import math
 import warnings
 from functools import partial
 
 from numpyro_sgrld._adapter import SGMCMC
-from numpyro_sgrld._checks import integer, real
-from numpyro_sgrld.integrators import adaptive_drift, badodab, baoab, langevin, sghmc, sgnht
+from numpyro_sgrld._cyclical_kernels import CYCLE_LENGTH, CyclicalSGHMC, CyclicalSGLD
+from numpyro_sgrld._momentum_kernels import BADODAB, BAOAB, SGHMC, SGNHT
+from numpyro_sgrld._presets import _COMMON, _example, _in_learnt_coordinates
+from numpyro_sgrld.integrators import adaptive_drift, langevin
 from numpyro_sgrld.metrics import (
     bnp,
     identity,
@@ -36,12 +37,11 @@ from numpyro_sgrld.metrics import (
     rmsprop,
     shampoo,
     wenzel,
-    whitened,
 )
 from numpyro_sgrld.metrics.monge import AUTO_FREEZE
-from numpyro_sgrld.schedules import cyclical
 
 __all__ = [
+    "CYCLE_LENGTH",
     "KERNELS",
     "LangevinKernel",
     "SGLD",
@@ -58,13 +58,6 @@ __all__ = [
     "CyclicalSGLD",
     "CyclicalSGHMC",
 ]
-
-
-def _in_learnt_coordinates(metric, step_size):
-    """An adaptive preset's metric: with ``step_size=None``, in the coordinates of a dense
-    metric learnt in warm-up (:func:`~numpyro_sgrld.metrics.whitened`, for at most
-    :data:`~numpyro_sgrld.metrics.constant.DENSE_MAX_DIM` coordinates); as given otherwise."""
-    return whitened(metric) if step_size is None else metric
 
 
 class LangevinKernel(SGMCMC):
@@ -122,105 +115,6 @@ class SGLD(SGMCMC):
 
     def __init__(self, model=None, step_size=None, *, metric=None, **kwargs):
         super().__init__(model, step_size, metric=metric, integrator=langevin(), **kwargs)
-
-
-class SGHMC(SGMCMC):
-    r"""Stochastic gradient Hamiltonian Monte Carlo (Chen, Fox & Guestrin 2014, Eq. 15).
-
-    Discretises the second-order Langevin dynamics with friction, unit mass:
-
-    .. math::
-        v_{t+1} &= (1 - \alpha) v_t - h\nabla\hat U(\theta_t)
-                  + \mathcal N\big(0,\; 2(\alpha - \hat\beta) h T\big), \\
-        \theta_{t+1} &= \theta_t + v_{t+1}.
-
-    Parameter mapping to Chen et al.: ``step_size`` :math:`h = \eta` (learning rate),
-    ``friction`` :math:`\alpha`, ``noise_estimate`` :math:`\hat\beta`. In continuous time
-    :math:`\epsilon = \sqrt{h}` and friction :math:`C = \alpha / \epsilon`. The momentum is
-    kept across steps (and across ``MCMC.run`` calls continued from ``last_state``); a fresh
-    minibatch is drawn every step.
-
-    **Known bias.** Like SGLD, a constant step gives :math:`O(h)` discretisation bias and the
-    unaccounted minibatch noise inflates the spread (by about
-    :math:`h\,\mathrm{Var}[\nabla\hat U] / (2(\alpha - \hat\beta))` relative to the injected
-    noise); a larger ``friction`` or a good ``noise_estimate`` reduces it.
-
-    **State size:** one momentum per parameter (``sampler_state.integrator.momentum``).
-
-    :param model: NumPyro model.
-    :param step_size: :math:`h = \eta`, float > 0 or a schedule.
-    :param friction: :math:`\alpha \in (0, 1]`, default 0.1.
-    :param noise_estimate: :math:`\hat\beta \in [0, \alpha)`, default 0.
-    :param initial_momentum: ``"zero"`` (default) or ``"random"`` (:math:`\mathcal N(0, h_0 T)`).
-    :param resample_momentum_every: redraw :math:`v \sim \mathcal N(0, h_t T)` every this many
-        steps (``None``: never).
-    :param partial_refresh: :math:`a \in [0, 1)`: at each resampling keep a fraction of the
-        momentum, :math:`v \leftarrow av + \sqrt{1 - a^2}\,v'` (Horowitz 1991); 0 (default)
-        redraws it.
-    :param naive: naive SGHMC, no friction and no injected noise (Chen et al. 2014, Sec. 3.2):
-        does **not** sample the posterior with stochastic gradients; warns. Needs
-        ``resample_momentum_every``; for demonstrations (``benchmarks/papers/chen_double_well.py``).
-    :param metric: a :class:`~numpyro_sgrld.metrics.Metric` (default identity): with
-        ``metrics.rmsprop()`` this is preconditioned SGHMC, mass matrix :math:`M = D^{-1}`
-        (:func:`~numpyro_sgrld.integrators.sghmc_step`).
-    :param kwargs: ``potential_fn``, ``temperature``, ``num_data``, ``batching``,
-        ``init_strategy`` (see :class:`~numpyro_sgrld.SGMCMC`).
-
-    Example::
-
-        >>> import jax, numpyro, numpyro.distributions as dist
-        >>> from numpyro.infer import MCMC
-        >>> from numpyro_sgrld import SGHMC
-        >>> def model():
-        ...     numpyro.sample("theta", dist.Normal(0.0, 1.0))
-        >>> mcmc = MCMC(SGHMC(model, step_size=0.01, friction=0.1), num_warmup=100,
-        ...             num_samples=500, progress_bar=False)
-        >>> mcmc.run(jax.random.PRNGKey(0))
-        >>> mcmc.get_samples()["theta"].shape
-        (500,)
-    """
-
-    def __init__(
-        self,
-        model=None,
-        step_size=None,
-        *,
-        friction=0.1,
-        noise_estimate=0.0,
-        initial_momentum="zero",
-        resample_momentum_every=None,
-        partial_refresh=0.0,
-        naive=False,
-        metric=None,
-        **kwargs,
-    ):
-        integrator = sghmc(friction, noise_estimate, initial_momentum, resample_momentum_every,
-                           partial_refresh, naive)
-        super().__init__(model, step_size, metric=metric, integrator=integrator, **kwargs)
-
-
-_COMMON = """    :param model: NumPyro model (or ``potential_fn=``).
-    :param step_size: :math:`h`, float > 0 or a schedule (:mod:`numpyro_sgrld.schedules`).
-    :param kwargs: ``temperature``, ``num_data``, ``batching``, ``init_strategy``,
-        ``potential_fn``, ``data_parallel``, ``gradient``, ``control_variate``, ``mode_steps``,
-        ``start_at_centre``, ``check_proposal`` (see :class:`~numpyro_sgrld.SGMCMC`)."""
-
-
-def _example(name, args):
-    return f"""
-    Example::
-
-        >>> import jax, numpyro, numpyro.distributions as dist
-        >>> from numpyro.infer import MCMC
-        >>> from numpyro_sgrld import {name}
-        >>> def model():
-        ...     numpyro.sample("theta", dist.Normal(0.0, 1.0).expand([3]).to_event(1))
-        >>> mcmc = MCMC({name}(model, {args}), num_warmup=100, num_samples=200,
-        ...             progress_bar=False)
-        >>> mcmc.run(jax.random.PRNGKey(0))
-        >>> mcmc.get_samples()["theta"].shape
-        (200, 3)
-    """
 
 
 class PSGLD(SGMCMC):
@@ -609,235 +503,6 @@ class BNPSGLD(SGMCMC):
     ):
         metric = bnp(decay, eps1, eps2, noise_scale=noise_scale, bias_correction=bias_correction)
         super().__init__(model, step_size, metric=metric, integrator=langevin(), **kwargs)
-
-
-class BAOAB(SGMCMC):
-    __doc__ = (
-        r"""Underdamped Langevin dynamics by the BAOAB splitting (Leimkuhler & Matthews 2013),
-    with stochastic gradients (:func:`numpyro_sgrld.integrators.baoab`).
-
-    .. math::
-        v \leftarrow v - \tfrac h2 D\nabla\hat U,\;
-        \theta \leftarrow \theta + \tfrac h2 v,\;
-        v \leftarrow e^{-\gamma h}v + \sqrt{T(1 - e^{-2\gamma h})}\,D^{1/2}\xi,\;
-        \theta \leftarrow \theta + \tfrac h2 v,\;
-        v \leftarrow v - \tfrac h2 D\nabla\hat U(\theta).
-
-    ``step_size`` :math:`h` is a time step (not SGHMC's learning rate), ``friction``
-    :math:`\gamma` a rate per unit of time. With exact gradients the positions sample a
-    Gaussian target exactly at every stable step (:math:`h < 2/\sqrt{\lambda_{\max}}`); SGLD at
-    the same :math:`h` has variance :math:`\sigma^2/(1 - h/(2\sigma^2))`. One gradient per
-    step. With ``step_size=None`` (the default) warm-up learns the preconditioner as SGLD's
-    does and adapts the step by the time-step law of
-    :func:`~numpyro_sgrld.integrators.baoab`: the gradient noise inflates the variance by
-    :math:`h s^2/(2\gamma T)`, and the step stays at :math:`h\sqrt{\lambda} \le
-    2\sqrt\delta` (``target_bias`` :math:`\delta`), well inside the stability limit.
-
-"""
-        + _COMMON
-        + r"""
-    :param friction: :math:`\gamma > 0`, default 1.
-    :param metric: a :class:`~numpyro_sgrld.metrics.Metric` (mass :math:`D^{-1}`); default
-        the preconditioner learnt in warm-up with ``step_size=None``, else the identity.
-"""
-        + _example("BAOAB", "step_size=0.1")
-    )
-
-    def __init__(self, model=None, step_size=None, *, friction=1.0, metric=None, **kwargs):
-        super().__init__(model, step_size, metric=metric, integrator=baoab(friction), **kwargs)
-
-
-class SGNHT(SGMCMC):
-    __doc__ = (
-        r"""The stochastic gradient Nosé–Hoover thermostat (Ding et al. 2014; the integrator
-    :func:`numpyro_sgrld.integrators.sgnht`): SGHMC whose friction :math:`\xi` is a dynamic
-    variable that keeps the kinetic temperature at :math:`T`, absorbing the unknown gradient
-    noise.
-
-    .. math::
-        p \leftarrow e^{-\xi h}p - \nabla\hat U\,h + \sqrt{2AhT}\,\eta, \quad
-        \theta \leftarrow \theta + p\,h, \quad
-        \xi \leftarrow \xi + (p^\top p/d - T)\,h.
-
-    ``step_size`` :math:`h` is a time step; ``diffusion`` :math:`A`. With ``step_size=None``
-    (the default) warm-up learns a constant preconditioner as SGLD's does, in whose
-    coordinates the thermostat runs, and adapts the step by the time-step law of
-    :func:`~numpyro_sgrld.integrators.sgnht`.
-
-    **Known limit.** The thermostat is one scalar: it absorbs the gradient noise's *average*
-    variance. Where anisotropic gradient noise dominates the injected diffusion, coordinates
-    with more noise than average come out wider and the others narrower (±3 % on a small
-    regression, docs/benchmarks.md, "SGNHT when the gradient noise dominates"); a larger
-    ``diffusion`` reduces it. The thermostat also takes tens of time units to reach its
-    equilibrium from :math:`A`.
-
-"""
-        + _COMMON
-        + """
-    :param diffusion: :math:`A > 0`, default 1.
-    :param metric: a constant :class:`~numpyro_sgrld.metrics.Metric`; default the
-        preconditioner learnt in warm-up with ``step_size=None``, else the identity.
-"""
-        + _example("SGNHT", "step_size=0.05")
-    )
-
-    def __init__(self, model=None, step_size=None, *, diffusion=1.0, metric=None, **kwargs):
-        super().__init__(model, step_size, metric=metric, integrator=sgnht(diffusion),
-                         **kwargs)
-
-
-class BADODAB(SGMCMC):
-    __doc__ = (
-        r"""BADODAB (Leimkuhler & Shang 2016, "Adaptive thermostats for noisy gradient
-    systems"; the integrator :func:`numpyro_sgrld.integrators.badodab`): the adaptive
-    Langevin thermostat of SGNHT, integrated by the B A D O D A B splitting (BAOAB's
-    splitting with a half-step of the thermostat around an exact Ornstein–Uhlenbeck step at
-    the thermostat's friction).
-
-    .. math::
-        d\theta = p\,dt, \quad dp = -\nabla U\,dt - \xi p\,dt + \sqrt{2AT}\,dW, \quad
-        d\xi = \mu^{-1}(p^\top p/d - T)\,dt.
-
-    ``step_size`` :math:`h` is a time step; ``diffusion`` :math:`A`, ``thermal_mass``
-    :math:`\mu`. With ``step_size=None`` (the default) warm-up adapts the step by the
-    time-step law of :func:`~numpyro_sgrld.integrators.badodab`, in the coordinates of a
-    constant preconditioner learnt as SGLD's is.
-
-"""
-        + _COMMON
-        + r"""
-    :param diffusion: :math:`A > 0`, default 1.
-    :param thermal_mass: :math:`\mu > 0`, default 1.
-    :param metric: a constant :class:`~numpyro_sgrld.metrics.Metric`; default the
-        preconditioner learnt in warm-up with ``step_size=None``, else the identity.
-"""
-        + _example("BADODAB", "step_size=0.05")
-    )
-
-    def __init__(self, model=None, step_size=None, *, diffusion=1.0, thermal_mass=1.0,
-                 metric=None, **kwargs):
-        super().__init__(model, step_size, metric=metric,
-                         integrator=badodab(diffusion, thermal_mass), **kwargs)
-
-
-#: Steps per cycle of the cyclical presets when ``cycle_length`` is not given: with the default
-#: ``exploration=0.5``, 500 draws per cycle.
-CYCLE_LENGTH = 1000
-
-
-def _cycle(kernel, step_size, cycle_length, exploration):
-    """The cosine schedule with peak ``step_size`` and period ``cycle_length`` (``None`` with
-    ``step_size=None``: the peak is adapted in warm-up), and the exploration stage's
-    ``(L, E)``, checked."""
-    length = integer(CYCLE_LENGTH if cycle_length is None else cycle_length, "cycle_length",
-                     low=2, hint="It is the number of steps per cycle, exploration included.")
-    beta = real(exploration, "exploration", low=0, high=1, high_open=True,
-                hint="It is the fraction beta of each cycle spent exploring (no noise, no draws).")
-    explore = math.ceil(beta * length)
-    if explore >= length:
-        raise ValueError(
-            f"exploration={beta!r} of cycle_length={length} leaves no sampling step in a cycle "
-            f"({explore} exploration steps): lower `exploration` or raise `cycle_length`."
-        )
-    if step_size is None:
-        return None, (length, explore)
-    h0 = real(step_size, "step_size", low=0, low_open=True,
-              hint=f"It is the cycle's peak step h0 (a number: the schedule is the cosine), "
-              f"or None to adapt it in warm-up: {kernel}(model).")
-    return cyclical(h0, length, 1), (length, explore)
-
-
-class _Cyclical:
-    """The exploration stage and the cycle bookkeeping shared by the cyclical presets."""
-
-    def cycle_position(self, i):
-        r"""``(cycle, step_in_cycle)`` of the step that produced the state with counter ``i``
-        (the ``i`` extra field of a draw): ``(k - 1) // L`` and ``(k - 1) % L`` for
-        ``k = i - W``, ``W`` the warm-up's length when the step is adapted (the cycles begin
-        after it), else 0. Every draw has ``step_in_cycle >= E`` (a sampling step)."""
-        length, _ = self._exploration
-        k = i - self._cycle_start
-        return (k - 1) // length, (k - 1) % length
-
-    @property
-    def cycle_length(self):
-        """:math:`L`, steps per cycle (exploration included)."""
-        return self._exploration[0]
-
-    @property
-    def exploration_steps(self):
-        r""":math:`E = \lceil\beta L\rceil`, exploration steps at the start of each cycle."""
-        return self._exploration[1]
-
-
-_CYCLICAL_DOC = r"""
-
-    **The step:** :math:`h_k = \frac{h_0}{2}\big[\cos(\pi\,\mathrm{mod}(k, L)/L) + 1\big]`
-    (:class:`~numpyro_sgrld.schedules.cyclical`), :math:`k` the step counter, :math:`L` =
-    ``cycle_length``. **The stages:** the first :math:`E = \lceil\beta L\rceil` steps of every
-    cycle (``exploration`` :math:`\beta`) are an *exploration stage*: the same update at
-    temperature 0 (no injected noise), which moves fast towards a mode while the step is large;
-    the remaining :math:`L - E` steps sample. Exploration states are not posterior draws, so
-    they never reach ``MCMC``'s draws: ``MCMC`` records one state per transition on a fixed
-    grid, and the transition that starts a cycle runs the whole exploration stage internally
-    (a loop of :math:`E` steps) before its one sampling step. Every recorded state is a
-    sampling-stage state; ``num_samples`` counts sampling steps (each cycle gives
-    :math:`L - E` of them, at the cost of :math:`L` gradients) and the step counter ``i`` counts
-    all steps. :meth:`cycle_position` maps a draw's ``i`` (``extra_fields=("i",)``) to its
-    cycle and step within the cycle.
-
-    **By default** (``step_size=None``) warm-up runs the plain kernel (SGLD or SGHMC) with
-    its adaptation: the preconditioner learnt in warm-up, control variates where they pay,
-    and the step of the bias target (:mod:`numpyro_sgrld.adaptation`), which becomes the
-    peak :math:`h_0`. The cycles start when warm-up ends (:math:`k` counts the steps since),
-    so every draw is taken at a step of at most :math:`h_0/2` (with ``exploration=0.5``) and
-    inflates the variance by at most half the ``target_bias``. See ``docs/cyclical.md``.
-
-    :param model: NumPyro model (or ``potential_fn=``).
-    :param step_size: :math:`h_0`, the cycle's peak step (a float > 0), or ``None`` (default):
-        adapted in warm-up.
-    :param cycle_length: :math:`L`, steps per cycle (exploration included; >= 2; default
-        :data:`CYCLE_LENGTH`).
-    :param exploration: :math:`\beta \in [0, 1)`, the fraction of each cycle spent exploring
-        (default 0.5, our choice; Zhang et al. tune it per experiment). 0: cyclical step sizes
-        only."""
-
-
-class CyclicalSGLD(_Cyclical, SGMCMC):
-    __doc__ = r"""Cyclical SGLD (Zhang, Li, Zhang, Chen & Wilson 2020, "Cyclical stochastic
-    gradient MCMC for Bayesian deep learning", cSGLD): SGLD (or preconditioned Langevin with
-    ``metric=``) with a cosine step size restarted every cycle and an exploration stage at the
-    start of each cycle.""" + _CYCLICAL_DOC + r"""
-    :param metric: a :class:`~numpyro_sgrld.metrics.Metric` (default: learnt in warm-up with
-        ``step_size=None``, else the identity).
-    :param kwargs: as :class:`~numpyro_sgrld.SGMCMC` (``gradient``, ``correction``, ...).
-    """
-
-    def __init__(self, model=None, step_size=None, *, cycle_length=None, exploration=0.5,
-                 metric=None, **kwargs):
-        schedule, cycle = _cycle("CyclicalSGLD", step_size, cycle_length, exploration)
-        super().__init__(model, schedule, metric=metric, integrator=langevin(), **kwargs)
-        self._exploration = cycle
-
-
-class CyclicalSGHMC(_Cyclical, SGMCMC):
-    __doc__ = r"""Cyclical SGHMC (Zhang et al. 2020, cSGHMC): SGHMC (:class:`SGHMC`, Chen et
-    al.'s parametrisation, ``step_size`` the learning rate) with a cosine step size restarted
-    every cycle and an exploration stage (momentum SGD: friction, no injected noise) at the
-    start of each cycle. The momentum is kept across stages and cycles.""" + _CYCLICAL_DOC + r"""
-    :param friction: :math:`\alpha \in (0, 1]`, default 0.1.
-    :param noise_estimate: :math:`\hat\beta \in [0, \alpha)`, default 0.
-    :param metric: a :class:`~numpyro_sgrld.metrics.Metric` (default: learnt in warm-up with
-        ``step_size=None``, else the identity).
-    :param kwargs: as :class:`~numpyro_sgrld.SGMCMC`.
-    """
-
-    def __init__(self, model=None, step_size=None, *, cycle_length=None, exploration=0.5,
-                 friction=0.1, noise_estimate=0.0, metric=None, **kwargs):
-        schedule, cycle = _cycle("CyclicalSGHMC", step_size, cycle_length, exploration)
-        super().__init__(model, schedule, metric=metric,
-                         integrator=sghmc(friction, noise_estimate), **kwargs)
-        self._exploration = cycle
 
 
 #: Every preset by the name ``sgrld`` and its reports use (``SGHMC`` with friction 0.1, and

@@ -1,0 +1,38 @@
+"""What the presets of :mod:`numpyro_sgrld.kernels` share: their docstrings' common
+parameters and example, and the coordinates an adaptive metric works in."""
+
+
+from numpyro_sgrld.metrics import (
+    whitened,
+)
+
+
+def _in_learnt_coordinates(metric, step_size):
+    """An adaptive preset's metric: with ``step_size=None``, in the coordinates of a dense
+    metric learnt in warm-up (:func:`~numpyro_sgrld.metrics.whitened`, for at most
+    :data:`~numpyro_sgrld.metrics.constant.DENSE_MAX_DIM` coordinates); as given otherwise."""
+    return whitened(metric) if step_size is None else metric
+
+
+_COMMON = """    :param model: NumPyro model (or ``potential_fn=``).
+    :param step_size: :math:`h`, float > 0 or a schedule (:mod:`numpyro_sgrld.schedules`).
+    :param kwargs: ``temperature``, ``num_data``, ``batching``, ``init_strategy``,
+        ``potential_fn``, ``data_parallel``, ``gradient``, ``control_variate``, ``mode_steps``,
+        ``start_at_centre``, ``check_proposal`` (see :class:`~numpyro_sgrld.SGMCMC`)."""
+
+
+def _example(name, args):
+    return f"""
+    Example::
+
+        >>> import jax, numpyro, numpyro.distributions as dist
+        >>> from numpyro.infer import MCMC
+        >>> from numpyro_sgrld import {name}
+        >>> def model():
+        ...     numpyro.sample("theta", dist.Normal(0.0, 1.0).expand([3]).to_event(1))
+        >>> mcmc = MCMC({name}(model, {args}), num_warmup=100, num_samples=200,
+        ...             progress_bar=False)
+        >>> mcmc.run(jax.random.PRNGKey(0))
+        >>> mcmc.get_samples()["theta"].shape
+        (200, 3)
+    """
