@@ -3,12 +3,15 @@ SGHMC (Zhang et al. 2020)."""
 
 import math
 
+import jax
+import jax.numpy as jnp
+
 from numpyro_sgrld._adapter import SGMCMC
 from numpyro_sgrld._checks import integer, real
 from numpyro_sgrld.integrators import langevin, sghmc
 from numpyro_sgrld.schedules import cyclical
 
-__all__ = ["CyclicalSGLD", "CyclicalSGHMC", "CYCLE_LENGTH"]
+__all__ = ["CYCLE_LENGTH", "CyclicalSGHMC", "CyclicalSGLD"]
 
 
 #: Steps per cycle of the cyclical presets when ``cycle_length`` is not given: with the default
@@ -39,7 +42,51 @@ def _cycle(kernel, step_size, cycle_length, exploration):
 
 
 class _Cyclical:
-    """The exploration stage and the cycle bookkeeping shared by the cyclical presets."""
+    """The exploration stage and the cycle bookkeeping shared by the cyclical presets: a
+    transition is, at the first step of a cycle, the exploration stage's steps followed by
+    the kernel's own transition; after warm-up the adapted step follows the cycle's cosine."""
+
+    def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
+        # the cycles begin after the warm-up when the peak step is adapted there
+        self._cycle_start = int(num_warmup) if self.adapts_step_size else 0
+        return super().init(rng_key, num_warmup, init_params, model_args, model_kwargs)
+
+    def _sample_one(self, state, model_args, model_kwargs, adapting=None, step=None):
+        state = self._explore(state, model_args, model_kwargs, step)
+        step = None if step is None else step + self._exploration[1] * self._starts_cycle(step)
+        return super()._sample_one(state, model_args, model_kwargs, adapting, step)
+
+    def _starts_cycle(self, i):
+        """Whether step ``i`` is the first of a cycle."""
+        k = i - self._cycle_start
+        return (k >= 0) & (k % self._exploration[0] == 0)
+
+    def _explore(self, state, model_args, model_kwargs, step=None):
+        """Cyclical SG-MCMC's exploration stage (Zhang et al. 2020): at the first step of
+        every cycle of ``L`` steps, its first ``E`` steps at temperature 0 (stochastic
+        gradient descent, or with momentum for SGHMC), inside this one transition, so that the
+        state the transition returns, the draw, is a sampling-stage state. ``step`` is the
+        transition's index, unbatched for vectorised chains: the branch stays a branch."""
+        explore = self._exploration[1]
+        i = state.i if step is None else step
+
+        def run(state):
+            def body(j, s):
+                return self._transition(s, model_args, model_kwargs, None,
+                                        None if step is None else step + j, 0.0)
+
+            return jax.lax.fori_loop(0, explore, body, state)
+
+        return jax.lax.cond(self._starts_cycle(i), run, lambda s: s, state)
+
+    def _step_size(self, i, adaptation=None):
+        """:math:`h_i`; with an adapted peak, after warm-up, the adapted step times the cosine
+        of the cycle's position."""
+        if adaptation is None:
+            return super()._step_size(i)
+        k = i - adaptation.num_warmup
+        cosine = 0.5 * (jnp.cos(jnp.pi * (k % self._exploration[0]) / self._exploration[0]) + 1)
+        return jnp.where(k >= 0, adaptation.step_size * cosine, adaptation.step_size)
 
     def cycle_position(self, i):
         r"""``(cycle, step_in_cycle)`` of the step that produced the state with counter ``i``
@@ -109,6 +156,7 @@ class CyclicalSGLD(_Cyclical, SGMCMC):
         schedule, cycle = _cycle("CyclicalSGLD", step_size, cycle_length, exploration)
         super().__init__(model, schedule, metric=metric, integrator=langevin(), **kwargs)
         self._exploration = cycle
+        self._cycle_start = 0
 
 
 class CyclicalSGHMC(_Cyclical, SGMCMC):
@@ -129,3 +177,4 @@ class CyclicalSGHMC(_Cyclical, SGMCMC):
         super().__init__(model, schedule, metric=metric,
                          integrator=sghmc(friction, noise_estimate), **kwargs)
         self._exploration = cycle
+        self._cycle_start = 0

@@ -18,27 +18,28 @@ from numpyro.infer.util import find_valid_initial_params
 from numpyro.util import not_jax_tracer
 
 from numpyro_sgrld._checks import ModelSetupError
-from numpyro_sgrld.subsample import full_batch_opaque, seeded
+from numpyro_sgrld.subsample import full_batch_opaque, placeholder_plates, seeded
 
 __all__ = [
     "ModelSetupError",
-    "evaluate_now",
-    "describe_args",
+    "check_aux",
+    "check_init_params",
+    "check_initial_density",
     "check_latent_sites",
     "check_observed_shapes",
-    "infer_num_data",
-    "check_init_params",
     "check_potential_init_params",
+    "concrete",
+    "constraining_transforms",
+    "describe_args",
+    "evaluate_now",
+    "find_valid_batched",
     "indices_in_bounds_fn",
-    "raise_if_out_of_bounds",
+    "infer_num_data",
     "observed_ok_fn",
     "raise_if_bad_data",
-    "constraining_transforms",
-    "check_aux",
-    "steps_per_epoch",
-    "find_valid_batched",
+    "raise_if_out_of_bounds",
     "same_objects",
-    "concrete",
+    "steps_per_epoch",
 ]
 
 
@@ -446,3 +447,30 @@ def nonfinite_sites(model, model_args, model_kwargs, z):
         if not bool(jnp.isfinite(log_prob)):
             bad.append(name)
     return bad
+
+
+def check_initial_density(state, vectorized, prepared_model, model_args, model_kwargs):
+    """Refuse an initial position where the log-density is -inf (the potential +inf):
+    every step from there would be rejected and every draw would repeat it. (A NaN
+    potential is left to the acceptance policy, which flags each rejected step.)"""
+    value = state.potential_energy
+    if not concrete(value):
+        return
+    finite = ~np.isposinf(np.asarray(value))
+    if np.all(finite):
+        return
+    chain = int(np.flatnonzero(~finite.ravel())[0])
+    z = jax.tree.map(lambda x: x[chain], state.z) if vectorized else state.z
+    where = ""
+    if prepared_model is not None:  # None: a kernel built from potential_fn
+        with evaluate_now():
+            sites = nonfinite_sites(placeholder_plates(prepared_model),
+                                           model_args, model_kwargs, z)
+        where = f" at the sites {sites}" if sites else ""
+    raise ValueError(
+        f"The log-density is -inf at the initial position"
+        f"{f' of chain {chain}' if vectorized else ''}{where} (potential "
+        f"{float(np.asarray(value).ravel()[chain])}): every step would be rejected there. "
+        "Give `init_params` (unconstrained values) or an init strategy "
+        "(e.g. numpyro.infer.init_to_median) where every site has a positive density."
+    )

@@ -4,7 +4,7 @@
 
 One chain, 40 steps, every 5th kept; the loop is lowered and compiled with
 ``jax.jit(...).lower(...).compile()`` and timed, and its optimized HLO's lines counted. The
-last configuration is the default with ``SGMCMC._learn`` (the learnt preconditioner's warm-up
+last configuration is the default with ``warmup.steps.learn`` (the learnt preconditioner's warm-up
 statistics and window ends) replaced by the identity: the share of the compile time that the
 rarely taken warm-up work costs. Results: docs/benchmarks.md ("The main job").
 """
@@ -16,7 +16,8 @@ import jax
 import numpy as np
 from jax import random
 
-from numpyro_sgrld import SGLD, _adapter, _loop, compare, gradients, metrics
+from numpyro_sgrld import SGLD, _loop, compare, gradients, metrics
+from numpyro_sgrld.warmup import steps
 
 CONFIGS = {
     "fixed step, identity metric": dict(step_size=1e-3),
@@ -74,14 +75,14 @@ def main():
     for label, kwargs in CONFIGS.items():
         seconds, lines = compile_seconds(SGLD(problem.model, **kwargs), problem.args)
         print(f"| {label} | {seconds:.1f} | {lines:,} |", flush=True)
-    learn = _adapter.SGMCMC._learn
+    learn = steps.learn
     try:
-        _adapter.SGMCMC._learn = (lambda self, state, z, target, idx, est, adaptation, warmup,
+        steps.learn = (lambda kernel, state, z, target, idx, est, adaptation, warmup,
                                   sampler_state, key: (adaptation, warmup, sampler_state,
                                                        est.state))
         seconds, lines = compile_seconds(SGLD(problem.model), problem.args)
     finally:
-        _adapter.SGMCMC._learn = learn
+        steps.learn = learn
     print(f"| the default without the learnt metric's warm-up updates and window ends | "
           f"{seconds:.1f} | {lines:,} |")
     for mode, label, alone in (("skipped", "the default, window end never taken", False),

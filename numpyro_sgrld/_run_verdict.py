@@ -1,0 +1,131 @@
+"""The verdict at the end of a run that NumPyro's own loop drives (``MCMC`` without
+:func:`~numpyro_sgrld.enable_fast_sampling_loop`; the kernels' own loop judges its kept draws in
+:mod:`numpyro_sgrld._loop`): streaming moments of a few coordinates in the kernel state
+(:mod:`numpyro_sgrld.monitor`), sent to the host on the run's last step, and a warning with the
+:func:`~numpyro_sgrld.verdict.judgement` when the draws cannot be trusted or the metric's bias
+is uncorrected. The kernel keeps the run's :class:`_RunInfo` as ``kernel._run``."""
+
+import sys
+import warnings
+from functools import partial
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+from numpyro.infer.mcmc import MCMC
+
+from numpyro_sgrld import _setup, monitor
+from numpyro_sgrld._compat import fast_sampling_loop_enabled
+from numpyro_sgrld.verdict import biased, judgement
+
+__all__ = ["arm", "observe", "report"]
+
+
+class _RunInfo(NamedTuple):
+    """What the verdict on ``MCMC``'s own loop needs of the run: its warm-up and sampling
+    steps, its chains, the judged flat coordinates and their ``(site, index)``, the chains'
+    reports received so far, and the ``id`` of the ``MCMC``."""
+
+    num_warmup: int
+    num_samples: int
+    num_chains: int
+    index: Any
+    names: list
+    reports: list
+    owner: int
+
+
+def _calling_mcmc(depth=8):
+    """The ``numpyro.infer.MCMC`` whose method called (within ``depth`` frames), or None."""
+    frame = sys._getframe(2)
+    for _ in range(depth):
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, MCMC):
+            return owner
+        frame = frame.f_back
+    return None
+
+
+def arm(kernel, state, num_warmup, vectorized):
+    """With ``MCMC``'s own loop driving the kernel: moments in the state for the verdict
+    at the run's end (:mod:`numpyro_sgrld.monitor`). ``MCMC`` passes the run's length to
+    no kernel, so it is read from the ``MCMC`` that called the kernel's ``init``; without one,
+    or with the kernels' own loop (which judges the kept draws), or for a run of fewer than
+    two steps a batch, nothing is kept."""
+    previous, kernel._run = kernel._run, None
+    mcmc = _calling_mcmc()
+    if (mcmc is None or fast_sampling_loop_enabled() or not _setup.concrete(state.i)
+            or mcmc.num_samples < 2 * monitor.BATCHES):
+        return state
+    first = jax.tree.map(lambda x: x[0], state.z) if vectorized else state.z
+    flat, _ = ravel_pytree(first)
+    index = monitor.coordinates(flat.size)
+    names = [(name, j) for name, x in sorted(first.items())
+             for j in range(int(np.size(x)))] if isinstance(first, dict) else [
+                 ("z", j) for j in range(flat.size)]
+    # MCMC's sequential chains each call init: their reports join the earlier chains'
+    reports = previous.reports if previous is not None and previous.owner == id(mcmc) else []
+    kernel._run = _RunInfo(int(num_warmup), int(mcmc.num_samples), int(mcmc.num_chains),
+                         index, [names[k] for k in index], reports, id(mcmc))
+    fresh = monitor.init_monitor(index.size, flat.dtype)
+    if vectorized:
+        fresh = jax.tree.map(lambda x: jnp.broadcast_to(x, (state.i.shape[0], *x.shape)),
+                             fresh)
+    return state._replace(monitor=fresh)
+
+
+def observe(kernel, state, new):
+    """The new state with the run's moments updated; on the run's last step, the moments
+    go to the host for the verdict (:func:`report`)."""
+    run = kernel._run
+    vectorized = jnp.ndim(new.i) == 1
+    # the transition's index (not the step counter i: a cyclical preset's exploration
+    # runs several steps in one transition)
+    t = state.monitor.transitions[0] if vectorized else state.monitor.transitions
+    offset = t - run.num_warmup
+    offset = jnp.where(offset >= 0, offset % run.num_samples, -1)
+    index = jnp.asarray(run.index)
+
+    def update(m, z, rejected, diverging):
+        x = ravel_pytree(z)[0][index]
+        return monitor.update_monitor(m, x, offset, run.num_samples,
+                                      rejected - diverging.astype(jnp.int32))
+
+    if vectorized:
+        update = jax.vmap(update)
+    moments = update(state.monitor, new.z, new.num_rejected, new.diverging)
+    jax.lax.cond(
+        offset == run.num_samples - 1,
+        lambda: jax.debug.callback(partial(report, kernel), moments.sums, moments.squares,
+                                   moments.origin, new.num_rejected - moments.rejected,
+                                   new.step_size),
+        lambda: None,
+    )
+    return new._replace(monitor=moments)
+
+
+def report(kernel, sums, squares, origin, rejected, step_size):
+    """Host side: collect the chains' moments; once every chain of the run has reported,
+    warn with the :func:`~numpyro_sgrld.verdict.judgement` when the draws cannot be
+    trusted or the metric's bias is uncorrected."""
+    run = kernel._run
+    if run is None:
+        return
+    sums, squares, origin = (np.asarray(x) for x in (sums, squares, origin))
+    if sums.ndim == 2:
+        sums, squares, origin = sums[None], squares[None], origin[None]
+    run.reports.append((sums, squares, origin, np.atleast_1d(rejected),
+                        np.atleast_1d(step_size)))
+    if sum(r[0].shape[0] for r in run.reports) < run.num_chains:
+        return
+    sums, squares, origin, rejected, step = (np.concatenate(x) for x in zip(*run.reports))
+    run.reports.clear()
+    rhat, ess = monitor.judge(sums, squares, origin, run.num_samples)
+    v = judgement(rhat, ess, run.names, int(rejected.sum()), run.num_samples, kernel, step)
+    if not v.trusted or biased(v):
+        # sent from XLA's host callback: no user frame to point at
+        warnings.warn_explicit(str(v), UserWarning, "numpyro_sgrld verdict", 0)

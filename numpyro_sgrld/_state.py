@@ -1,0 +1,77 @@
+"""The state of every stochastic-gradient kernel (:class:`SGState`)."""
+
+from typing import Any, NamedTuple
+
+from numpyro_sgrld._checks import named_field_lookup
+from numpyro_sgrld.gradients import ControlVariate
+
+__all__ = ["SGState"]
+
+
+class SGState(NamedTuple):
+    """State of every stochastic-gradient kernel.
+
+    - **i** – iteration counter (0 before the first step); the schedule is evaluated at ``i``.
+    - **z** – the current position: a dict of unconstrained latent values.
+    - **sampler_state** – the composed kernel's own state
+      (:class:`~numpyro_sgrld._composition.SamplerState`: metric, integrator, correction).
+    - **batch_state** – the minibatch sampler's state (``None`` when drawing with replacement).
+    - **potential_energy** – the *minibatch estimate* :math:`\\hat U` at the position the last
+      step started from (one step behind ``z``: it comes free with that step's gradient). It is
+      an unbiased but noisy estimate of the full-data potential, not ``-log p(z | data)``.
+    - **grad_norm** – Euclidean norm of that step's gradient estimate :math:`\\nabla\\hat U`.
+    - **step_size** – the step size :math:`h_i` used by the last step; with
+      ``step_size=None`` the adapted step: during warm-up the one the next step will use, after
+      it the frozen value (so ``post_warmup_state.step_size`` is the step sampling uses).
+    - **diverging** – True when the last step was rejected (:mod:`numpyro_sgrld._acceptance`):
+      the potential or the gradient at its start was not finite, or the potential at the
+      position it proposed (evaluated on the same minibatch), or the proposed position or
+      kernel state, or the step size was not positive; ``z`` is then the previous position. (In
+      draws collected by ``MCMC`` with ``thinning``, the recorded ``diverging`` is True when
+      *any* step since the previous recorded draw was rejected.) (The checks are sums: a
+      gradient whose squared norm, or a state whose entries sum, beyond the float range,
+      |sum| > 3.4e38 in float32, counts as non-finite too.)
+    - **rng_key** – random key for the next step.
+    - **num_rejected** – how many steps have been rejected since ``init`` (cumulative, whatever
+      the ``thinning``): a chain stuck at a point whose gradient is not finite rejects every
+      step from there on, and this count shows it.
+    - **gradient_state** – the gradient estimator's state: ``None`` for the plain minibatch
+      gradient; the :class:`~numpyro_sgrld.gradients.ControlVariate` (centre, full-data
+      potential and gradient there, estimated distance of the centre from the mode) for control
+      variates (also readable as ``control_variate``).
+    - **adaptation** – with ``step_size=None``, the step-size adaptation's
+      :class:`~numpyro_sgrld.adaptation.StepSizeState` (``None`` with a given step size).
+    - **warmup** – with ``step_size=None`` and a metric learnt in warm-up
+      (:func:`~numpyro_sgrld.metrics.learnt`, the default then, or the dense part of an
+      adaptive preset's :func:`~numpyro_sgrld.metrics.whitened`), the current slow
+      window's statistics (:class:`~numpyro_sgrld.warmup.PreconditionerWarmup`); ``None``
+      otherwise. The learnt preconditioner itself is ``sampler_state.metric.scale`` (its
+      diagonal) and ``sampler_state.metric.factor`` (a root of it, where it is dense).
+    - **monitor** – when ``numpyro.infer.MCMC``'s own loop runs the kernel, the run's streaming
+      moments for the verdict at its end (:class:`~numpyro_sgrld.monitor.RunMonitor`);
+      ``None`` otherwise.
+    """
+
+    i: Any
+    z: Any
+    sampler_state: Any
+    batch_state: Any
+    potential_energy: Any
+    grad_norm: Any
+    step_size: Any
+    diverging: Any
+    rng_key: Any
+    num_rejected: Any = 0
+    gradient_state: Any = None
+    adaptation: Any = None
+    warmup: Any = None
+    monitor: Any = None
+
+    @property
+    def control_variate(self):
+        """The :class:`~numpyro_sgrld.gradients.ControlVariate`, or ``None`` without one."""
+        state = self.gradient_state
+        return state if isinstance(state, ControlVariate) else None
+
+    # NumPyro's `extra_fields` look-up tries `state[name]` after `getattr` fails
+    __getitem__ = named_field_lookup
