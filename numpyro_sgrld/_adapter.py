@@ -434,7 +434,9 @@ class SGMCMC(MCMCKernel):
         # the transition's index, unbatched for vectorised chains (a branch on it stays one)
         target = target._replace(step=state.i if step is None else step,
                                  axis_name=self._axis_name)
-        key_next, key_idx, key_step, key_adapt, key_learn = random.split(state.rng_key, 5)
+        # the warm-up's keys only where there is a warm-up (a split's cost grows with its keys)
+        key_next, key_idx, key_step, *keys_warmup = random.split(
+            state.rng_key, 3 if state.adaptation is None else 5)
         idx, batch_state = self._draw_indices(key_idx, state.batch_state)
         est = self._gradient.estimate(state.z, idx, state.gradient_state, target)
         step_size = self._step_size(state.i, state.adaptation)
@@ -463,7 +465,7 @@ class SGMCMC(MCMCKernel):
             adaptation = jax.lax.cond(
                 adapting,
                 lambda: warmup_steps.adapt(self, state, est, target, idx, batch_state,
-                                    key_adapt, preconditioner, ok),
+                                    keys_warmup[0], preconditioner, ok),
                 lambda: adaptation,
             )
             if self.integrator.rescale is not None:  # while the adaptation moves the step
@@ -478,7 +480,7 @@ class SGMCMC(MCMCKernel):
             adaptation, warmup, sampler_state, gradient_state = jax.lax.cond(
                 adapting,
                 lambda: warmup_steps.learn(self, state, z, target, idx, est, adaptation, warmup,
-                                    sampler_state, key_learn),
+                                    sampler_state, keys_warmup[1]),
                 lambda: (adaptation, warmup, sampler_state, gradient_state),
             )
             step_size = self._step_size(state.i + 1, adaptation)

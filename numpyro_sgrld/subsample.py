@@ -8,6 +8,7 @@ step and substitute them into the model (``handlers.substitute(model, data={name
 model for NUTS, ``Predictive`` and ``log_likelihood``.
 """
 
+import math
 from typing import NamedTuple
 
 import jax
@@ -232,10 +233,12 @@ def uniform_indices(key, shape, size):
     relative error of order :math:`N / 2^{32}`. Both words come from one call of the bit
     generator (``randint`` makes three: a split and one per word), which keeps the compiled
     step small: every call of the generator is a separate, unrolled threefry hash in it."""
-    bits = random.bits(key, (2,) + tuple(shape), jnp.uint32)
+    count = math.prod(shape)
+    bits = random.bits(key, (2 * count,), jnp.uint32)  # flat: less index arithmetic than (2, n)
+    high, low = bits[:count].reshape(shape), bits[count:].reshape(shape)
     span = jnp.uint32(size)
     multiplier = lax.rem(jnp.uint32(2**16) % span * (jnp.uint32(2**16) % span), span)
-    offset = lax.rem(lax.rem(bits[0], span) * multiplier + lax.rem(bits[1], span), span)
+    offset = lax.rem(lax.rem(high, span) * multiplier + lax.rem(low, span), span)
     return offset.astype(jnp.int32)
 
 
