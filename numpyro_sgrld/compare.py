@@ -407,7 +407,9 @@ def run_compare(
             log(f"{stamp()}     {name}: {seconds:.1f} s; max |mean error| "
                 f"{r['max abs mean err/sd']:.3f} sd, worst sd ratio {r['worst sd ratio']:.3f}; "
                 f"accurate: {r['accurate']}; converged: {r['converged']}")
-    rows = {name: rows[name] for name in (reference, *kernels)}
+    rows = {name: rows[name] for name in (reference, *kernels)}  # whatever finished first
+    tables, idatas, taken, used = ({name: d[name] for name in kernels}
+                                   for d in (tables, idatas, taken, used))
     _write_tables(out, rows, tables)
 
     log(f"{stamp()} Plots")
