@@ -20,20 +20,12 @@ from numpyro.util import identity, is_prng_key
 from numpyro_sgrld import _model_host as model_host
 from numpyro_sgrld import _run_verdict as run_verdict
 from numpyro_sgrld import _setup
-from numpyro_sgrld._acceptance import accept, usable
 from numpyro_sgrld._checks import flag, integer, real
-from numpyro_sgrld._composition import (
-    build_sampler,
-    init_sampler,
-    transition_with_preconditioner,
-)
+from numpyro_sgrld._composition import build_sampler, init_sampler
 from numpyro_sgrld._state import SGState
-from numpyro_sgrld._tree import tree_norm, tree_where
-from numpyro_sgrld.adaptation import (
-    CHAIN_AXIS,
-    check_adaptation,
-    too_steep,
-)
+from numpyro_sgrld._step import Spec, context
+from numpyro_sgrld._tree import tree_norm
+from numpyro_sgrld.adaptation import CHAIN_AXIS, check_adaptation
 from numpyro_sgrld.gradients import (
     GradientEstimator,
     Target,
@@ -45,8 +37,8 @@ from numpyro_sgrld.gradients import (
     warmup_control_variates,
 )
 from numpyro_sgrld.integrators import langevin
-from numpyro_sgrld.metrics import StepContext, learnt
 from numpyro_sgrld.metrics import identity as identity_metric
+from numpyro_sgrld.metrics import learnt
 from numpyro_sgrld.schedules import as_schedule
 from numpyro_sgrld.sharding import check_divisible, index_sharding
 from numpyro_sgrld.subsample import (
@@ -57,16 +49,35 @@ from numpyro_sgrld.subsample import (
     full_batch_opaque,
     init_batching,
 )
-from numpyro_sgrld.warmup import (
-    init_preconditioner,
-)
 from numpyro_sgrld.warmup import steps as warmup_steps
 
 __all__ = ["SGMCMC", "SGState"]
 
 
-def _check_temperature(temperature):
-    return real(temperature, "temperature", low=0, hint="1 samples the posterior.")
+def _check_scalars(temperature, target_bias):
+    return (real(temperature, "temperature", low=0, hint="1 samples the posterior."),
+            real(target_bias, "target_bias", low=0, low_open=True,
+                 hint="It is the relative inflation of the stationary variance that "
+                 "`step_size=None` allows (default 0.1)."))
+
+
+def _check_init_strategy(init_strategy):
+    if not callable(init_strategy):
+        raise ValueError(
+            f"`init_strategy` must be a NumPyro init strategy (a callable such as "
+            f"numpyro.infer.init_to_uniform, init_to_median or init_to_value(values=...)), "
+            f"got {init_strategy!r}."
+        )
+    return init_strategy
+
+
+def _check_aux(metric, model):
+    if metric.needs_aux and model is None:
+        raise ValueError(
+            f"The metric {metric.name!r} reads auxiliary values of the model's forward pass "
+            f"({list(metric.needs_aux)}); a kernel built from `potential_fn` has none. Give a "
+            "model that records them with numpyro_sgrld.auxiliary(name, value)."
+        )
 
 
 def _check_num_data(num_data):
@@ -231,56 +242,42 @@ class SGMCMC(MCMCKernel):
     ):
         if (model is None) == (potential_fn is None):
             raise ValueError("Give exactly one of `model` or `potential_fn`.")
-        self._model = model
-        self._potential_fn = potential_fn
+        self._model, self._potential_fn = model, potential_fn
         self._schedule = None if step_size is None else as_schedule(step_size)
-        self._temperature = _check_temperature(temperature)
-        self._target_bias = real(
-            target_bias, "target_bias", low=0, low_open=True,
-            hint="It is the relative inflation of the stationary variance that "
-            "`step_size=None` allows (default 0.1).",
-        )
+        #: Whether the step size is chosen during warm-up (``step_size=None``).
+        self.adapts_step_size = step_size is None
+        #: :math:`T`, and :math:`\delta` of the step-size adaptation.
+        self.temperature, self.target_bias = _check_scalars(temperature, target_bias)
         self._num_data_arg = _check_num_data(num_data)
         self._batching = check_batching(batching)
-        if not callable(init_strategy):
-            raise ValueError(
-                f"`init_strategy` must be a NumPyro init strategy (a callable such as "
-                f"numpyro.infer.init_to_uniform, init_to_median or init_to_value(values=...)), "
-                f"got {init_strategy!r}."
-            )
-        self._init_strategy = init_strategy
+        self._init_strategy = _check_init_strategy(init_strategy)
         self._index_sharding = index_sharding(data_parallel)
-        self._gradient = _gradient_estimator(
-            gradient, control_variate, mode_steps, start_at_centre, model
-        )
         self._check_proposal = flag(check_proposal, "check_proposal")
-        if metric is None:
-            metric = learnt() if step_size is None else identity_metric()
+        #: The :class:`~numpyro_sgrld.gradients.GradientEstimator`.
+        self.gradient = _gradient_estimator(
+            gradient, control_variate, mode_steps, start_at_centre, model)
         if step_size is None and gradient is None and control_variate is None and (
                 model is not None):
-            self._gradient = warmup_control_variates()
+            self.gradient = warmup_control_variates()
+        if metric is None:
+            metric = learnt() if step_size is None else identity_metric()
         integrator = langevin() if integrator is None else integrator
         self._sampler = build_sampler(metric, integrator, correction, correction_form)
+        _check_aux(metric, model)
+        #: The :class:`~numpyro_sgrld.metrics.Metric`, the
+        #: :class:`~numpyro_sgrld.integrators.Integrator` and the correction (``None``,
+        #: ``"exact"`` or ``"hutchinson"``).
+        self.metric, self.integrator, self.correction = metric, integrator, correction
         if step_size is None:
-            check_adaptation(None, integrator, self._temperature)
-        if metric.needs_aux and model is None:
-            raise ValueError(
-                f"The metric {metric.name!r} reads auxiliary values of the model's forward pass "
-                f"({list(metric.needs_aux)}); a kernel built from `potential_fn` has none. Give a "
-                "model that records them with numpyro_sgrld.auxiliary(name, value)."
-            )
-        self._plates = ()
-        self._inferred_num_data = None
-        self._checked_data = None
-        self._prepared_model = None
-        self._inv_transforms = None
-        self._replay = False
+            check_adaptation(None, integrator, self.temperature)
+        self._plates, self._inferred_num_data, self._checked_data = (), None, None
+        self._prepared_model, self._inv_transforms, self._replay = None, None, False
+        self._spec = None  # the step's Spec, built by init once the plates are known
         self._sample_fn = None
         self._axis_name = None  # CHAIN_AXIS with vectorised chains: the kernel's own vmap's
         self._jitted = {}
         self._run = None  # the run MCMC's own loop drives, for the verdict at its end
 
-    # ------------------------------------------------------------------ properties
     @property
     def model(self):
         return self._model
@@ -290,35 +287,6 @@ class SGMCMC(MCMCKernel):
         """The step-size schedule ``t -> h_t``; ``None`` when it is adapted during warm-up
         (``step_size=None``: the adapted value is the state's ``step_size``)."""
         return self._schedule
-
-    @property
-    def adapts_step_size(self):
-        """Whether the step size is chosen during warm-up (``step_size=None``)."""
-        return self._schedule is None
-
-    @property
-    def temperature(self):
-        return self._temperature
-
-    @property
-    def metric(self):
-        """The :class:`~numpyro_sgrld.metrics.Metric`."""
-        return self._sampler.metric
-
-    @property
-    def integrator(self):
-        """The :class:`~numpyro_sgrld.integrators.Integrator`."""
-        return self._sampler.integrator
-
-    @property
-    def gradient(self):
-        """The :class:`~numpyro_sgrld.gradients.GradientEstimator`."""
-        return self._gradient
-
-    @property
-    def correction(self):
-        """``None``, ``"exact"`` or ``"hutchinson"``."""
-        return self._sampler.correction
 
     @property
     def subsample_plates(self):
@@ -336,19 +304,18 @@ class SGMCMC(MCMCKernel):
             return self._num_data_arg
         return self._inferred_num_data or 1
 
-    def _context(self, step, aux):
-        return StepContext(
-            num_data=self.num_data,
-            steps_per_epoch=_setup.steps_per_epoch(self._plates),
-            step=step,
-            aux=aux or None,
-        )
+    def _step_size(self, i, adaptation=None):
+        """:math:`h_i`: the schedule's, or the adaptation's current step."""
+        if adaptation is None:
+            return jnp.asarray(self._schedule(i), jnp.result_type(float))
+        return adaptation.step_size
 
-    # ------------------------------------------------------------------ NumPyro interface
-    def _target(self, model_args, model_kwargs):
-        """The :class:`~numpyro_sgrld.gradients.Target` the gradient estimator evaluates."""
+    def _target(self, model_args, model_kwargs, step=None):
+        """The :class:`~numpyro_sgrld.gradients.Target` the gradient estimator evaluates, at
+        transition ``step`` (unbatched for vectorised chains: a branch on it stays one)."""
         if self._model is None:
-            return Target(lambda z, idx: (self._potential_fn(z), {}), None, None)
+            return Target(lambda z, idx: (self._potential_fn(z), {}), None, None, step=step,
+                          axis_name=self._axis_name)
         # NumPy arrays in the model arguments become JAX arrays, so that the model can index
         # them with the (traced) minibatch indices, e.g. ``X[idx]``.
         args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
@@ -358,61 +325,34 @@ class SGMCMC(MCMCKernel):
             lambda z: full(z, {}),
             lambda key: draw_indices(key, self._plates, None)[0],
             steps_per_epoch=_setup.steps_per_epoch(self._plates),
+            step=step,
+            axis_name=self._axis_name,
         )
-
-    def _draw_indices(self, key, batch_state):
-        idx, batch_state = draw_indices(key, self._plates, batch_state)
-        if self._index_sharding is not None:
-            idx = {
-                name: jax.lax.with_sharding_constraint(i, self._index_sharding)
-                for name, i in idx.items()
-            }
-        return idx, batch_state
-
-    def _step_size(self, i, adaptation=None):
-        """:math:`h_i`: the schedule's, or the adaptation's current step."""
-        if adaptation is None:
-            return jnp.asarray(self._schedule(i), jnp.result_type(float))
-        return adaptation.step_size
 
     def _init_one(self, z, rng_key, model_args, model_kwargs, num_warmup=0):
+        spec = self._spec
         key_next, key_sampler, key_batch, key_idx = random.split(rng_key, 4)
         batch_state = init_batching(key_batch, self._plates, self._batching)
-        idx, _ = self._draw_indices(key_idx, batch_state)
-        target = self._target(model_args, model_kwargs)
-        gradient_state = self._gradient.init(z, key_sampler, target)
-        if self._gradient.start is not None:
-            z = self._gradient.start(gradient_state, z)
-        est = self._gradient.estimate(z, idx, gradient_state, target)
-        curvature = partial(
-            hessian_diagonal_estimate,
-            lambda x, b: target.potential(x, b)[0],
-            z,
-            idx,
-            random.fold_in(key_sampler, 2),
-        )
-        context = self._context(0, est.aux)
-        adaptation = None
+        idx, _ = spec.draw(key_idx, batch_state)
+        target = self._target(model_args, model_kwargs)._replace(axis_name=None)
+        gradient_state = self.gradient.init(z, key_sampler, target)
+        if self.gradient.start is not None:
+            z = self.gradient.start(gradient_state, z)
+        est = self.gradient.estimate(z, idx, gradient_state, target)
+        curvature = partial(hessian_diagonal_estimate, lambda x, b: target.potential(x, b)[0],
+                            z, idx, random.fold_in(key_sampler, 2))
+        start = partial(init_sampler, self._sampler, key_sampler, z, curvature,
+                        context(spec, 0, est.aux))
+        adaptation = warmup = None
         if self.adapts_step_size:
-            sampler_state = init_sampler(
-                self._sampler, key_sampler, z, curvature, context, 1.0, self._temperature
-            )
-            adaptation = warmup_steps.init_adaptation(self,
-                random.fold_in(key_sampler, 3), z, est, sampler_state, target, idx, num_warmup
-            )
+            adaptation, warmup = warmup_steps.init_warmup(
+                spec, random.fold_in(key_sampler, 3), z, est,
+                start(1.0, self.temperature), target, idx, num_warmup)
         step_size = self._step_size(0, adaptation)
-        sampler_state = init_sampler(
-            self._sampler, key_sampler, z, curvature, context, step_size, self._temperature,
-        )
-        warmup = None
-        if warmup_steps.learns_metric(self):
-            dense = getattr(sampler_state.metric, "factor", None) is not None
-            if dense or self.metric.restart is None:  # whitened: nothing to learn when not dense
-                warmup = init_preconditioner(z, num_warmup, dense)
         return SGState(
             i=jnp.zeros((), jnp.int32),
             z=z,
-            sampler_state=sampler_state,
+            sampler_state=start(step_size, self.temperature),
             batch_state=batch_state,
             potential_energy=est.value,
             grad_norm=tree_norm(est.grad),
@@ -425,81 +365,14 @@ class SGMCMC(MCMCKernel):
             warmup=warmup,
         )
 
-    def _sample_one(self, state, model_args, model_kwargs, adapting=None, step=None):
-        return self._transition(state, model_args, model_kwargs, adapting, step,
-                                self._temperature)
-
-    def _transition(self, state, model_args, model_kwargs, adapting, step, temperature):
-        target = self._target(model_args, model_kwargs)
-        # the transition's index, unbatched for vectorised chains (a branch on it stays one)
-        target = target._replace(step=state.i if step is None else step,
-                                 axis_name=self._axis_name)
-        # the warm-up's keys only where there is a warm-up (a split's cost grows with its keys)
-        key_next, key_idx, key_step, *keys_warmup = random.split(
-            state.rng_key, 3 if state.adaptation is None else 5)
-        idx, batch_state = self._draw_indices(key_idx, state.batch_state)
-        est = self._gradient.estimate(state.z, idx, state.gradient_state, target)
-        step_size = self._step_size(state.i, state.adaptation)
-        if state.adaptation is not None and adapting is None:  # (vectorised: given, unbatched)
-            adapting = state.i < state.adaptation.num_warmup
-        z, sampler_state, preconditioner = transition_with_preconditioner(
-            self._sampler, key_step, state.z, state.sampler_state, est.grad, est.oracle,
-            step_size, temperature, self._context(state.i, est.aux),
-        )
-        grad_norm = tree_norm(est.grad)
-        # A step may not land where the density is zero (a factor wall, log of a negative
-        # number): the potential at the proposal, on this minibatch, must be finite too.
-        landed = True
-        if self._check_proposal:
-            value = target.potential(z, idx)[0]
-            landed = jnp.isfinite(value)
-            if state.adaptation is not None:
-                start = est.value if est.batch_value is None else est.batch_value
-                landed = landed & ~(adapting & too_steep(start, value, self._temperature))
-        ok, sampler_state = accept(
-            usable(est.value, grad_norm, step_size), z, landed, sampler_state,
-            state.sampler_state, self._sampler.state_averages_gradient,
-        )
-        adaptation = state.adaptation
-        if adaptation is not None:
-            adaptation = jax.lax.cond(
-                adapting,
-                lambda: warmup_steps.adapt(self, state, est, target, idx, batch_state,
-                                    keys_warmup[0], preconditioner, ok),
-                lambda: adaptation,
-            )
-            if self.integrator.rescale is not None:  # while the adaptation moves the step
-                ratio = jnp.where(adapting, adaptation.step_size / step_size, 1.0)
-                sampler_state = sampler_state._replace(
-                    integrator=self.integrator.rescale(sampler_state.integrator, ratio))
-            # the next step's: after warm-up the frozen one (a cyclical preset's, its cosine)
-            step_size = self._step_size(state.i + 1, adaptation)
-        z = tree_where(ok, z, state.z)
-        warmup, gradient_state = state.warmup, est.state
-        if warmup is not None:
-            adaptation, warmup, sampler_state, gradient_state = jax.lax.cond(
-                adapting,
-                lambda: warmup_steps.learn(self, state, z, target, idx, est, adaptation, warmup,
-                                    sampler_state, keys_warmup[1]),
-                lambda: (adaptation, warmup, sampler_state, gradient_state),
-            )
-            step_size = self._step_size(state.i + 1, adaptation)
-        return SGState(
-            i=state.i + 1,
-            z=z,
-            sampler_state=sampler_state,
-            batch_state=batch_state,
-            potential_energy=est.value,
-            grad_norm=grad_norm,
-            step_size=step_size,
-            diverging=~ok,
-            rng_key=key_next,
-            num_rejected=state.num_rejected + (~ok).astype(jnp.int32),
-            gradient_state=gradient_state,
-            adaptation=adaptation,
-            warmup=warmup,
-            monitor=state.monitor,
-        )
+    def _sample_one(self, state, model_args, model_kwargs, adapting=None, step=None,
+                    spec=None):
+        """One transition of one chain (:func:`numpyro_sgrld.warmup.steps.transition`);
+        ``step`` is its index, unbatched for vectorised chains, ``spec`` another
+        :class:`~numpyro_sgrld._step.Spec` than the kernel's (a cyclical preset's
+        exploration, at temperature 0)."""
+        target = self._target(model_args, model_kwargs, state.i if step is None else step)
+        return warmup_steps.transition(spec or self._spec, state, target, adapting)
 
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
         model_kwargs = {} if model_kwargs is None else model_kwargs
@@ -527,8 +400,12 @@ class SGMCMC(MCMCKernel):
             )
         check_divisible(self._plates, self._index_sharding)
         if self.adapts_step_size:
-            check_adaptation(num_warmup, self.integrator, self._temperature)
+            check_adaptation(num_warmup, self.integrator, self.temperature)
         self._axis_name = CHAIN_AXIS if vectorized else None
+        self._spec = Spec(self._sampler, self.gradient, self.temperature, self._check_proposal,
+                          self.target_bias, self._step_size,
+                          partial(_draw, self._plates, self._index_sharding), self.num_data,
+                          _setup.steps_per_epoch(self._plates))
         if vectorized:
             self._sample_fn = partial(_sample_vectorized, self._sample_one)
             init_one = jax.vmap(self._init_one, in_axes=(0, 0, None, None, None))
@@ -542,8 +419,8 @@ class SGMCMC(MCMCKernel):
         )
         _setup.check_initial_density(state, vectorized, self._prepared_model, model_args,
                                      model_kwargs)
-        if self._gradient.check is not None:
-            self._gradient.check(state.gradient_state)
+        if self.gradient.check is not None:
+            self.gradient.check(state.gradient_state)
         return run_verdict.arm(self, state, num_warmup, vectorized)
 
     def sample(self, state, model_args, model_kwargs):
@@ -569,18 +446,22 @@ class SGMCMC(MCMCKernel):
         return partial(transform_fn, self._inv_transforms)
 
     def get_diagnostics_str(self, state):
-        rejected = int(state.num_rejected)
         adapting = state.adaptation is not None and int(state.i) < int(
-            state.adaptation.num_warmup
-        )
-        return "h={:.2e}{} |grad|={:.2e} U_batch={:.4g}{}{}".format(
-            float(state.step_size),
-            " (adapting)" if adapting else "",
-            float(state.grad_norm),
-            float(state.potential_energy),
-            f" rejected={rejected}" if rejected else "",
-            " DIVERGING" if bool(state.diverging) else "",
-        )
+            state.adaptation.num_warmup)
+        rejected = int(state.num_rejected)
+        return (f"h={float(state.step_size):.2e}{' (adapting)' if adapting else ''} "
+                f"|grad|={float(state.grad_norm):.2e} U_batch={float(state.potential_energy):.4g}"
+                f"{f' rejected={rejected}' if rejected else ''}"
+                f"{' DIVERGING' if bool(state.diverging) else ''}")
+
+
+def _draw(plates, sharding, key, batch_state):
+    """A minibatch's indices for every subsample plate, sharded across devices with
+    ``data_parallel``: ``(idx, batch_state)``."""
+    idx, batch_state = draw_indices(key, plates, batch_state)
+    if sharding is not None:
+        idx = {name: jax.lax.with_sharding_constraint(i, sharding) for name, i in idx.items()}
+    return idx, batch_state
 
 
 def _sample_vectorized(sample_one, state, model_args, model_kwargs):

@@ -70,10 +70,12 @@ class _Cyclical:
         explore = self._exploration[1]
         i = state.i if step is None else step
 
+        exploring = self._spec._replace(temperature=0.0)
+
         def run(state):
             def body(j, s):
-                return self._transition(s, model_args, model_kwargs, None,
-                                        None if step is None else step + j, 0.0)
+                return SGMCMC._sample_one(self, s, model_args, model_kwargs, None,
+                                          None if step is None else step + j, exploring)
 
             return jax.lax.fori_loop(0, explore, body, state)
 

@@ -231,7 +231,7 @@ def _notes(kernel, step_size):
             "variances use SGLD or SGHMC (a constant preconditioner learnt in warm-up)."
         )
     if getattr(kernel, "adapts_step_size", False) and step_size is not None:
-        bias = getattr(kernel, "_target_bias", None)
+        bias = getattr(kernel, "target_bias", None)
         if bias is not None:
             notes.append(
                 f"The adapted step (median {float(np.median(step_size)):.3g}) inflates the "

@@ -77,7 +77,7 @@ def main():
         print(f"| {label} | {seconds:.1f} | {lines:,} |", flush=True)
     learn = steps.learn
     try:
-        steps.learn = (lambda kernel, state, z, target, idx, est, adaptation, warmup,
+        steps.learn = (lambda spec, state, z, target, idx, est, adaptation, warmup,
                                   sampler_state, key: (adaptation, warmup, sampler_state,
                                                        est.state))
         seconds, lines = compile_seconds(SGLD(problem.model), problem.args)

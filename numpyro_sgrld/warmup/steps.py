@@ -1,23 +1,25 @@
-r"""The warm-up around the step (``step_size=None``): the step-size adaptation's update on
-every warm-up step (:func:`adapt`), the learnt preconditioner's statistics and, at each slow
-window's end, the new metric, the control variates' activation and the step measured again
-in the new geometry (:func:`learn`), and the adaptation's state at the start
-(:func:`init_adaptation`). Each takes the kernel for its pieces (metric, integrator,
-gradient estimator, temperature, minibatch draws); the step itself is
-:meth:`numpyro_sgrld.SGMCMC.sample`'s transition. What the warm-up does, in one paragraph:
-``docs/step_size.md``."""
+r"""The warm-up as a transformation around the step (:func:`numpyro_sgrld._step.step`) with
+``step_size=None``: the step-size adaptation's update on every warm-up step (:func:`adapt`),
+the learnt preconditioner's statistics and, at each slow window's end, the new metric, the
+control variates' activation and the step measured again in the new geometry (:func:`learn`),
+and the warm-up's state at the start (:func:`init_state`). :func:`transition` is a whole
+transition: its keys, its minibatch, the step and, where there is a warm-up, these pieces
+around it. Each function takes the kernel's :class:`~numpyro_sgrld._step.Spec`. What the
+warm-up does, in one paragraph: ``docs/step_size.md``."""
 
 import jax
 import jax.numpy as jnp
 from jax import random
 from jax.flatten_util import ravel_pytree
 
+from numpyro_sgrld._step import StepInputs, context, step
 from numpyro_sgrld.adaptation import (
     init_step_size,
     phases,
     rayleigh,
     remeasure,
     stage_target,
+    too_steep,
     update_step_size,
 )
 from numpyro_sgrld.gradients import (
@@ -26,6 +28,7 @@ from numpyro_sgrld.gradients import (
     shared_flag,
 )
 from numpyro_sgrld.warmup.preconditioner import (
+    init_preconditioner,
     preconditioner_factor,
     preconditioner_scale,
     reset_preconditioner,
@@ -33,45 +36,45 @@ from numpyro_sgrld.warmup.preconditioner import (
 )
 from numpyro_sgrld.warmup.schedule import final_window_start, first_window_start
 
-__all__ = ["adapt", "capped", "hvp", "init_adaptation", "learn", "learns_metric"]
+__all__ = ["adapt", "capped", "hvp", "init_adaptation", "init_warmup", "learn",
+           "learns_metric", "transition"]
 
 
-def adapt(kernel, state, est, target, idx, batch_state, key, preconditioner, ok):
+def adapt(spec, state, est, target, idx, batch_state, key, preconditioner, ok):
     """The adaptation's state after this (warm-up) step: one power iteration at the
     step's starting point with a second minibatch's gradient (see
     :mod:`numpyro_sgrld.adaptation`)."""
     key, key_direction = random.split(key)
-    idx2, _ = kernel._draw_indices(key, batch_state)
-    grad2 = kernel._gradient.estimate(state.z, idx2, state.gradient_state, target).grad
+    idx2, _ = spec.draw(key, batch_state)
+    grad2 = spec.gradient.estimate(state.z, idx2, state.gradient_state, target).grad
     rho, y, stiffness = rayleigh(
         state.adaptation.direction, state.z, preconditioner, hvp(target, idx),
-        est.grad, grad2, kernel.integrator.bias_weights, kernel._temperature,
+        est.grad, grad2, spec.sampler.integrator.bias_weights, spec.temperature,
         with_noise=phases(state.i, state.adaptation.num_warmup)[0],
-        target=stage_target(state.i, state.adaptation.num_warmup, kernel._target_bias),
+        target=stage_target(state.i, state.adaptation.num_warmup, spec.target_bias),
     )
-    return capped(kernel, update_step_size(
-        state.adaptation, state.i, rho, y, stiffness, ok, kernel._target_bias, key_direction,
+    return capped(spec, update_step_size(
+        state.adaptation, state.i, rho, y, stiffness, ok, spec.target_bias, key_direction,
     ))
 
 
-def capped(kernel, adaptation):
+def capped(spec, adaptation):
     """The adaptation's state with its step at most the integrator's ``max_step``
     (:class:`~numpyro_sgrld.integrators.Integrator`)."""
-    if kernel.integrator.max_step is None:
+    if spec.sampler.integrator.max_step is None:
         return adaptation
     return adaptation._replace(
         step_size=jnp.minimum(adaptation.step_size,
-                              kernel.integrator.max_step(kernel._target_bias)))
+                              spec.sampler.integrator.max_step(spec.target_bias)))
 
 
-def learns_metric(kernel):
-    """Whether warm-up learns the metric (:func:`~numpyro_sgrld.metrics.learnt`, or the
-    constant part of :func:`~numpyro_sgrld.metrics.whitened`, with ``step_size=None``)."""
-    return kernel.adapts_step_size and (
-        kernel.metric.name in ("learnt", "learnt_diagonal") or kernel.metric.restart is not None)
+def learns_metric(metric):
+    """Whether warm-up learns ``metric`` (:func:`~numpyro_sgrld.metrics.learnt`, or the
+    constant part of :func:`~numpyro_sgrld.metrics.whitened`) when the step is adapted."""
+    return metric.name in ("learnt", "learnt_diagonal") or metric.restart is not None
 
 
-def learn(kernel, state, z, target, idx, est, adaptation, warmup, sampler_state, key):
+def learn(spec, state, z, target, idx, est, adaptation, warmup, sampler_state, key):
     """A warm-up step of the learnt preconditioner (:mod:`numpyro_sgrld.warmup`): the new
     position ``z`` and a Hessian-diagonal estimate at the step's start join the window's
     statistics; at a window's end the metric becomes their estimate, the step is measured
@@ -101,12 +104,12 @@ def learn(kernel, state, z, target, idx, est, adaptation, warmup, sampler_state,
                                            hessian)
             diagonal = ravel_pytree(scale)[1](jnp.sum(factor * factor, axis=1))
             metric_state = metric_state._replace(scale=diagonal, factor=factor)
-        if kernel.metric.restart is not None:  # the adaptive part, in the new coordinates
-            metric_state = kernel.metric.restart(metric_state, z,
-                                               kernel._context(state.i, est.aux))
-        preconditioner, _ = kernel.metric.update(est.grad, metric_state, z,
-                                               kernel._context(state.i, est.aux))
-        if kernel._gradient.name == "warmup_control_variates":
+        if spec.sampler.metric.restart is not None:  # the adaptive part, in the new coordinates
+            metric_state = spec.sampler.metric.restart(metric_state, z,
+                                               context(spec, state.i, est.aux))
+        preconditioner, _ = spec.sampler.metric.update(est.grad, metric_state, z,
+                                               context(spec, state.i, est.aux))
+        if spec.gradient.name == "warmup_control_variates":
             # from the second window on, the window's mean is the centre, if it pays
             last = shared_flag(i + 1 > warmup.window_ends[0], target.axis_name)
             root = preconditioner.noise_transpose or preconditioner.noise
@@ -114,22 +117,22 @@ def learn(kernel, state, z, target, idx, est, adaptation, warmup, sampler_state,
                 last,
                 lambda g: activate_control_variates(
                     g, warmup.mean, z, target,
-                    lambda k: kernel._draw_indices(k, None)[0], root,
+                    lambda k: spec.draw(k, None)[0], root,
                     random.fold_in(key_end, 2)),
                 lambda g: g,
                 gradient_state,
             )
 
         def gradient(k):
-            return kernel._gradient.estimate(z, kernel._draw_indices(k, None)[0],
+            return spec.gradient.estimate(z, spec.draw(k, None)[0],
                                            gradient_state, target).grad
 
-        adaptation = capped(kernel, remeasure(
+        adaptation = capped(spec, remeasure(
             adaptation, key_end, z, preconditioner, hvp(target, idx), gradient,
-            kernel.integrator.bias_weights, kernel._temperature, kernel._target_bias, i,
+            spec.sampler.integrator.bias_weights, spec.temperature, spec.target_bias, i,
         ))
-        integrator_state = kernel.integrator.init(z, random.fold_in(key_end, 1),
-                                                adaptation.step_size, kernel._temperature)
+        integrator_state = spec.sampler.integrator.init(z, random.fold_in(key_end, 1),
+                                                adaptation.step_size, spec.temperature)
         sampler_state = sampler_state._replace(metric=metric_state,
                                                integrator=integrator_state)
         return adaptation, reset_preconditioner(warmup), sampler_state, gradient_state
@@ -147,17 +150,72 @@ def hvp(target, idx):
     return lambda z, v: jax.jvp(grad, (z,), (v,))[1]
 
 
-def init_adaptation(kernel, key, z, est, sampler_state, target, idx, num_warmup):
+def init_adaptation(spec, key, z, est, sampler_state, target, idx, num_warmup):
     """The step-size adaptation's state at the initial position (``step_size=None``)."""
-    preconditioner, _ = kernel.metric.update(
-        est.grad, sampler_state.metric, z, kernel._context(0, est.aux)
+    preconditioner, _ = spec.sampler.metric.update(
+        est.grad, sampler_state.metric, z, context(spec, 0, est.aux)
     )
 
     def gradient(k):
-        return kernel._gradient.estimate(z, kernel._draw_indices(k, None)[0], est.state,
+        return spec.gradient.estimate(z, spec.draw(k, None)[0], est.state,
                                        target).grad
 
-    return capped(kernel, init_step_size(
+    return capped(spec, init_step_size(
         key, z, preconditioner, hvp(target, idx), gradient,
-        kernel.integrator.bias_weights, kernel._temperature, kernel._target_bias, num_warmup,
+        spec.sampler.integrator.bias_weights, spec.temperature, spec.target_bias, num_warmup,
     ))
+
+
+def init_warmup(spec, key, z, est, sampler_state, target, idx, num_warmup):
+    """The warm-up's state at the initial position: the step-size adaptation's
+    (:func:`init_adaptation`) and, for a metric learnt in warm-up, the first window's
+    statistics (``None`` where there is nothing to learn)."""
+    adaptation = init_adaptation(spec, key, z, est, sampler_state, target, idx, num_warmup)
+    warmup = None
+    if learns_metric(spec.sampler.metric):
+        dense = getattr(sampler_state.metric, "factor", None) is not None
+        if dense or spec.sampler.metric.restart is None:  # whitened: nothing to learn unless dense
+            warmup = init_preconditioner(z, num_warmup, dense)
+    return adaptation, warmup
+
+
+def transition(spec, state, target, adapting=None):
+    """One transition from ``state``: its keys (three, five with a warm-up: a split's cost
+    grows with its keys), its minibatch, the step (:func:`numpyro_sgrld._step.step`) and,
+    with a warm-up (``state.adaptation``), during it: the rejection of steps that climb too
+    steeply, the adaptation's update, the integrator's momentum rescaled to the new step, and
+    the learnt preconditioner's statistics. ``adapting`` is whether this is a warm-up step
+    (given unbatched for vectorised chains, so that the warm-up's branches stay branches)."""
+    key_next, key_idx, key_step, *keys = jax.random.split(
+        state.rng_key, 3 if state.adaptation is None else 5)
+    idx, batch_state = spec.draw(key_idx, state.batch_state)
+    if state.adaptation is None:
+        return step(spec, state, StepInputs(target, idx, batch_state, key_step, key_next))[0]
+    if adapting is None:
+        adapting = state.i < state.adaptation.num_warmup
+    inputs = StepInputs(target, idx, batch_state, key_step, key_next,
+                        lambda a, b: adapting & too_steep(a, b, spec.temperature))
+    new, info = step(spec, state, inputs)
+    adaptation = jax.lax.cond(
+        adapting,
+        lambda: adapt(spec, state, info.estimate, target, idx, batch_state, keys[0],
+                      info.preconditioner, info.accepted),
+        lambda: state.adaptation,
+    )
+    sampler_state, integrator = new.sampler_state, spec.sampler.integrator
+    if integrator.rescale is not None:  # while the adaptation moves the step
+        ratio = jnp.where(adapting, adaptation.step_size / info.step_size, 1.0)
+        sampler_state = sampler_state._replace(
+            integrator=integrator.rescale(sampler_state.integrator, ratio))
+    warmup, gradient_state = state.warmup, new.gradient_state
+    if warmup is not None:
+        adaptation, warmup, sampler_state, gradient_state = jax.lax.cond(
+            adapting,
+            lambda: learn(spec, state, new.z, target, idx, info.estimate, adaptation, warmup,
+                          sampler_state, keys[1]),
+            lambda: (adaptation, warmup, sampler_state, gradient_state),
+        )
+    # the next step's: after warm-up the frozen one (a cyclical preset's, its cosine)
+    return new._replace(sampler_state=sampler_state, gradient_state=gradient_state,
+                        step_size=spec.step_size(state.i + 1, adaptation),
+                        adaptation=adaptation, warmup=warmup)

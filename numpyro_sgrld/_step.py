@@ -1,0 +1,143 @@
+r"""One step of a stochastic-gradient kernel as a pure function ``(state, inputs) -> (state,
+info)``, knowing nothing of NumPyro:
+
+1. estimate :math:`\nabla\hat U` at the state's position on the step's minibatch (the
+   :class:`~numpyro_sgrld.gradients.GradientEstimator`);
+2. the composed step: metric, Γ correction, integrator
+   (:func:`numpyro_sgrld._composition.transition_with_preconditioner`);
+3. the acceptance policy (:mod:`numpyro_sgrld._acceptance`): a step that cannot be used is
+   rejected and the chain stays where it was.
+
+What does not change during a run is the kernel's :class:`Spec`; what changes from step to step
+besides the state is :class:`StepInputs`. The warm-up is a transformation around this step
+(:func:`numpyro_sgrld.warmup.steps.transition`), and :class:`numpyro_sgrld.SGMCMC` hosts both
+for NumPyro (model set-up, minibatch indices, chains, postprocessing).
+"""
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax.numpy as jnp
+
+from numpyro_sgrld._acceptance import accept, usable
+from numpyro_sgrld._composition import Sampler, transition_with_preconditioner
+from numpyro_sgrld._state import SGState
+from numpyro_sgrld._tree import tree_norm, tree_where
+from numpyro_sgrld.gradients import Estimate, GradientEstimator
+from numpyro_sgrld.metrics import Preconditioner, StepContext
+
+__all__ = ["Spec", "StepInputs", "StepInfo", "context", "step"]
+
+
+class Spec(NamedTuple):
+    """What a kernel's step needs that does not change during a run.
+
+    - **sampler** – the composed :class:`~numpyro_sgrld._composition.Sampler` (metric,
+      integrator, correction).
+    - **gradient** – the :class:`~numpyro_sgrld.gradients.GradientEstimator`.
+    - **temperature** – :math:`T`.
+    - **check_proposal** – whether the potential at the proposal must be finite.
+    - **target_bias** – :math:`\\delta` of the step-size adaptation (read in warm-up only).
+    - **step_size** – ``(i, adaptation) -> h_i``: the schedule's step, or the adaptation's.
+    - **draw** – ``(key, batch_state) -> (idx, batch_state)``: a minibatch's indices.
+    - **num_data**, **steps_per_epoch** – for the :class:`~numpyro_sgrld.metrics.StepContext`.
+    """
+
+    sampler: Sampler
+    gradient: GradientEstimator
+    temperature: float
+    check_proposal: bool
+    target_bias: float
+    step_size: Callable
+    draw: Callable
+    num_data: int = 1
+    steps_per_epoch: int = 1
+
+
+class StepInputs(NamedTuple):
+    """One step's inputs besides the state.
+
+    - **target** – the :class:`~numpyro_sgrld.gradients.Target` (the minibatch potential).
+    - **idx** – this step's minibatch indices; **batch_state** – the minibatch sampler's
+      state after drawing them.
+    - **key** – the step's random key; **next_key** – the state's key for the next step.
+    - **reject** – ``None``, or ``(value, new_value) -> bool``: a further reason to reject the
+      step, from the minibatch potential at its start and at its proposal (the warm-up
+      rejects steps that climb too steeply).
+    """
+
+    target: Any
+    idx: Any
+    batch_state: Any
+    key: Any
+    next_key: Any
+    reject: Callable | None = None
+
+
+class StepInfo(NamedTuple):
+    """What a step computed on the way that the warm-up reads: the gradient's
+    :class:`~numpyro_sgrld.gradients.Estimate`, the step's
+    :class:`~numpyro_sgrld.metrics.Preconditioner`, whether the step was accepted, and the
+    step size it used."""
+
+    estimate: Estimate
+    preconditioner: Preconditioner
+    accepted: Any
+    step_size: Any
+
+
+def context(spec, i, aux):
+    """The :class:`~numpyro_sgrld.metrics.StepContext` of step ``i``."""
+    return StepContext(num_data=spec.num_data, steps_per_epoch=spec.steps_per_epoch, step=i,
+                       aux=aux or None)
+
+
+def step(spec, state, inputs):
+    r"""One step from ``state`` (an :class:`~numpyro_sgrld._state.SGState`):
+    ``(new state, StepInfo)``.
+
+    .. math::
+        \theta' = \mathrm{step}\big(\theta,\ \nabla\hat U_B(\theta),\ D(\theta)\big),
+
+    kept when :math:`\hat U_B(\theta)`, :math:`\nabla\hat U_B(\theta)`, :math:`h`,
+    :math:`\theta'` and the new kernel state are finite and, with ``spec.check_proposal``,
+    :math:`\hat U_B(\theta')` on the same minibatch :math:`B` too; else :math:`\theta` is kept
+    and the step counted as rejected."""
+    target, idx = inputs.target, inputs.idx
+    est = spec.gradient.estimate(state.z, idx, state.gradient_state, target)
+    step_size = spec.step_size(state.i, state.adaptation)
+    z, sampler_state, preconditioner = transition_with_preconditioner(
+        spec.sampler, inputs.key, state.z, state.sampler_state, est.grad, est.oracle,
+        step_size, spec.temperature, context(spec, state.i, est.aux),
+    )
+    grad_norm = tree_norm(est.grad)
+    # A step may not land where the density is zero (a factor wall, log of a negative
+    # number): the potential at the proposal, on this minibatch, must be finite too.
+    landed = True
+    if spec.check_proposal:
+        value = target.potential(z, idx)[0]
+        landed = jnp.isfinite(value)
+        if inputs.reject is not None:
+            start = est.value if est.batch_value is None else est.batch_value
+            landed = landed & ~inputs.reject(start, value)
+    ok, sampler_state = accept(
+        usable(est.value, grad_norm, step_size), z, landed, sampler_state,
+        state.sampler_state, spec.sampler.state_averages_gradient,
+    )
+    new = SGState(
+        i=state.i + 1,
+        z=tree_where(ok, z, state.z),
+        sampler_state=sampler_state,
+        batch_state=inputs.batch_state,
+        potential_energy=est.value,
+        grad_norm=grad_norm,
+        step_size=step_size,
+        diverging=~ok,
+        rng_key=inputs.next_key,
+        num_rejected=state.num_rejected + (~ok).astype(jnp.int32),
+        gradient_state=est.state,
+        adaptation=state.adaptation,
+        warmup=state.warmup,
+        monitor=state.monitor,
+    )
+    return new, StepInfo(est, preconditioner, ok, step_size)
