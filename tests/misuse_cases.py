@@ -10,13 +10,15 @@ it, and classifies the outcome:
   warning, the ``num_rejected`` count);
 - ``WRONG``: it ran, the draws fail the case's check, and nothing said so.
 
-Each case states the outcome a user should get (``want``). Run::
+Each case states the outcome a user should get (``want``); ``tests/test_misuse.py`` runs
+every case as a test (the cases that raise at set-up in the default run, the ones that sample
+in the slow set). As a table::
 
-    python benchmarks/investigations/misuse.py  # all cases, a Markdown table on stdout
-    python benchmarks/investigations/misuse.py --only nan         # cases whose name contains "nan"
+    python tests/misuse_cases.py              # all cases, a Markdown table on stdout
+    python tests/misuse_cases.py --only nan   # cases whose name contains "nan"
 
-It sets ``--xla_force_host_platform_device_count=2`` (for ``chain_method="parallel"``) before
-importing JAX. A few minutes on two CPU cores.
+Run as a script it sets ``--xla_force_host_platform_device_count=2`` (for
+``chain_method="parallel"``) before importing JAX. A few minutes on two CPU cores.
 """
 
 import argparse
@@ -25,7 +27,8 @@ import sys
 import traceback
 import warnings
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+if __name__ == "__main__":
+    os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
 
 import haiku as hk  # noqa: E402
 import jax  # noqa: E402
@@ -731,7 +734,7 @@ def classify(fn):
         except Exception as e:  # noqa: BLE001
             frames = traceback.extract_tb(e.__traceback__)
             ours = any(
-                "numpyro_sgrld" in f.filename and "misuse.py" not in f.filename
+                "numpyro_sgrld" in f.filename and "misuse_cases.py" not in f.filename
                 for f in frames[-1:]
             )
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""

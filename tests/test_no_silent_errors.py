@@ -1,5 +1,5 @@
 """No silent wrong answers: one test per class of mistake that used to run and return a wrong
-posterior without a word, or crash deep inside JAX/NumPyro (benchmarks/investigations/misuse.py
+posterior without a word, or crash deep inside JAX/NumPyro (tests/misuse_cases.py
 has the full list of cases with their outcomes)."""
 
 import warnings
