@@ -1,4 +1,5 @@
-"""The package's layering, read from its source: no import circle between its modules (lazy
+"""The package's layering, read from its source: every module imports only from its own layer
+and the layers below (docs/architecture.md), no import circle between its modules (lazy
 imports inside functions included) and nothing from JAX's private ``jax._src``."""
 
 import ast
@@ -14,6 +15,30 @@ def _modules():
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         mods[name] = path
     return mods
+
+
+#: The layers of docs/architecture.md, lowest first: a module's top-level name (the package's
+#: sub-package or module it belongs to) and the layer it lives in.
+LAYERS = [
+    ("helpers", {"_checks", "_tree", "schedules", "_cache"}),
+    ("the step's pieces", {"metrics", "integrators", "_integrator_base", "_thermostats",
+                           "gradients", "correction", "_composition", "_acceptance", "_state",
+                           "_step"}),
+    ("warm-up", {"warmup", "adaptation"}),
+    ("the NumPyro host", {"subsample", "_setup", "_model_host", "_adapter", "kernels",
+                          "_presets", "_momentum_kernels", "_cyclical_kernels", "_loop",
+                          "_compat", "_run_verdict", "monitor", "verdict", "sharding"}),
+    ("bridges", {"haiku", "nnx", "equinox", "priors", "conv_priors", "_network_priors"}),
+    ("analysis", {"diagnostics", "inference_data", "_arviz", "plots", "predictive",
+                  "streaming", "accumulators", "checkpoint", "baselines"}),
+    ("the command and its problems", {"models", "__main__", "quickstart", "problems",
+                                      "compare", "time_to_accuracy", "report", "_parallel"}),
+]
+
+
+def _layer(module):
+    top = module.split(".")[1]
+    return next((k for k, (_, names) in enumerate(LAYERS) if top in names), None)
 
 
 def _imports(path, mods):
@@ -58,6 +83,38 @@ def test_the_modules_import_no_circle():
     graph = {name: _imports(path, mods) - {"numpyro_sgrld", name} for name, path in mods.items()
              if name != "numpyro_sgrld"}
     assert _cycle(graph) is None, " -> ".join(_cycle(graph))
+
+
+def test_every_module_imports_only_from_its_layer_and_the_ones_below():
+    mods = {name: path for name, path in _modules().items() if name != "numpyro_sgrld"}
+    assert [name for name in mods if _layer(name) is None] == [], "a module without a layer"
+    upward = []
+    for name, path in sorted(mods.items()):
+        for imported in _imports(path, _modules()):
+            # the package root (the public API) only from the command's layer, the last
+            if imported == "numpyro_sgrld":
+                if _layer(name) < len(LAYERS) - 1 and _root_names(path):
+                    upward.append(f"{name} -> numpyro_sgrld ({', '.join(_root_names(path))})")
+            elif _layer(imported) > _layer(name):
+                upward.append(f"{name} ({LAYERS[_layer(name)][0]}) -> {imported} "
+                              f"({LAYERS[_layer(imported)][0]})")
+    assert upward == []
+
+
+def _root_names(path):
+    """What ``path`` imports from the package root that is not a sub-module."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module == "numpyro_sgrld":
+            names |= {a.name for a in node.names
+                      if not (PACKAGE / a.name).is_dir()
+                      and not (PACKAGE / f"{a.name}.py").is_file()}
+    return sorted(names)
+
+
+def test_the_layer_check_sees_an_upward_import():
+    assert _layer("numpyro_sgrld._step") < _layer("numpyro_sgrld.warmup.steps")
+    assert _layer("numpyro_sgrld.metrics.monge") < _layer("numpyro_sgrld.compare")
 
 
 def test_the_finder_sees_a_circle():
