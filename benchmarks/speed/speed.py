@@ -138,8 +138,8 @@ def _mlp_params(key, sizes):
     return params
 
 
-def _mlp(seed=0):
-    n_data, sizes = 60_000, (784, 400, 400, 10)
+def _mlp(seed=0, batch=100, width=400, n_data=60_000):
+    sizes = (784, width, width, 10)
     rng = np.random.default_rng(seed)
     X = rng.random((n_data, 784), dtype=np.float32)
     y = rng.integers(0, 10, n_data).astype(np.int32)
@@ -164,15 +164,15 @@ def _mlp(seed=0):
 
     return dict(
         name="mlp",
-        title="MLP 784-400-400-10, N = 60,000, minibatch 100",
+        title=f"MLP 784-{width}-{width}-10, N = {n_data:,}, minibatch {batch}",
         X=jnp.asarray(X),
         y=jnp.asarray(y),
-        batch=100,
+        batch=batch,
         step=1e-6,
         init=_mlp_params(random.PRNGKey(1), sizes),
         logprior=logprior,
         loglik=loglik,
-        model=partial(bnn.mlp_classifier, hidden=(400, 400), subsample_size=100),
+        model=partial(bnn.mlp_classifier, hidden=(width, width), subsample_size=batch),
         init_strategy=init_to_sample,
         t1=100,
         t2=600,
