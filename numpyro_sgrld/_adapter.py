@@ -273,6 +273,9 @@ class SGMCMC(MCMCKernel):
         self._plates, self._inferred_num_data, self._checked_data = (), None, None
         self._prepared_model, self._inv_transforms, self._replay = None, None, False
         self._spec = None  # the step's Spec, built by init once the plates are known
+        # (spec, state, target, adapting) -> state: the step with the warm-up around it (a
+        # cyclical preset wraps it in its exploration stage)
+        self._transition = warmup_steps.transition
         self._sample_fn = None
         self._axis_name = None  # CHAIN_AXIS with vectorised chains: the kernel's own vmap's
         self._jitted = {}
@@ -365,14 +368,11 @@ class SGMCMC(MCMCKernel):
             warmup=warmup,
         )
 
-    def _sample_one(self, state, model_args, model_kwargs, adapting=None, step=None,
-                    spec=None):
+    def _sample_one(self, state, model_args, model_kwargs, adapting=None, step=None):
         """One transition of one chain (:func:`numpyro_sgrld.warmup.steps.transition`);
-        ``step`` is its index, unbatched for vectorised chains, ``spec`` another
-        :class:`~numpyro_sgrld._step.Spec` than the kernel's (a cyclical preset's
-        exploration, at temperature 0)."""
+        ``step`` is its index, unbatched for vectorised chains."""
         target = self._target(model_args, model_kwargs, state.i if step is None else step)
-        return warmup_steps.transition(spec or self._spec, state, target, adapting)
+        return self._transition(self._spec, state, target, adapting)
 
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
         model_kwargs = {} if model_kwargs is None else model_kwargs

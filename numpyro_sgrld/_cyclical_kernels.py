@@ -10,8 +10,9 @@ from numpyro_sgrld._adapter import SGMCMC
 from numpyro_sgrld._checks import integer, real
 from numpyro_sgrld.integrators import langevin, sghmc
 from numpyro_sgrld.schedules import cyclical
+from numpyro_sgrld.warmup import steps as warmup_steps
 
-__all__ = ["CYCLE_LENGTH", "CyclicalSGHMC", "CyclicalSGLD"]
+__all__ = ["CYCLE_LENGTH", "CyclicalSGHMC", "CyclicalSGLD", "exploration_stage"]
 
 
 #: Steps per cycle of the cyclical presets when ``cycle_length`` is not given: with the default
@@ -41,45 +42,42 @@ def _cycle(kernel, step_size, cycle_length, exploration):
     return cyclical(h0, length, 1), (length, explore)
 
 
+def exploration_stage(transition, length, explore, start):
+    """``transition`` (``(spec, state, target, adapting) -> state``,
+    :func:`numpyro_sgrld.warmup.steps.transition`) with cyclical SG-MCMC's exploration stage
+    (Zhang et al. 2020) in front of it at the first step of every cycle of ``length`` steps
+    counted from step ``start``: ``explore`` transitions at temperature 0 (stochastic gradient
+    descent, or with momentum for SGHMC), so that the state the transition returns, the draw,
+    is a sampling-stage state. The transition's index is ``target.step`` (unbatched for
+    vectorised chains: the branch stays a branch)."""
+
+    def with_exploration(spec, state, target, adapting=None):
+        i = target.step
+        starts = (i - start >= 0) & ((i - start) % length == 0)
+        cold = spec._replace(temperature=0.0)
+
+        def run(state):
+            return jax.lax.fori_loop(
+                0, explore, lambda j, s: transition(cold, s, target._replace(step=i + j)),
+                state)
+
+        state = jax.lax.cond(starts, run, lambda s: s, state)
+        return transition(spec, state, target._replace(step=i + explore * starts), adapting)
+
+    return with_exploration
+
+
 class _Cyclical:
-    """The exploration stage and the cycle bookkeeping shared by the cyclical presets: a
-    transition is, at the first step of a cycle, the exploration stage's steps followed by
-    the kernel's own transition; after warm-up the adapted step follows the cycle's cosine."""
+    """The cyclical presets' wrapper around :class:`~numpyro_sgrld.SGMCMC`'s transition (the
+    exploration stage, :func:`exploration_stage`) and their step rule (after an adapted
+    warm-up, the adapted step times the cycle's cosine)."""
 
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
         # the cycles begin after the warm-up when the peak step is adapted there
         self._cycle_start = int(num_warmup) if self.adapts_step_size else 0
+        self._transition = exploration_stage(warmup_steps.transition, *self._exploration,
+                                             self._cycle_start)
         return super().init(rng_key, num_warmup, init_params, model_args, model_kwargs)
-
-    def _sample_one(self, state, model_args, model_kwargs, adapting=None, step=None):
-        state = self._explore(state, model_args, model_kwargs, step)
-        step = None if step is None else step + self._exploration[1] * self._starts_cycle(step)
-        return super()._sample_one(state, model_args, model_kwargs, adapting, step)
-
-    def _starts_cycle(self, i):
-        """Whether step ``i`` is the first of a cycle."""
-        k = i - self._cycle_start
-        return (k >= 0) & (k % self._exploration[0] == 0)
-
-    def _explore(self, state, model_args, model_kwargs, step=None):
-        """Cyclical SG-MCMC's exploration stage (Zhang et al. 2020): at the first step of
-        every cycle of ``L`` steps, its first ``E`` steps at temperature 0 (stochastic
-        gradient descent, or with momentum for SGHMC), inside this one transition, so that the
-        state the transition returns, the draw, is a sampling-stage state. ``step`` is the
-        transition's index, unbatched for vectorised chains: the branch stays a branch."""
-        explore = self._exploration[1]
-        i = state.i if step is None else step
-
-        exploring = self._spec._replace(temperature=0.0)
-
-        def run(state):
-            def body(j, s):
-                return SGMCMC._sample_one(self, s, model_args, model_kwargs, None,
-                                          None if step is None else step + j, exploring)
-
-            return jax.lax.fori_loop(0, explore, body, state)
-
-        return jax.lax.cond(self._starts_cycle(i), run, lambda s: s, state)
 
     def _step_size(self, i, adaptation=None):
         """:math:`h_i`; with an adapted peak, after warm-up, the adapted step times the cosine
