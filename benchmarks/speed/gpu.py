@@ -1,7 +1,7 @@
 """Per-step cost on whatever accelerator JAX has (a GPU where there is one), every preset against
 hand-written ``lax.scan`` loops, with compile time and the fixed cost of a repeated run.
 
-    python benchmarks/speed/gpu.py --out gpu.jsonl --table gpu.md   # about 8 minutes on a GPU
+    python benchmarks/speed/gpu.py --out gpu.jsonl --table gpu.md   # no section starts after 420 s
     python benchmarks/speed/gpu.py --quick --budget 1e9   # a check of the script, on a CPU
 
 The method is ``speed.py``'s (its hand loops, problems and timing): for a contender and run
