@@ -236,6 +236,9 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true",
                     help="every section on a small MLP (784-32-32-10, N = 2,000) and short "
                     "runs: a check of the script, on a CPU too")
+    ap.add_argument("--sections", nargs="+", default=None,
+                    choices=["mlp100", "shampoo", "presets", "mlp1000", "conv", "chains"],
+                    help="run only these sections (default all, in the documented order)")
     ap.add_argument("--out", default=None, help="JSON lines, one per contender, as they come")
     ap.add_argument("--table", default=None, help="the Markdown table, at the end")
     args = ap.parse_args(argv)
@@ -243,6 +246,8 @@ def main(argv=None):
     print(f"device: {device.platform} {device.device_kind}; jax {jax.__version__}", flush=True)
     start, rows = time.perf_counter(), []
     for name, build in sections(args.quick, args.warmup).items():
+        if args.sections is not None and name not in args.sections:
+            continue
         if time.perf_counter() - start > args.budget:
             print(f"# {name}: not started (budget of {args.budget:.0f} s spent)", flush=True)
             continue

@@ -421,22 +421,24 @@ def hand_written(kind, p):
 
     zeros = partial(jax.tree.map, jnp.zeros_like)
     x0 = p["init"]
-    step, state = {
-        "baoab": (baoab, (x0, zeros(x0), jnp.zeros((), bool))),
-        "sgnht": (sgnht, (x0, zeros(x0), jnp.ones(()))),
-        "badodab": (badodab, (x0, zeros(x0), jnp.ones(()), jnp.zeros((), bool))),
-        "csgld": (csgld, (x0, jnp.zeros((), jnp.int32))),
-        "svrg": (svrg, (x0, x0, full_grad(x0), jnp.zeros((), jnp.int32))),
-        "sgld": (sgld, x0),
-        "sghmc": (sghmc, (x0, zeros(x0))),
-        "psgld": (psgld, (x0, zeros(x0), jnp.zeros(()))),
-        "monge": (monge, (x0, zeros(x0))),
-        "shampoo": (shampoo, _shampoo_init(x0)),
+    step, initial = {  # the initial states built only for ``kind``
+        "baoab": (baoab, lambda: (x0, zeros(x0), jnp.zeros((), bool))),
+        "sgnht": (sgnht, lambda: (x0, zeros(x0), jnp.ones(()))),
+        "badodab": (badodab, lambda: (x0, zeros(x0), jnp.ones(()), jnp.zeros((), bool))),
+        "csgld": (csgld, lambda: (x0, jnp.zeros((), jnp.int32))),
+        "svrg": (svrg, lambda: (x0, x0, full_grad(x0), jnp.zeros((), jnp.int32))),
+        "sgld": (sgld, lambda: x0),
+        "sghmc": (sghmc, lambda: (x0, zeros(x0))),
+        "psgld": (psgld, lambda: (x0, zeros(x0), jnp.zeros(()))),
+        "monge": (monge, lambda: (x0, zeros(x0))),
+        "shampoo": (shampoo, lambda: _shampoo_init(x0)),
         "sgld+write": (
             sgld_write,
-            (x0, jax.tree.map(lambda x: jnp.zeros((1,) + x.shape), x0), jnp.zeros((), jnp.int32)),
+            lambda: (x0, jax.tree.map(lambda x: jnp.zeros((1,) + x.shape), x0),
+                     jnp.zeros((), jnp.int32)),
         ),
     }[kind]
+    state = initial()
 
     @partial(jax.jit, static_argnums=2)
     def run(state, key, num_steps):
