@@ -262,7 +262,8 @@ class SGMCMC(MCMCKernel):
         if metric is None:
             metric = learnt() if step_size is None else identity_metric()
         integrator = langevin() if integrator is None else integrator
-        self._sampler = build_sampler(metric, integrator, correction, correction_form)
+        build_sampler(metric, integrator, correction, correction_form)  # refuses misfits now
+        self._correction_form = correction_form
         _check_aux(metric, model)
         #: The :class:`~numpyro_sgrld.metrics.Metric`, the
         #: :class:`~numpyro_sgrld.integrators.Integrator` and the correction (``None``,
@@ -344,7 +345,7 @@ class SGMCMC(MCMCKernel):
         est = self.gradient.estimate(z, idx, gradient_state, target)
         curvature = partial(hessian_diagonal_estimate, lambda x, b: target.potential(x, b)[0],
                             z, idx, random.fold_in(key_sampler, 2))
-        start = partial(init_sampler, self._sampler, key_sampler, z, curvature,
+        start = partial(init_sampler, spec.sampler, key_sampler, z, curvature,
                         context(spec, 0, est.aux))
         adaptation = warmup = None
         if self.adapts_step_size:
@@ -402,7 +403,10 @@ class SGMCMC(MCMCKernel):
         if self.adapts_step_size:
             check_adaptation(num_warmup, self.integrator, self.temperature)
         self._axis_name = CHAIN_AXIS if vectorized else None
-        self._spec = Spec(self._sampler, self.gradient, self.temperature, self._check_proposal,
+        # the composed sampler from the attributes (one source: they are what a reader sees)
+        sampler = build_sampler(self.metric, self.integrator, self.correction,
+                                self._correction_form)
+        self._spec = Spec(sampler, self.gradient, self.temperature, self._check_proposal,
                           self.target_bias, self._step_size,
                           partial(_draw, self._plates, self._index_sharding), self.num_data,
                           _setup.steps_per_epoch(self._plates))
