@@ -38,6 +38,7 @@ from numpyro_sgrld.diagnostics import (
     energy_distance,
     kernel_stein_discrepancy,
     model_scores,
+    score_function,
 )
 from numpyro_sgrld.equinox import random_eqx_module  # imports equinox only when called
 from numpyro_sgrld.gradients import auxiliary, minibatch_potential
@@ -168,5 +169,6 @@ __all__ = [
     "energy_distance",
     "kernel_stein_discrepancy",
     "model_scores",
+    "score_function",
     "bias_vs_step_size",
 ]

@@ -4,12 +4,12 @@ Runs each SG kernel through :class:`numpyro.infer.MCMC` on a subsampled model, r
 full data as the reference (:func:`~numpyro_sgrld.inference_data.reference_posterior`, cached),
 compares them (:mod:`numpyro_sgrld.diagnostics`) and writes a report folder::
 
-    report.md            settings, the comparison table, the plots
-    comparison.csv       the table
-    per_parameter.csv    compare_to_reference for every kernel and parameter
-    marginals.png        marginal densities over the reference
+    report.md            the verdict, settings, the comparison table, the plots
+    comparison.csv       the table;  per_parameter.csv: every kernel's every parameter
+    errors.png           each kernel's errors;  marginals.png: marginals over the reference
     bias.png             bias against the step size (kernels in ``bias_kernels``)
-    trace_<kernel>.png   ArviZ trace plots;  rank_reference.png: ArviZ rank plot of NUTS
+    trace_<kernel>.png   trace and rank plots per kernel (and trace_reference.png)
+    time_to_accuracy.csv/.png   the large problem's race (``large``)
     <kernel>.nc, reference.nc   the runs as ArviZ InferenceData (NetCDF)
 """
 
@@ -60,8 +60,6 @@ DEFAULT_KERNELS = ("SGLD", "SGHMC", "PSGLD", "PSGLD+Γ", "MongeSGLD", "ShampooSG
 CYCLES, EXPLORATION = 4, 0.5
 
 
-
-
 def _pooled(draws, max_draws=2000):
     """Draws ``{site: (n, ...)}`` as one (n, d) array (at most ``max_draws``, evenly spaced)."""
     x = np.concatenate([v.reshape(len(v), -1) for v in draws.values()], axis=1)
@@ -93,14 +91,13 @@ def _reference_noise(ref, problem):
     return diagnostics.energy_distance(*parts)
 
 
-def _ksd(model, args, draws, max_draws=1000):
+def _ksd(scores, draws, max_draws=1000):
+    """KSD of at most ``max_draws`` evenly spaced ``draws`` (``scores``: the problem's
+    :func:`~numpyro_sgrld.diagnostics.score_function`)."""
     n = len(next(iter(draws.values())))
     idx = np.linspace(0, n - 1, min(n, max_draws)).astype(int)
-    x, s = diagnostics.model_scores(model, {k: v[idx] for k, v in draws.items()}, *args)
+    x, s = scores({k: v[idx] for k, v in draws.items()})
     return diagnostics.kernel_stein_discrepancy(x, s)
-
-
-MIN_WARMUP_ADAPT = MIN_WARMUP
 
 
 def _step_used(stats):
@@ -269,10 +266,10 @@ def check_options(
         raise ValueError(f"`num_warmup` must be a non-negative integer, got {num_warmup!r}.")
     adapting = [k for k in kernels if k not in (step_sizes or {})
                 and k not in ("BayesByBackprop", "ConstantSGD")]
-    if adapting and num_warmup < MIN_WARMUP_ADAPT:
+    if adapting and num_warmup < MIN_WARMUP:
         raise ValueError(
             f"`num_warmup`={num_warmup} is too short for {', '.join(adapting)} to choose their "
-            f"step size (at least {MIN_WARMUP_ADAPT} burn-in steps): raise it, or fix their "
+            f"step size (at least {MIN_WARMUP} burn-in steps): raise it, or fix their "
             "steps (`step_sizes`, --step-size KERNEL=STEP)."
         )
     if num_steps // thinning < 2:
@@ -342,6 +339,7 @@ def run_compare(
     num_steps = max(thinning * 2, int(round(num_steps * budget / thinning)) * thinning)
     max_steps = 5 * num_steps
     problem = PROBLEMS[model]()
+    scores = diagnostics.score_function(problem.model, *problem.args)  # compiled once
     # None: the kernel chooses its step during warm-up (step_size=None); --step-size fixes one
     steps = {name: (step_sizes or {}).get(name) for name in kernels}
     out = Path(out)
@@ -387,7 +385,7 @@ def run_compare(
             save_netcdf(ref, out / "reference.nc")
             ref_draws = _latent_only(ref, problem.model, problem.args)
             ref_pooled = _pooled(ref_draws)
-            rows[reference] = _reference_row(ref, ref_seconds, ref_draws, problem)
+            rows[reference] = _reference_row(ref, ref_seconds, ref_draws, problem, scores)
         else:
             waiting[label] = result
         if ref is None:
@@ -399,7 +397,7 @@ def run_compare(
             draws = _latent_only(idata, problem.model, problem.args)
             energy = diagnostics.energy_distance(_pooled(draws), ref_pooled)
             rows[name] = _summary_row(
-                table, idata, seconds, energy, _ksd(problem.model, problem.args, draws)
+                table, idata, seconds, energy, _ksd(scores, draws)
             )
             tables[name], idatas[name] = table, idata
             used[name] = rows[name]["step size"]
@@ -482,14 +480,14 @@ def run_compare(
     return rows
 
 
-def _reference_row(ref, seconds, ref_draws, problem):
+def _reference_row(ref, seconds, ref_draws, problem, scores):
     """The reference's row of the table: its own errors (zero by construction) left blank."""
     ref_row = _summary_row(
         diagnostics.compare_to_reference(ref, ref),
         ref,
         seconds,
         _reference_noise(ref, problem),
-        _ksd(problem.model, problem.args, ref_draws),
+        _ksd(scores, ref_draws),
     )
     for key in ("max abs mean err/sd", "± se", "worst sd ratio", "± se (sd)", "mean W1/sd"):
         ref_row[key] = float("nan")

@@ -31,6 +31,7 @@ __all__ = [
     "energy_distance",
     "kernel_stein_discrepancy",
     "model_scores",
+    "score_function",
     "bias_vs_step_size",
     "histogram_l1",
     "latent_sites",
@@ -210,8 +211,14 @@ def compare_to_reference(
 
 
 def _chunk_rows(y):
-    """Rows per chunk so that a chunk x ``y`` x dimension block has about 2^22 numbers."""
-    return max(1, 2**22 // (len(y) * y.shape[-1]))
+    """Rows per chunk so that a chunk x ``y`` block has about 2^22 numbers."""
+    return max(1, 2**22 // len(y))
+
+
+def _sq_distances(a, b):
+    r""":math:`\|a_i - b_j\|^2` as :math:`\|a_i\|^2 + \|b_j\|^2 - 2 a_i^\top b_j` (one matrix
+    product; float64, clipped at 0 against rounding)."""
+    return np.maximum((a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * (a @ b.T), 0.0)
 
 
 def _pairwise_mean(x, y, fn):
@@ -223,7 +230,7 @@ def _pairwise_mean(x, y, fn):
 
 
 def _distances(a, b):
-    return np.sqrt(np.maximum(((a[:, None, :] - b[None, :, :]) ** 2).sum(-1), 0.0))
+    return np.sqrt(_sq_distances(a, b))
 
 
 def energy_distance(x, y):
@@ -251,14 +258,17 @@ def energy_distance(x, y):
 
 
 def _imq_stein_kernel(c, beta):
+    r""":math:`k_0(x_i, y_j)` of the IMQ kernel for blocks ``x`` (n, d), ``y`` (m, d) with
+    scores ``sx``, ``sy``; the cross term :math:`(s_y - s_x)^\top (x - y)` expanded into
+    matrix products."""
     def k0(x, sx, y, sy):
-        r = x[:, None, :] - y[None, :, :]
-        r2 = (r**2).sum(-1)
+        r2 = _sq_distances(x, y)
         q = c**2 + r2
         d = x.shape[-1]
+        cross = (x @ sy.T - (sy * y).sum(1)[None, :] - (sx * x).sum(1)[:, None] + sx @ y.T)
         return (
             (sx @ sy.T) * q**beta
-            + 2 * beta * q ** (beta - 1) * (((sy[None, :, :] - sx[:, None, :]) * r).sum(-1))
+            + 2 * beta * q ** (beta - 1) * cross
             - 2 * beta * d * q ** (beta - 1)
             - 4 * beta * (beta - 1) * r2 * q ** (beta - 2)
         )
@@ -307,31 +317,50 @@ def model_scores(model, samples, *model_args, batch_size=256, **model_kwargs):
     mapped to the unconstrained space where the kernels move, and the score includes the
     Jacobian terms. Returns ``(x, scores)``, numpy arrays (draws, d) with the sites in sorted
     order (as :func:`jax.flatten_util.ravel_pytree`), for
-    :func:`kernel_stein_discrepancy`.
+    :func:`kernel_stein_discrepancy`. :func:`score_function` gives the same as a function
+    compiled once, for many sets of draws of one model.
     """
+    return score_function(model, *model_args, batch_size=batch_size, **model_kwargs)(samples)
+
+
+def score_function(model, *model_args, batch_size=256, **model_kwargs):
+    """``samples -> (x, scores)``: :func:`model_scores` of ``model`` with these arguments,
+    compiled once per set of latent sites and reused for every later call."""
     from numpyro.infer.util import potential_energy, unconstrain_fn
 
     from numpyro_sgrld.subsample import full_batch
 
-    chains = as_chains(samples, group_by_chain=not isinstance(samples, dict))
-    flat = {k: v.reshape((-1,) + v.shape[2:]) for k, v in chains.items()}
     fb = full_batch(model)
-    latent = latent_sites(fb, flat, *model_args, **model_kwargs)
-    flat = {k: jnp.asarray(flat[k]) for k in latent}
+    compiled = {}
 
     def one(draw):
         z = unconstrain_fn(fb, model_args, model_kwargs, draw)
         g = jax.grad(lambda z: potential_energy(fb, model_args, model_kwargs, z))(z)
         return ravel_pytree(z)[0], -ravel_pytree(g)[0]
 
-    chunk = jax.jit(jax.vmap(one))
-    n = len(next(iter(flat.values())))
-    xs, ss = [], []
-    for start in range(0, n, batch_size):
-        x, s = chunk({k: v[start : start + batch_size] for k, v in flat.items()})
-        xs.append(np.asarray(x))
-        ss.append(np.asarray(s))
-    return np.concatenate(xs), np.concatenate(ss)
+    def scores(samples):
+        chains = as_chains(samples, group_by_chain=not isinstance(samples, dict))
+        flat = {k: v.reshape((-1,) + v.shape[2:]) for k, v in chains.items()}
+        latent = tuple(latent_sites(fb, flat, *model_args, **model_kwargs))
+        flat = {k: jnp.asarray(flat[k]) for k in latent}
+        if latent not in compiled:
+            compiled[latent] = jax.jit(jax.vmap(one))
+        chunk = compiled[latent]
+        n = len(next(iter(flat.values())))
+        size = min(batch_size, n)
+        xs, ss = [], []
+        for start in range(0, n, size):
+            part = {k: v[start : start + size] for k, v in flat.items()}
+            short = size - len(next(iter(part.values())))
+            if short:  # the last block padded to the others' size: one compiled shape
+                part = {k: jnp.concatenate([v, jnp.repeat(v[-1:], short, 0)])
+                        for k, v in part.items()}
+            x, s = chunk(part)
+            xs.append(np.asarray(x)[: size - short])
+            ss.append(np.asarray(s)[: size - short])
+        return np.concatenate(xs), np.concatenate(ss)
+
+    return scores
 
 
 def latent_sites(model, draws, *model_args, **model_kwargs):

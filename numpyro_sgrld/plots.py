@@ -98,10 +98,33 @@ def _colors(n):
                                                for i in range(n)]
 
 
-def _kde(x, grid):
-    from scipy.stats import gaussian_kde
-
-    return gaussian_kde(np.asarray(x, np.float64))(grid)
+def _kde(x, grid, refine=4, reach=5.0):
+    r"""Gaussian kernel density of the draws ``x`` at the evenly spaced ``grid``, with Scott's
+    bandwidth :math:`h = \hat\sigma n^{-1/5}` (as ``scipy.stats.gaussian_kde``): the draws
+    binned linearly onto a grid ``refine`` times finer, then one discrete convolution with the
+    kernel out to ``reach`` bandwidths (Wand 1994). Its error is far below a plot's line width
+    while the bandwidth spans a few fine cells; below that the sum is taken directly."""
+    x = np.asarray(x, np.float64).ravel()
+    x = x[np.isfinite(x)]
+    n = len(x)
+    h = float(np.std(x, ddof=1)) * n ** (-0.2) if n > 1 else 0.0
+    if not h > 0:
+        return np.zeros_like(grid)
+    step = (grid[-1] - grid[0]) / (len(grid) - 1) / refine if len(grid) > 1 else h
+    if step > h / 2:
+        z = (grid[:, None] - x[None, :]) / h
+        return np.exp(-0.5 * z * z).sum(1) / (n * h * np.sqrt(2 * np.pi))
+    pad = int(np.ceil(reach * h / step))
+    lo = grid[0] - pad * step
+    size = (len(grid) - 1) * refine + 2 * pad + 1
+    pos = (x - lo) / step
+    inside = (pos >= 0) & (pos < size - 1)
+    j = np.floor(pos[inside]).astype(int)
+    frac = pos[inside] - j
+    counts = np.bincount(j, 1 - frac, size) + np.bincount(j + 1, frac, size)
+    offsets = np.arange(-pad, pad + 1) * step / h
+    kernel = np.exp(-0.5 * offsets**2) / (n * h * np.sqrt(2 * np.pi))
+    return np.convolve(counts, kernel, mode="same")[pad : pad + len(grid) * refine : refine]
 
 
 def plot_bias_vs_step_size(curves, column="max_abs_std_mean_error", path=None):

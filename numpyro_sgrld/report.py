@@ -187,9 +187,10 @@ def _race_text(race):
         f"counts) run {s.exact_warmup} warm-up iterations. NUTS and HMCECS run until the "
         f"target or {race.speedup:.0f}× the fastest SG kernel's time ({race.exact_cap:.0f} s), "
         f"which is what it takes to tell whether that kernel is {race.speedup:.0f}× faster; "
-        "MALA for at most "
-        f"{race.mala_cap:.0f} s. Each method runs in a process of its own, one after another; "
-        "every `MCMC` gets the data as arguments (`jit_model_args=True`).",
+        f"MALA for at most {race.mala_cap:.0f} s (whether it is faster at all). Each method "
+        "runs in a process of its own, one after another (each process starts, imports and "
+        "builds its data beside the reference's computation, before the first race); every "
+        "`MCMC` gets the data as arguments (`jit_model_args=True`).",
         "",
         f"Reference: importance sampling from the Laplace approximation ({ref.num_draws} "
         f"draws; Pareto k̂ = {ref.khat:.2f}, reliable below 0.7; importance ESS {ref.ess:.0f}; "

@@ -385,10 +385,11 @@ def _runner(method, setting, X, y):
                        num_chains=setting.chains)
 
 
-def _child(method, setting, queue):
-    """A method's run in a process of its own, chunk after chunk until it is stopped:
-    ``("start",)``, then ``("chunk", seconds so far, draws)`` after each chunk (the clock runs
-    only inside the runner's calls), or ``("error", message)``."""
+def _child(method, setting, queue, ready, go):
+    """A method's run in a process of its own: the imports, the data and the runner first,
+    then ``ready`` is set; when ``go`` is set, ``("start",)`` and chunk after chunk until it is
+    stopped, ``("chunk", seconds so far, draws)`` after each (the clock runs only inside the
+    runner's calls); or ``("error", message)``."""
     import warnings
 
     warnings.simplefilter("ignore")  # the verdict's warnings: the parent judges the draws
@@ -399,6 +400,8 @@ def _child(method, setting, queue):
         X, y = logistic_data(setting.num_data, setting.num_features, setting.seed)
         runner = _runner(method, setting, X, y)
         key = jax.random.PRNGKey(setting.seed + 1)
+        ready.set()
+        go.wait()
         queue.put(("start",))
         clock = 0.0
         call = lambda: runner.first(key)  # noqa: E731
@@ -412,18 +415,47 @@ def _child(method, setting, queue):
         queue.put(("error", f"{type(e).__name__}: {e}"))
 
 
-def race_in_process(method, setting, reference, cap, log=print, log_every=10.0):
-    """:func:`race` for one method run in a child process (:func:`_child`), stopped when its
-    draws meet the stated accuracy or when ``cap`` seconds have passed since it started (a
-    chunk cannot be interrupted inside one process; a process can). A line goes to ``log`` at
-    least every ``log_every`` seconds."""
+class Contender(NamedTuple):
+    """A method's process (:func:`_child`), started ahead of its turn: it imports and builds
+    its data while it waits, so that its race starts at once when ``go`` is set."""
+
+    method: str
+    process: Any
+    queue: Any
+    ready: Any
+    go: Any
+
+
+def start_contender(method, setting):
+    """Start ``method``'s process (:class:`Contender`); it waits for its turn."""
     import multiprocessing as mp
-    import queue as queues
 
     ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(method, setting, q), daemon=True)
+    q, ready, go = ctx.Queue(), ctx.Event(), ctx.Event()
+    proc = ctx.Process(target=_child, args=(method, setting, q, ready, go), daemon=True)
     proc.start()
+    return Contender(method, proc, q, ready, go)
+
+
+def wait_until_ready(contenders):
+    """Wait until every contender has its data built (or its process has ended), so that no
+    start-up runs beside a race."""
+    for c in contenders:
+        while not c.ready.wait(1.0) and c.process.is_alive():
+            pass
+
+
+def race_in_process(contender, setting, reference, cap, log=print, log_every=10.0):
+    """:func:`race` for one method run in its own process (a :class:`Contender`, or a method
+    name, started here), stopped when its draws meet the stated accuracy or when ``cap``
+    seconds have passed since it started (a chunk cannot be interrupted inside one process;
+    a process can). A line goes to ``log`` at least every ``log_every`` seconds."""
+    import queue as queues
+
+    if isinstance(contender, str):
+        contender = start_contender(contender, setting)
+    method, proc, q = contender.method, contender.process, contender.queue
+    contender.go.set()
     draws, started, clock, last = [], None, 0.0, time.perf_counter()
     err, worst, ok, note = float("inf"), float("nan"), False, ""
     try:
@@ -483,16 +515,20 @@ class LargeRace(NamedTuple):
 
 
 def run_large(setting=None, out=None, kernels=SG_DEFAULT, log=print, sg_cap=90.0, speedup=5.0,
-              mala_share=2.0):
+              mala_share=1.0):
     """The race on the large problem (module docstring): the SG ``kernels`` first, each for
     at most ``sg_cap`` seconds; then NUTS and HMCECS, each until it reaches the target or
     ``speedup`` times the fastest SG kernel's time has passed (what it takes to tell whether
-    that kernel is ``speedup`` times faster), and MALA for at most ``mala_share`` times it.
+    that kernel is ``speedup`` times faster), and MALA for at most ``mala_share`` times it
+    (at 1, whether it beats the fastest SG kernel at all).
     Writes ``time_to_accuracy.csv`` (columns ``method``, ``seconds_to_target``,
     ``reached``, ...) and ``time_to_accuracy.png`` into ``out``; returns a
     :class:`LargeRace`."""
     setting = Setting() if setting is None else setting
     log(f"Data: {setting.num_data:,} rows x {setting.num_features} features (synthetic)")
+    # every method's process starts now and waits for its turn with its data built
+    contenders = {name: start_contender(name, setting)
+                  for name in (*kernels, "NUTS", "HMCECS", "MALA")}
     X, y = logistic_data(setting.num_data, setting.num_features, setting.seed)
     cached = _reference_path(X, y, 4000, setting.seed, None).exists()
     log("Reference: importance sampling from the Laplace approximation "
@@ -501,18 +537,13 @@ def run_large(setting=None, out=None, kernels=SG_DEFAULT, log=print, sg_cap=90.0
     log(f"Reference ready: {ref.num_draws} draws, Pareto k {ref.khat:.2f}, importance ESS "
         f"{ref.ess:.0f}; it took {ref.seconds:.1f} s" + (" when computed" if cached else ""))
     del X, y
-    results = []
-    for name in kernels:
-        log(f"{name} (minibatch {setting.batch}, {setting.chains} chain(s)), at most "
-            f"{sg_cap:.0f} s")
-        results.append(race_in_process(name, setting, ref, sg_cap, log=log))
-    reached = [r.seconds_to_target for r in results if r.reached]
-    fastest = min(reached) if reached else sg_cap
-    exact_cap, mala_cap = speedup * fastest, mala_share * fastest
-    for name, cap in (("NUTS", exact_cap), ("HMCECS", exact_cap), ("MALA", mala_cap)):
-        data = (f"subsample {setting.hmcecs_subsample}" if name == "HMCECS" else "full data")
-        log(f"{name} ({data}, {setting.chains} chain(s)), until the target or {cap:.0f} s")
-        results.append(race_in_process(name, setting, ref, cap, log=log))
+    try:
+        wait_until_ready(contenders.values())
+        results = _race_all(contenders, kernels, setting, ref, sg_cap, speedup, mala_share, log)
+    finally:
+        for c in contenders.values():  # those not raced (an error above)
+            c.process.terminate()
+    results, exact_cap, mala_cap = results
     race_result = LargeRace(setting, ref, results, sg_cap, exact_cap, mala_cap, speedup)
     if out is not None:
         write_csv(results, Path(out) / "time_to_accuracy.csv")
@@ -520,6 +551,23 @@ def run_large(setting=None, out=None, kernels=SG_DEFAULT, log=print, sg_cap=90.0
 
         plot_time_to_accuracy(results, path=Path(out) / "time_to_accuracy.png")
     return race_result
+
+
+def _race_all(contenders, kernels, setting, ref, sg_cap, speedup, mala_share, log):
+    """:func:`run_large`'s races, one after another: ``(results, exact cap, MALA cap)``."""
+    results = []
+    for name in kernels:
+        log(f"{name} (minibatch {setting.batch}, {setting.chains} chain(s)), at most "
+            f"{sg_cap:.0f} s")
+        results.append(race_in_process(contenders.pop(name), setting, ref, sg_cap, log=log))
+    reached = [r.seconds_to_target for r in results if r.reached]
+    fastest = min(reached) if reached else sg_cap
+    exact_cap, mala_cap = speedup * fastest, mala_share * fastest
+    for name, cap in (("NUTS", exact_cap), ("HMCECS", exact_cap), ("MALA", mala_cap)):
+        data = (f"subsample {setting.hmcecs_subsample}" if name == "HMCECS" else "full data")
+        log(f"{name} ({data}, {setting.chains} chain(s)), until the target or {cap:.0f} s")
+        results.append(race_in_process(contenders.pop(name), setting, ref, cap, log=log))
+    return results, exact_cap, mala_cap
 
 
 def write_csv(results, path):
