@@ -39,14 +39,12 @@ def _finish(fig, path, dpi=100):
 
 
 def _density(ax, x, grid, **kw):
-    from scipy.stats import gaussian_kde
-
     x = np.asarray(x, np.float64).ravel()
     x = x[np.isfinite(x)]
     if len(x) < 2 or np.std(x) == 0:
         ax.axvline(x.mean() if len(x) else 0.0, **kw)
         return
-    ax.plot(grid, gaussian_kde(x)(grid), **kw)
+    ax.plot(grid, _kde(x, grid), **kw)
 
 
 def plot_marginals(draws, reference, params=None, max_params=12, ncols=4, path=None):

@@ -156,9 +156,10 @@ def _race_sentence(race):
                 words.append(f"{r.method} reached it in {r.seconds_to_target:.0f} s "
                               f"({ratio:.1f}× {fast.method}'s time).")
             else:
+                ratio = r.seconds_to_target / fast.seconds_to_target
+                faster = (f"more than {ratio:.1f}× faster" if ratio >= 1.5 else "faster")
                 words.append(f"{r.method} had not reached it when stopped after "
-                             f"{r.seconds_to_target:.0f} s, so {fast.method} is more than "
-                             f"{r.seconds_to_target / fast.seconds_to_target:.1f}× faster.")
+                             f"{r.seconds_to_target:.0f} s, so {fast.method} is {faster}.")
     return head + " ".join(words)
 
 
