@@ -410,10 +410,11 @@ def run_compare(
                                    for d in (tables, idatas, taken, used))
     _write_tables(out, rows, tables)
 
-    log(f"{stamp()} Plots")
+    log(f"{stamp()} Plots: errors.png, marginals.png")
     plots.plot_errors(tables, ACCURATE_MEAN, ACCURATE_SD, path=out / "errors.png")
     worst = _worst_parameters(tables, 8)
     plots.plot_marginals(idatas, ref, params=worst, path=out / "marginals.png")
+    log(f"{stamp()} Plots: a trace and rank plot per kernel (trace_<kernel>.png)")
     for name in kernels:
         plots.plot_trace_rank(idatas[name], params=worst[:4], title=name,
                               path=out / f"trace_{_file_name(name)}.png")

@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from numpyro_sgrld._cache import cache_dir
+from numpyro_sgrld._parallel import ticking
 
 __all__ = [
     "MEAN_TOL",
@@ -533,7 +534,8 @@ def run_large(setting=None, out=None, kernels=SG_DEFAULT, log=print, sg_cap=90.0
     cached = _reference_path(X, y, 4000, setting.seed, None).exists()
     log("Reference: importance sampling from the Laplace approximation "
         + ("(cached: read from disk)" if cached else "(computing; cached for later runs)"))
-    ref = laplace_reference(X, y, seed=setting.seed)
+    with ticking(log, "the reference"):
+        ref = laplace_reference(X, y, seed=setting.seed)
     log(f"Reference ready: {ref.num_draws} draws, Pareto k {ref.khat:.2f}, importance ESS "
         f"{ref.ess:.0f}; it took {ref.seconds:.1f} s" + (" when computed" if cached else ""))
     del X, y
