@@ -13,11 +13,29 @@ was, with the step counted (``SGState.num_rejected``) and flagged (``SGState.div
   (:func:`~numpyro_sgrld._tree.tree_all_finite`).
 """
 
+from typing import NamedTuple
+
 import jax.numpy as jnp
 
+from numpyro_sgrld._traits import trait
 from numpyro_sgrld._tree import tree_all_finite, tree_where
 
-__all__ = ["usable", "accept"]
+__all__ = ["Averages", "averages_gradient", "usable", "accept"]
+
+
+class Averages(NamedTuple):
+    r"""A metric's or an integrator's trait (:mod:`numpyro_sgrld._traits`): its state is made
+    only of moving averages of :math:`\bar g` or :math:`\bar g\odot\bar g` (and integer
+    counters), so it stays finite whenever the gradient's squared norm is finite: every new
+    entry is a convex combination of a finite old entry and a finite statistic (for an
+    integrator: a state that a finite gradient keeps finite, such as SGHMC's damped
+    momentum). Without it (e.g. roots of an eigendecomposition) the new state is checked on
+    every step (:func:`accept`)."""
+
+
+def averages_gradient(*pieces):
+    """Whether every one of ``pieces`` (a metric, an integrator) has :class:`Averages`."""
+    return all(trait(p, Averages) is not None for p in pieces)
 
 
 def usable(value, grad_norm, step_size):

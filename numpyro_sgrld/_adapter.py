@@ -24,6 +24,7 @@ from numpyro_sgrld._checks import flag, integer, real
 from numpyro_sgrld._composition import build_sampler, init_sampler
 from numpyro_sgrld._state import SGState
 from numpyro_sgrld._step import Spec, context
+from numpyro_sgrld._traits import trait
 from numpyro_sgrld._tree import tree_norm
 from numpyro_sgrld.adaptation import CHAIN_AXIS, check_adaptation
 from numpyro_sgrld.gradients import (
@@ -37,8 +38,8 @@ from numpyro_sgrld.gradients import (
     warmup_control_variates,
 )
 from numpyro_sgrld.integrators import langevin
+from numpyro_sgrld.metrics import Aux, learnt
 from numpyro_sgrld.metrics import identity as identity_metric
-from numpyro_sgrld.metrics import learnt
 from numpyro_sgrld.schedules import as_schedule
 from numpyro_sgrld.sharding import check_divisible, index_sharding
 from numpyro_sgrld.subsample import (
@@ -72,10 +73,11 @@ def _check_init_strategy(init_strategy):
 
 
 def _check_aux(metric, model):
-    if metric.needs_aux and model is None:
+    reads = trait(metric, Aux)
+    if reads is not None and model is None:
         raise ValueError(
             f"The metric {metric.name!r} reads auxiliary values of the model's forward pass "
-            f"({list(metric.needs_aux)}); a kernel built from `potential_fn` has none. Give a "
+            f"({list(reads.names)}); a kernel built from `potential_fn` has none. Give a "
             "model that records them with numpyro_sgrld.auxiliary(name, value)."
         )
 

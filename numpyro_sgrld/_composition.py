@@ -18,10 +18,12 @@ from typing import Any, NamedTuple
 
 from jax import random
 
+from numpyro_sgrld._acceptance import averages_gradient
 from numpyro_sgrld._checks import named_field_lookup
+from numpyro_sgrld._traits import trait
 from numpyro_sgrld.correction import check_correction, init_correction, lagged_correction
-from numpyro_sgrld.integrators import Integrator
-from numpyro_sgrld.metrics import Metric
+from numpyro_sgrld.integrators import Integrator, StepSetting, TakesMetrics
+from numpyro_sgrld.metrics import Metric, WarmStart
 
 __all__ = [
     "Sampler",
@@ -56,7 +58,7 @@ class Sampler(NamedTuple):
     def state_averages_gradient(self):
         """Whether the whole state is moving averages of the gradient (and counters): see
         :func:`numpyro_sgrld._acceptance.accept`."""
-        return self.metric.averages_gradient and self.integrator.state_averages_gradient
+        return averages_gradient(self.metric, self.integrator)
 
 
 def build_sampler(metric, integrator, correction=None, correction_form="lagged"):
@@ -77,10 +79,11 @@ def build_sampler(metric, integrator, correction=None, correction_form="lagged")
             "`integrator` must be a numpyro_sgrld.integrators.Integrator such as "
             f"integrators.langevin() or integrators.sghmc(friction=0.1), got {integrator!r}."
         )
-    if integrator.metrics is not None and metric.name not in integrator.metrics:
+    takes = trait(integrator, TakesMetrics)
+    if takes is not None and metric.name not in takes.names:
         raise ValueError(
-            f"The integrator {integrator.name!r} takes only the metrics {list(integrator.metrics)}"
-            f", not {metric.name!r}: {integrator.metrics_hint}. Use metrics.identity()."
+            f"The integrator {integrator.name!r} takes only the metrics {list(takes.names)}"
+            f", not {metric.name!r}: {takes.hint}. Use metrics.identity()."
         )
     check_correction(correction, metric, integrator, correction_form)
     return Sampler(metric, integrator, correction, correction_form)
@@ -91,8 +94,9 @@ def init_sampler(sampler, key, position, curvature, context, step_size, temperat
     of the potential's Hessian there (for a metric's ``warm_start``)."""
     metric = sampler.metric
     metric_state = metric.init(position)
-    if metric.warm_start is not None:
-        metric_state = metric.warm_start(metric_state, curvature(), context)
+    warm = trait(metric, WarmStart)
+    if warm is not None:
+        metric_state = warm.fn(metric_state, curvature(), context)
     correction = init_correction(position) if sampler.correction is not None else None
     return SamplerState(
         metric_state,
@@ -127,7 +131,7 @@ def transition_with_preconditioner(
         )
         preconditioner = preconditioner._replace(correction=gamma)
     position, integrator_state = sampler.integrator.step(
-        key, position, state.integrator, grad, preconditioner, step_size, temperature, context,
-        oracle,
+        key, position, state.integrator, grad, preconditioner,
+        StepSetting(step_size, temperature, context, oracle),
     )
     return position, SamplerState(metric_state, integrator_state, correction_state), preconditioner

@@ -2,47 +2,81 @@
 integrators share."""
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-__all__ = ["Integrator"]
+__all__ = ["Integrator", "StepSetting", "BiasLaw", "StepHint", "Rescale", "TakesMetrics"]
 
 
 class Integrator(NamedTuple):
-    r"""An integrator as a pair of pure functions (see the module docstring).
-
-    ``carries_correction``: whether the step adds the Γ drift of a position-dependent metric
-    (``preconditioner.correction``) as the Riemannian Langevin diffusion needs it.
-    ``bias_weights``: :math:`(c_\lambda, c_s)`, the first-order inflation of the discretised
-    chain's stationary variance on a Gaussian, :math:`1 + h(c_\lambda\lambda + c_s s^2/T)` for
-    curvature :math:`\lambda` and gradient-noise variance :math:`s^2` (both in the metric's
-    coordinates), which ``step_size=None`` uses to choose the step
-    (:mod:`numpyro_sgrld.adaptation`); a third element 2 makes the curvature term second
-    order, :math:`c_\lambda h^2\lambda` (time-step integrators, :func:`_time_step_law`);
-    ``None`` if not known (the step must then be given).
-    ``rescale(state, ratio)``: the state after the step size is multiplied by ``ratio``
-    during warm-up (``None``: nothing in the state depends on it); SGHMC's momentum, in units
-    of position per step, scales with :math:`\sqrt h`.
-    ``state_averages_gradient``: the state is made only of moving averages of the gradient and
-    its square (finite whenever the gradient is), so the kernel need not check it for
-    finiteness every step (see :func:`numpyro_sgrld._acceptance.accept`). ``name`` names the
-    integrator in error messages. ``metrics``: the names of the metrics it can take (``None``:
-    any), with ``metrics_hint`` saying why. ``step_hint`` says how to choose a step where
-    there are no ``bias_weights``. ``max_step(target_bias)``: the largest step
-    ``step_size=None`` may choose, where the integrator has a bias or limit that does not
-    depend on the posterior (``None``: none).
-    """
+    r"""An integrator as a pair of pure functions (see the module docstring): ``init(position,
+    key, step_size, temperature) -> state`` and ``step(key, position, state, grad,
+    preconditioner, setting) -> (position, state)`` with a :class:`StepSetting`, what the
+    step calls. ``name``
+    names it in error messages; ``carries_correction``: whether the step adds the Γ drift of
+    a position-dependent metric (``preconditioner.correction``) as the Riemannian Langevin
+    diffusion needs it. ``traits``: what other parts of the library read from it
+    (:mod:`numpyro_sgrld._traits`), each only where it applies: :class:`BiasLaw`,
+    :class:`StepHint`, :class:`Rescale`, :class:`TakesMetrics` and
+    :class:`~numpyro_sgrld._acceptance.Averages` (a state that a finite gradient keeps
+    finite, so that the kernel need not check it every step)."""
 
     init: Callable
     step: Callable
-    carries_correction: bool = False
-    state_averages_gradient: bool = True
     name: str = "integrator"
-    bias_weights: tuple | None = None
-    rescale: Callable | None = None
-    metrics: tuple | None = None
-    metrics_hint: str = ""
-    step_hint: str = ""
+    carries_correction: bool = False
+    traits: tuple = ()
+
+
+class StepSetting(NamedTuple):
+    """What an integrator's ``step(key, position, state, grad, preconditioner, setting)`` is
+    told about this step besides where it starts and what drives it: the step size
+    :math:`h`, the temperature :math:`T`, the metric's
+    :class:`~numpyro_sgrld.metrics.StepContext`, and ``oracle(z) -> (value, grad)``, the
+    gradient estimator on the same minibatch at another point (``None`` where there is
+    none; a splitting scheme such as BAOAB asks it for the gradient at an intermediate
+    position)."""
+
+    step_size: Any
+    temperature: Any
+    context: Any = None
+    oracle: Callable | None = None
+
+
+class BiasLaw(NamedTuple):
+    r"""An integrator's trait, read by step-size adaptation (:mod:`numpyro_sgrld.adaptation`):
+    ``weights`` :math:`(c_\lambda, c_s)`, the first-order inflation of the discretised chain's
+    stationary variance on a Gaussian, :math:`1 + h(c_\lambda\lambda + c_s s^2/T)` for
+    curvature :math:`\lambda` and gradient-noise variance :math:`s^2` (both in the metric's
+    coordinates); a third element 2 makes the curvature term second order,
+    :math:`c_\lambda h^2\lambda` (time-step integrators, :func:`_time_step_law`).
+    ``max_step(target_bias)``: the largest step ``step_size=None`` may choose, where the
+    integrator has a bias or limit that does not depend on the posterior (``None``: none).
+    Without it the step must be given."""
+
+    weights: tuple
     max_step: Callable | None = None
+
+
+class StepHint(NamedTuple):
+    """An integrator's trait: how to choose a step where it has no :class:`BiasLaw`."""
+
+    text: str
+
+
+class Rescale(NamedTuple):
+    r"""An integrator's trait: ``fn(state, ratio)``, the state after the step size is
+    multiplied by ``ratio`` during warm-up (absent: nothing in the state depends on it);
+    SGHMC's momentum, in units of position per step, scales with :math:`\sqrt h`."""
+
+    fn: Callable
+
+
+class TakesMetrics(NamedTuple):
+    """An integrator's trait: the names of the only metrics it can take, and why (absent:
+    any)."""
+
+    names: tuple
+    hint: str = ""
 
 
 def _time_step_law(friction):

@@ -18,6 +18,8 @@ from numpyro.infer.util import find_valid_initial_params
 from numpyro.util import not_jax_tracer
 
 from numpyro_sgrld._checks import ModelSetupError
+from numpyro_sgrld._traits import trait
+from numpyro_sgrld.metrics import Aux
 from numpyro_sgrld.subsample import full_batch_opaque, placeholder_plates, seeded
 
 __all__ = [
@@ -363,9 +365,10 @@ def check_aux(model_trace, metric):
             return any(r.startswith(name[:-1]) for r in recorded)
         return name in recorded
 
-    missing = [name for name in metric.needs_aux if not present(name)]
+    reads = trait(metric, Aux)
+    missing = [name for name in (reads.names if reads else ()) if not present(name)]
     if missing:
-        hint = f" ({metric.aux_hint})" if metric.aux_hint else ""
+        hint = f" ({reads.hint})" if reads.hint else ""
         raise ModelSetupError(
             f"The metric {metric.name!r} reads the auxiliary values {missing}, which the model "
             f"does not record (it records {sorted(recorded) or 'none'}){hint}. Record them in "

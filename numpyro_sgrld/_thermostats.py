@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from numpyro_sgrld._checks import real
-from numpyro_sgrld._integrator_base import Integrator, _time_step_law
+from numpyro_sgrld._integrator_base import BiasLaw, Integrator, TakesMetrics, _time_step_law
 from numpyro_sgrld._tree import tree_normal
 
 __all__ = ["sgnht", "badodab", "SGNHTState", "BADODABState", "CONSTANT_METRICS"]
@@ -86,7 +86,8 @@ def sgnht(diffusion=1.0) -> Integrator:
         return SGNHTState(jax.tree.map(jnp.zeros_like, position),
                           jnp.asarray(diffusion, jnp.result_type(float)))
 
-    def step(key, position, state, grad, preconditioner, step_size, temperature, context, oracle):
+    def step(key, position, state, grad, preconditioner, setting):
+        step_size, temperature, context, oracle = setting
         xi = state.thermostat
         scale = jnp.sqrt(2.0 * diffusion * step_size * temperature)
         noise = tree_normal(key, position)
@@ -98,11 +99,10 @@ def sgnht(diffusion=1.0) -> Integrator:
         xi = xi + (_kinetic_temperature(p) - temperature) * step_size
         return position, SGNHTState(p, xi)
 
-    return Integrator(
-        init, step, state_averages_gradient=False, name="sgnht", metrics=CONSTANT_METRICS,
-        bias_weights=_time_step_law(diffusion), metrics_hint=_THERMOSTAT_METRICS,
-        max_step=lambda target_bias: min(target_bias, 0.25) / diffusion,
-    )
+    return Integrator(init, step, name="sgnht", traits=(
+        TakesMetrics(CONSTANT_METRICS, _THERMOSTAT_METRICS),
+        BiasLaw(_time_step_law(diffusion),
+                max_step=lambda target_bias: min(target_bias, 0.25) / diffusion)))
 
 
 # --------------------------------------------------------------------------- BADODAB
@@ -149,7 +149,8 @@ def badodab(diffusion=1.0, thermal_mass=1.0) -> Integrator:
                             jnp.asarray(diffusion, jnp.result_type(float)),
                             jnp.zeros((), bool))
 
-    def step(key, position, state, grad, preconditioner, step_size, temperature, context, oracle):
+    def step(key, position, state, grad, preconditioner, setting):
+        step_size, temperature, context, oracle = setting
         h = step_size
         kick = jnp.where(state.started, h, 0.5 * h)  # pending B + this B
         root = preconditioner.noise
@@ -167,7 +168,5 @@ def badodab(diffusion=1.0, thermal_mass=1.0) -> Integrator:
         position = jax.tree.map(lambda x, u: x + 0.5 * h * u, position, root(p))
         return position, BADODABState(p, xi, jnp.ones((), bool))
 
-    return Integrator(
-        init, step, state_averages_gradient=False, name="badodab", metrics=CONSTANT_METRICS,
-        bias_weights=_time_step_law(diffusion), metrics_hint=_THERMOSTAT_METRICS,
-    )
+    return Integrator(init, step, name="badodab", traits=(
+        TakesMetrics(CONSTANT_METRICS, _THERMOSTAT_METRICS), BiasLaw(_time_step_law(diffusion))))

@@ -23,7 +23,7 @@ equation of :math:`(x, v)` gives
 
 Both are :math:`\frac T\lambda(1 + h\,m)` to first order, with
 :math:`m = c_\lambda\lambda + c_s s^2/T` and the integrator's weights
-(:attr:`numpyro_sgrld.integrators.Integrator.bias_weights`: :math:`(\tfrac12, \tfrac12)` for
+(:class:`numpyro_sgrld.integrators.BiasLaw`: :math:`(\tfrac12, \tfrac12)` for
 Langevin and the adaptive drift, :math:`(\tfrac1{2(2-\alpha)}, \tfrac1{2\alpha})` for SGHMC).
 The worst direction inflates the variance by :math:`h\,\mu` with
 :math:`\mu = \lambda_{\max}(c_\lambda A + c_s S / T)`, so
@@ -78,6 +78,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import random
 
+from numpyro_sgrld._integrator_base import BiasLaw, StepHint
+from numpyro_sgrld._traits import trait
 from numpyro_sgrld._tree import tree_dot, tree_normal
 from numpyro_sgrld.warmup.schedule import final_window_start, first_window_start
 
@@ -237,11 +239,12 @@ def _rotate(direction, y, rho_bar):
 def check_adaptation(num_warmup, integrator, temperature):
     """Refuse what step-size adaptation cannot do, naming the fix (``num_warmup=None``: the
     checks of the kernel's construction, before the warm-up length is known)."""
-    if integrator.bias_weights is None:
+    if trait(integrator, BiasLaw) is None:
+        hint = trait(integrator, StepHint)
         raise ValueError(
-            f"The integrator {integrator.name!r} has no `bias_weights`, so `step_size=None` "
-            "cannot choose its step: give `step_size=` (a float > 0 or a schedule)"
-            + (f"; {integrator.step_hint}." if integrator.step_hint else ".")
+            f"The integrator {integrator.name!r} has no bias law (`BiasLaw` trait), so "
+            "`step_size=None` cannot choose its step: give `step_size=` (a float > 0 or a "
+            "schedule)" + (f"; {hint.text}." if hint else ".")
         )
     if not temperature > 0:
         raise ValueError(

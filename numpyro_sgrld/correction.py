@@ -72,9 +72,13 @@ import jax.numpy as jnp
 from jax import random
 from jax.flatten_util import ravel_pytree
 
+from numpyro_sgrld._traits import trait
+
 __all__ = [
     "CORRECTIONS",
     "FORMS",
+    "Lag",
+    "NoLag",
     "CorrectionState",
     "CorrectionTerms",
     "check_correction",
@@ -88,6 +92,28 @@ __all__ = [
 CORRECTIONS = (None, "exact", "hutchinson")
 EXACT_BATCH = 32  # basis vectors differentiated together by the exact form
 FORMS = ("lagged", "instant")
+
+
+class Lag(NamedTuple):
+    r"""A metric's trait (:mod:`numpyro_sgrld._traits`): its state is a moving average with
+    weight ``decay`` :math:`\alpha` of a statistic of power ``statistic_order`` in the
+    gradient (2 for :math:`\bar g\odot\bar g` or :math:`\bar g\bar g^\top`, 1 for
+    :math:`\bar g`), which is what Γ differentiates and what :func:`lag_response` reads.
+    Without it a metric cannot carry the correction."""
+
+    decay: float
+    statistic_order: int = 2
+
+
+class NoLag(NamedTuple):
+    """A metric's trait: why it cannot carry the Γ correction (and what to change), for the
+    error that refuses it."""
+
+    hint: str
+
+
+def _lag(metric):
+    return trait(metric, Lag)
 
 
 class CorrectionState(NamedTuple):
@@ -115,8 +141,9 @@ def check_correction(correction, metric, integrator, form="lagged"):
             f"Unknown correction={correction!r}; use None, 'exact' (small models) or "
             "'hutchinson' (one extra forward-over-reverse pass per step)."
         )
-    if correction is not None and metric.decay is None:
-        hint = metric.correction_hint or "it has no moving-average statistic to differentiate"
+    if correction is not None and _lag(metric) is None:
+        reason = trait(metric, NoLag)
+        hint = reason.hint if reason else "it has no moving-average statistic to differentiate"
         others = ", ".join(
             m for m in ("metrics.rmsprop", "metrics.monge", "metrics.shampoo with "
                         "update_interval=1") if not m.startswith(f"metrics.{metric.name}")
@@ -185,7 +212,7 @@ def correction_terms(kind, key, position, grad_fn, metric, state, context=None):
         metric_diag = z * d_z
     else:
         raise ValueError(f"unknown correction {kind!r}")
-    return CorrectionTerms(total / (1.0 - metric.decay), curvature, metric_diag)
+    return CorrectionTerms(total / (1.0 - _lag(metric).decay), curvature, metric_diag)
 
 
 def correction_drift(kind, key, position, grad_fn, metric, state, context=None):
@@ -222,7 +249,7 @@ def lagged_correction(
     :math:`\sqrt{2hTD_{ii}}` (see the module docstring)."""
     flat, unravel = ravel_pytree(position)
     terms = correction_terms(kind, key, position, grad_fn, metric, state, context)
-    decay = metric.decay
+    decay, order = _lag(metric)
     count = correction_state.count + 1
     finite = jnp.isfinite(terms.curvature)
     average = jnp.where(
@@ -235,7 +262,7 @@ def lagged_correction(
         return unravel(terms.gamma), new_state
     seen = 1.0 - decay ** count.astype(average.dtype)
     curvature = jnp.abs(average) / jnp.where(seen > 0, seen, 1.0)
-    kappa = lag_response(step_size * curvature, decay, metric.statistic_order)
+    kappa = lag_response(step_size * curvature, decay, order)
     gamma = kappa * terms.gamma
     # tamed: h T |gamma| / (1 + h T |gamma| / ell) <= ell = sqrt(2 h T D_ii)
     reach = jnp.sqrt(step_size * temperature / 2.0) * jnp.abs(gamma)

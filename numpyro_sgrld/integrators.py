@@ -34,8 +34,17 @@ import jax.numpy as jnp
 import numpy as np
 from jax import random
 
+from numpyro_sgrld._acceptance import Averages
 from numpyro_sgrld._checks import flag, integer, real
-from numpyro_sgrld._integrator_base import Integrator, _time_step_law
+from numpyro_sgrld._integrator_base import (
+    BiasLaw,
+    Integrator,
+    Rescale,
+    StepHint,
+    StepSetting,
+    TakesMetrics,
+    _time_step_law,
+)
 from numpyro_sgrld._thermostats import (
     CONSTANT_METRICS,
     BADODABState,
@@ -47,6 +56,12 @@ from numpyro_sgrld._tree import tree_normal, tree_where
 
 __all__ = [
     "Integrator",
+    "Averages",
+    "BiasLaw",
+    "StepHint",
+    "Rescale",
+    "StepSetting",
+    "TakesMetrics",
     "langevin",
     "sghmc",
     "adaptive_drift",
@@ -105,12 +120,12 @@ def langevin() -> Integrator:
     def init(position, key, step_size, temperature):
         return LangevinState()
 
-    def step(key, position, state, grad, preconditioner, step_size, temperature, context, oracle):
+    def step(key, position, state, grad, preconditioner, setting):
+        step_size, temperature, context, oracle = setting
         return langevin_step(key, position, grad, preconditioner, step_size, temperature), state
 
-    return Integrator(
-        init, step, carries_correction=True, name="langevin", bias_weights=(0.5, 0.5),
-    )
+    return Integrator(init, step, name="langevin", carries_correction=True,
+                      traits=(Averages(), BiasLaw((0.5, 0.5))))
 
 
 # --------------------------------------------------------------------------- SGHMC
@@ -254,7 +269,8 @@ def sghmc(
             _fresh_momentum(key, position, _unit, step_size, temperature)
         )
 
-    def step(key, position, state, grad, preconditioner, step_size, temperature, context, oracle):
+    def step(key, position, state, grad, preconditioner, setting):
+        step_size, temperature, context, oracle = setting
         momentum = state.momentum
         if resample_momentum_every is not None:
             key, key_momentum = random.split(key)
@@ -274,15 +290,12 @@ def sghmc(
         return position, SGHMCState(momentum)
 
     if naive:  # no friction: no stationary law to aim a step at
-        return Integrator(init, step, state_averages_gradient=False, name="naive sghmc",
-                          rescale=_rescale_momentum,
-                          step_hint="without friction the chain has no stationary law for "
-                          "a step to aim at")
-    return Integrator(
-        init, step, state_averages_gradient=False, name="sghmc",
-        bias_weights=(1.0 / (2.0 * (2.0 - friction)), 1.0 / (2.0 * friction)),
-        rescale=_rescale_momentum,
-    )
+        return Integrator(init, step, name="naive sghmc", traits=(
+            Rescale(_rescale_momentum),
+            StepHint("without friction the chain has no stationary law for a step to aim at")))
+    return Integrator(init, step, name="sghmc", traits=(
+        BiasLaw((1.0 / (2.0 * (2.0 - friction)), 1.0 / (2.0 * friction))),
+        Rescale(_rescale_momentum)))
 
 
 # --------------------------------------------------------------------------- adaptive drift
@@ -332,7 +345,8 @@ def adaptive_drift(drift_scale=1.0, beta1=0.9, beta2=0.999, eps=1e-8) -> Integra
         zeros = jax.tree.map(jnp.zeros_like, position)
         return AdamState(zeros, zeros)
 
-    def step(key, position, state, grad, preconditioner, step_size, temperature, context, oracle):
+    def step(key, position, state, grad, preconditioner, setting):
+        step_size, temperature, context, oracle = setting
         m = jax.tree.map(lambda a, g: beta1 * a + (1 - beta1) * g, state.m, grad)
         v = jax.tree.map(lambda a, g: beta2 * a + (1 - beta2) * g * g, state.v, grad)
         extra = jax.tree.map(lambda mm, vv: drift_scale * mm / (jnp.sqrt(vv) + eps), m, v)
@@ -341,7 +355,8 @@ def adaptive_drift(drift_scale=1.0, beta1=0.9, beta2=0.999, eps=1e-8) -> Integra
         )
         return position, AdamState(m, v)
 
-    return Integrator(init, step, name="adaptive_drift", bias_weights=(0.5, 0.5))
+    return Integrator(init, step, name="adaptive_drift",
+                      traits=(Averages(), BiasLaw((0.5, 0.5))))
 
 
 # --------------------------------------------------------------------------- BAOAB
@@ -382,7 +397,8 @@ def baoab(friction=1.0) -> Integrator:
     def init(position, key, step_size, temperature):
         return BAOABState(jax.tree.map(jnp.zeros_like, position), jnp.zeros((), bool))
 
-    def step(key, position, state, grad, preconditioner, step_size, temperature, context, oracle):
+    def step(key, position, state, grad, preconditioner, setting):
+        step_size, temperature, context, oracle = setting
         kick = jnp.where(state.started, step_size, 0.5 * step_size)  # pending B + this B
         drift = preconditioner.drift(grad)
         v = jax.tree.map(lambda u, d: u - kick * d, state.velocity, drift)
@@ -394,5 +410,4 @@ def baoab(friction=1.0) -> Integrator:
         position = jax.tree.map(lambda x, u: x + 0.5 * step_size * u, position, v)
         return position, BAOABState(v, jnp.ones((), bool))
 
-    return Integrator(init, step, state_averages_gradient=False, name="baoab",
-                      bias_weights=_time_step_law(friction))
+    return Integrator(init, step, name="baoab", traits=(BiasLaw(_time_step_law(friction)),))

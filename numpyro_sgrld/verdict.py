@@ -33,6 +33,9 @@ import jax
 import numpy as np
 from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
 
+from numpyro_sgrld._traits import trait
+from numpyro_sgrld.correction import Lag
+
 __all__ = ["BIASED", "MAX_RHAT", "MAX_STEP_SPREAD", "MIN_ESS", "Verdict", "biased", "check",
            "judgement", "verdict"]
 
@@ -209,7 +212,8 @@ def _notes(kernel, step_size):
     notes = []
     metric = getattr(kernel, "metric", None)
     integrator = getattr(kernel, "integrator", None)
-    if (metric is not None and (metric.decay is not None or metric.name in ADAPTIVE_METRICS)
+    if (metric is not None and (trait(metric, Lag) is not None
+                                or metric.name in ADAPTIVE_METRICS)
             and getattr(kernel, "correction", None) is None):
         notes.append(
             f"The metric {metric.name!r} adapts to the gradients and is not Γ-corrected: even "

@@ -29,6 +29,7 @@ from numpyro_sgrld import (
     metrics,
     to_inference_data,
 )
+from numpyro_sgrld._traits import trait
 from numpyro_sgrld.adaptation import MIN_WARMUP
 from numpyro_sgrld.warmup import final_window_start, first_window_start
 
@@ -110,7 +111,7 @@ def test_sghmc_bias_weights_are_the_first_order_law(friction):
     """The weights SGHMC gives the adaptation: the exact stationary variance of its recursion
     on a Gaussian is (1/lam)(1 + h s2/(2 friction))/(1 - h lam/(2(2 - friction))), first
     order h(c_curv lam + c_noise s2) with (c_curv, c_noise) = bias_weights."""
-    c_curv, c_noise = integrators.sghmc(friction=friction).bias_weights
+    c_curv, c_noise = trait(integrators.sghmc(friction=friction), integrators.BiasLaw).weights
     lam, s2 = 3.0, 40.0
     for h in (1e-3, 1e-2, 5e-2):
         exact = _lyapunov_variance(h, lam, s2, friction) * lam
@@ -120,7 +121,7 @@ def test_sghmc_bias_weights_are_the_first_order_law(friction):
     np.testing.assert_allclose((closed_first := _lyapunov_variance(h, lam, s2, friction) * lam - 1)
                                / h, c_curv * lam + c_noise * s2, rtol=1e-4)
     assert closed_first > 0
-    assert integrators.langevin().bias_weights == (0.5, 0.5)
+    assert trait(integrators.langevin(), integrators.BiasLaw).weights == (0.5, 0.5)
 
 
 def _data(n=400, d=3):
@@ -174,8 +175,8 @@ def test_bad_input_for_adaptation():
         SGLD(regression, temperature=0.0)
     with pytest.raises(ValueError, match="target_bias"):
         SGLD(regression, target_bias=0.0)
-    plain = integrators.langevin()._replace(bias_weights=None, name="mine")
-    with pytest.raises(ValueError, match="'mine' has no `bias_weights`.*step_size="):
+    plain = integrators.langevin()._replace(traits=(), name="mine")
+    with pytest.raises(ValueError, match="'mine' has no bias law.*step_size="):
         SGMCMC(regression, integrator=plain)
     # the run's length is no argument: the step aims at the bias target alone
     with pytest.raises(TypeError, match="unexpected keyword argument 'sampling_steps'"):
@@ -327,14 +328,14 @@ def test_every_preset_adapts_its_step(name):
 
 
 def test_a_kernel_that_cannot_adapt_says_what_to_give():
-    with pytest.raises(ValueError, match="'naive sghmc' has no `bias_weights`.*give `step_size="
+    with pytest.raises(ValueError, match="'naive sghmc' has no bias law.*give `step_size="
                        ".*without friction the chain has no stationary law"):
         SGHMC(regression, naive=True, resample_momentum_every=50)
 
 
 def test_sghmc_momentum_follows_the_step():
     state = integrators.SGHMCState({"x": jnp.array([2.0, -4.0])})
-    out = integrators.sghmc().rescale(state, 0.25)
+    out = trait(integrators.sghmc(), integrators.Rescale).fn(state, 0.25)
     np.testing.assert_allclose(out.momentum["x"], [1.0, -2.0])
 
 

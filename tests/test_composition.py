@@ -26,6 +26,7 @@ from numpyro_sgrld import (
     integrators,
     metrics,
 )
+from numpyro_sgrld._acceptance import Averages
 
 # N(0, diag sigma^2) in three groups of REPLICAS independent coordinates each
 SIGMA = np.array([0.5, 1.0, 2.0])
@@ -195,7 +196,7 @@ def _aux_metric(name="inputs"):
         precond, _ = metrics.identity().update(grad, (), position)
         return precond, _SeenState(context.aux[name])
 
-    return metrics.Metric(init, update, averages_gradient=True, needs_aux=(name,), name="aux")
+    return metrics.Metric(init, update, name="aux", traits=(Averages(), metrics.Aux((name,))))
 
 
 def _aux_model(X, subsample_size=4):
@@ -253,12 +254,13 @@ def _probing_integrator():
     def init(position, key, step_size, temperature):
         return ProbeState(jnp.zeros(()), jnp.zeros(()))
 
-    def step(key, position, state, grad, precond, step_size, temperature, context, oracle):
+    def step(key, position, state, grad, precond, setting):
+        step_size, temperature, _, oracle = setting
         value, far = oracle(jax.tree.map(lambda x: x + 100.0, position))
         new = integrators.langevin_step(key, position, grad, precond, step_size, temperature)
         return new, ProbeState(value, far["x"])
 
-    return integrators.Integrator(init, step, state_averages_gradient=False, name="probe")
+    return integrators.Integrator(init, step, name="probe")
 
 
 def test_an_integrator_may_ask_the_oracle_without_changing_what_the_kernel_reports():
@@ -333,8 +335,8 @@ def test_states_cross_jit_vmap_and_shard_map(metric_name, integrator_name):
             context = metrics.StepContext(num_data=10, steps_per_epoch=2, step=step)
             precond, m_state = metric.update(grad, m_state, position, context)
             key, key_step = random.split(key)
-            position, i_state = integrator.step(key_step, position, i_state, grad, precond, 0.01,
-                                                1.0, context, None)
+            position, i_state = integrator.step(key_step, position, i_state, grad, precond,
+                                                integrators.StepSetting(0.01, 1.0, context))
         return position, m_state, i_state
 
     key = random.PRNGKey(0)

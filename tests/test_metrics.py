@@ -9,7 +9,9 @@ from jax.flatten_util import ravel_pytree
 from scipy.linalg import eigh
 
 from numpyro_sgrld import metrics
+from numpyro_sgrld._traits import trait
 from numpyro_sgrld.correction import (
+    Lag,
     correction_drift,
     correction_terms,
     init_correction,
@@ -146,7 +148,7 @@ def test_monge_auto_alpha2_freezes_after_k_updates_and_gamma_needs_it():
     assert int(state.count) == 5 and float(state.sq_norm) == float(at_five.sq_norm)
     np.testing.assert_allclose(_flat(state.avg), _flat(free_state.avg), rtol=1e-6)  # V goes on
     assert float(free_state.sq_norm) != float(state.sq_norm)
-    assert metric.decay == 0.9 and free.decay is None
+    assert trait(metric, Lag).decay == 0.9 and trait(free, Lag) is None
     with pytest.raises(ValueError, match="freeze_after=K"):
         SGMCMC(standard_normal, 1e-3, metric=free, correction="exact")
     with pytest.raises(ValueError, match="drop freeze_after"):
@@ -542,7 +544,7 @@ def test_whitened_restarts_its_statistics_and_refuses_a_metric_reading_aux():
     metric, state, position, grad = _whitened_setup(jnp.eye(3))
     _, state = metric.update(grad, state, position)
     assert int(state.inner.count) == 1
-    fresh = metric.restart(state, position)
+    fresh = trait(metric, metrics.Restart).fn(state, position)
     assert int(fresh.inner.count) == 0
     np.testing.assert_allclose(np.asarray(ravel_pytree(fresh.inner.floor)[0]), 1.0)
     assert metrics.whitened(metrics.monge()).name == "monge"

@@ -59,7 +59,7 @@ def test_naive_sghmc_warns_and_needs_resampling():
         SGHMC(standard_normal, step_size=0.01, naive=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with pytest.raises(ValueError, match="'naive sghmc' has no `bias_weights`"):
+        with pytest.raises(ValueError, match="'naive sghmc' has no bias law"):
             SGHMC(standard_normal, naive=True, resample_momentum_every=50)
     with pytest.raises(ValueError, match="`partial_refresh=0.5`.*resample_momentum_every=k"):
         SGHMC(standard_normal, step_size=0.01, partial_refresh=0.5)

@@ -20,7 +20,7 @@ def _modules():
 #: The layers of docs/architecture.md, lowest first: a module's top-level name (the package's
 #: sub-package or module it belongs to) and the layer it lives in.
 LAYERS = [
-    ("helpers", {"_checks", "_tree", "schedules", "_cache"}),
+    ("helpers", {"_checks", "_tree", "_traits", "schedules", "_cache"}),
     ("the step's pieces", {"metrics", "integrators", "_integrator_base", "_thermostats",
                            "gradients", "correction", "_composition", "_acceptance", "_state",
                            "_step"}),

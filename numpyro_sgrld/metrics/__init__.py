@@ -18,11 +18,20 @@ kernel builds the context every step.
 The returned :class:`Preconditioner` applies the inverse metric :math:`D = G^{-1}` to a tree
 (the drift) and :math:`D^{1/2}` to the noise; no metric ever forms a ``d x d`` matrix.
 ``update`` is a differentiable function of ``grad``, which is what the Γ correction
-(:mod:`numpyro_sgrld.correction`) differentiates; ``Metric.decay`` is the weight :math:`\alpha`
-of the previous statistic in the moving average (``None`` when the correction does not apply).
+(:mod:`numpyro_sgrld.correction`) differentiates; a metric's
+:class:`~numpyro_sgrld.correction.Lag` trait holds the weight :math:`\alpha` of the previous
+statistic in the moving average (a metric without it cannot carry the correction).
 """
 
-from numpyro_sgrld.metrics._base import Metric, Preconditioner, StepContext
+from numpyro_sgrld._acceptance import Averages
+from numpyro_sgrld.metrics._base import (
+    Aux,
+    Metric,
+    Preconditioner,
+    Restart,
+    StepContext,
+    WarmStart,
+)
 from numpyro_sgrld.metrics.bnp import BNPState, bnp
 from numpyro_sgrld.metrics.constant import (
     DiagonalState,
@@ -44,6 +53,10 @@ __all__ = [
     "Metric",
     "Preconditioner",
     "StepContext",
+    "Aux",
+    "Averages",
+    "WarmStart",
+    "Restart",
     "identity",
     "diagonal",
     "learnt",

@@ -45,50 +45,50 @@ def _context(context):
 
 
 class Metric(NamedTuple):
-    r"""A metric as a pair of pure functions (see the module docstring).
-
-    ``averages_gradient`` declares that the state is made only of moving averages of
-    :math:`\bar g` or :math:`\bar g\odot\bar g` (and integer counters), so it stays finite
-    whenever the gradient's squared norm is finite: every new entry is a convex combination of
-    a finite old entry and a finite statistic. The kernels then need not check the new state
-    for finiteness on every step (only the gradient and the new position);
-    ``False`` (the default, e.g. for roots of an eigendecomposition) keeps that check.
-
-    ``statistic_order`` is the power of the gradient in the averaged statistic (2 for
-    :math:`\bar g\odot\bar g` or :math:`\bar g\bar g^\top`, 1 for :math:`\bar g`); the
-    lagged Γ correction uses it (:func:`numpyro_sgrld.correction.lag_response`).
-
-    ``warm_start(state, curvature) -> state`` (optional) gives a metric whose statistic
-    estimates :math:`E[\bar g\odot\bar g]` a starting value that does not depend on where the
-    chain starts: ``curvature`` is an unbiased estimate of the diagonal of the minibatch
-    potential's Hessian at the initial position, and under the posterior
-    :math:`E_\pi[(\partial_i U)^2] = E_\pi[\partial_{ii} U]` (integration by parts, the
-    Fisher identity), so it is what the squared gradient averages to — also at a mode, where
-    the gradient itself is zero. ``context`` is the :class:`StepContext` of the first step.
-
-    ``correction_hint`` says why the Γ correction is not available when ``decay`` is
-    ``None`` (and what to change); ``name`` names the metric in error messages;
-    ``needs_aux`` names the auxiliary values (see :class:`StepContext`) the metric reads: a
-    kernel refuses a model that does not record them (a name ending in ``*`` asks for at least
-    one value whose name starts with the rest); ``aux_hint`` says where they come from.
-
-    ``restart(state, position, context) -> state`` (optional) marks a metric with a constant
-    part that warm-up learns (:func:`~numpyro_sgrld.metrics.whitened`): the state's ``scale``
-    and ``factor`` are set as for :func:`~numpyro_sgrld.metrics.learnt` at the end of each slow
-    window, and ``restart`` then gives the state in the new coordinates.
-    """
+    r"""A metric as a pair of pure functions (see the module docstring): ``init(position) ->
+    state`` and ``update(grad, state, position, context) -> (Preconditioner, state)``, what
+    the step calls. ``name`` names it in error messages. ``traits``: what other parts of the
+    library read from it (:mod:`numpyro_sgrld._traits`), each only where it applies:
+    :class:`~numpyro_sgrld.correction.Lag` (the Γ correction's moving average) or
+    :class:`~numpyro_sgrld.correction.NoLag` (why there is none),
+    :class:`~numpyro_sgrld._acceptance.Averages` (a state that stays finite with the gradient),
+    :class:`Aux` (auxiliary values read from the model), :class:`WarmStart` and
+    :class:`Restart`."""
 
     init: Callable
     update: Callable
-    decay: float | None = None
-    averages_gradient: bool = False
-    warm_start: Callable | None = None
-    statistic_order: int = 2
-    correction_hint: str = ""
-    needs_aux: tuple = ()
     name: str = "metric"
-    aux_hint: str = ""
-    restart: Callable | None = None
+    traits: tuple = ()
+
+
+class Aux(NamedTuple):
+    """A metric's trait: the auxiliary values it reads (see :class:`StepContext`); a kernel
+    refuses a model that does not record them (a name ending in ``*`` asks for at least one
+    value whose name starts with the rest). ``hint`` says where they come from."""
+
+    names: tuple
+    hint: str = ""
+
+
+class WarmStart(NamedTuple):
+    r"""A metric's trait: ``fn(state, curvature, context) -> state`` gives a metric whose
+    statistic estimates :math:`E[\bar g\odot\bar g]` a starting value that does not depend on
+    where the chain starts: ``curvature`` is an unbiased estimate of the diagonal of the
+    minibatch potential's Hessian at the initial position, and under the posterior
+    :math:`E_\pi[(\partial_i U)^2] = E_\pi[\partial_{ii} U]` (integration by parts, the
+    Fisher identity), so it is what the squared gradient averages to — also at a mode, where
+    the gradient itself is zero. ``context`` is the :class:`StepContext` of the first step."""
+
+    fn: Callable
+
+
+class Restart(NamedTuple):
+    """A metric's trait: ``fn(state, position, context) -> state`` marks a metric with a
+    constant part that warm-up learns (:func:`~numpyro_sgrld.metrics.whitened`): the state's
+    ``scale`` and ``factor`` are set as for :func:`~numpyro_sgrld.metrics.learnt` at the end
+    of each slow window, and ``fn`` then gives the state in the new coordinates."""
+
+    fn: Callable
 
 
 def _same(tree):

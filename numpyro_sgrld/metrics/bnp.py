@@ -73,7 +73,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from numpyro_sgrld._checks import flag, real
-from numpyro_sgrld.metrics._base import Metric, Preconditioner, _check_decay, _context
+from numpyro_sgrld.correction import NoLag
+from numpyro_sgrld.metrics._base import Aux, Metric, Preconditioner, _check_decay, _context
 
 #: Prefix of the auxiliary values that hold a dense layer's inputs: ``"layer_inputs:{path}"``,
 #: where ``"{path}/w"`` and ``"{path}/b"`` are the layer's weight and bias sites.
@@ -251,22 +252,14 @@ def bnp(decay=0.99, eps1=1e-2, eps2=1e-4, noise_scale="consistent", bias_correct
             BNPState(mean, var, count),
         )
 
-    return Metric(
-        init,
-        update,
-        None,
-        correction_hint=(
-            "its Γ is identically zero (each layer's block depends only on earlier layers' "
-            "parameters, and the metric is block diagonal by layer), so there is nothing to "
-            "correct"
-        ),
-        needs_aux=(LAYER_INPUTS + "*",),
-        aux_hint=(
+    return Metric(init, update, name="bnp", traits=(
+        NoLag("its Γ is identically zero (each layer's block depends only on earlier layers' "
+              "parameters, and the metric is block diagonal by layer), so there is nothing to "
+              "correct"),
+        Aux((LAYER_INPUTS + "*",),
             "BNP reads each dense layer's inputs; networks built with "
-            "numpyro_sgrld.random_haiku_module record them for every hk.Linear and hk.ConvND"
-        ),
-        name="bnp",
-    )
+            "numpyro_sgrld.random_haiku_module record them for every hk.Linear and hk.ConvND"),
+    ))
 
 
 __all__ = ["BNPState", "LAYER_INPUTS", "bnp", "dense_layers", "layer_inputs_name"]

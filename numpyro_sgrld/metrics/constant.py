@@ -6,11 +6,15 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
+from numpyro_sgrld._acceptance import Averages
+from numpyro_sgrld.correction import NoLag
 from numpyro_sgrld.metrics._base import (
     Metric,
     Preconditioner,
     _same,
 )
+
+_CONSTANT = NoLag("a constant metric has Γ = 0: there is nothing to correct")
 
 
 class IdentityState(NamedTuple):
@@ -26,14 +30,8 @@ def identity() -> Metric:
     def update(grad, state, position, context=None):
         return Preconditioner(drift=_same, noise=_same), state
 
-    return Metric(
-        init,
-        update,
-        averages_gradient=True,
-        correction_hint="the identity metric is constant: its Γ is zero, there is nothing to "
-        "correct",
-        name="identity",
-    )
+    return Metric(init, update, name="identity", traits=(Averages(), NoLag(
+        "the identity metric is constant: its Γ is zero, there is nothing to correct")))
 
 
 def _scaled(scale_like):
@@ -81,13 +79,7 @@ def diagonal(scale) -> Metric:
     def update(grad, state, position, context=None):
         return _scaled(_scale_like), state
 
-    return Metric(
-        init,
-        update,
-        averages_gradient=True,
-        correction_hint="a constant metric has Γ = 0: there is nothing to correct",
-        name="diagonal",
-    )
+    return Metric(init, update, name="diagonal", traits=(Averages(), _CONSTANT))
 
 
 # --------------------------------------------------------------------------- learnt in warm-up
@@ -112,13 +104,7 @@ def learnt_diagonal() -> Metric:
     def update(grad, state, position, context=None):
         return _scaled(lambda t: state.scale), state
 
-    return Metric(
-        init,
-        update,
-        averages_gradient=True,
-        correction_hint="a constant metric has Γ = 0: there is nothing to correct",
-        name="learnt_diagonal",
-    )
+    return Metric(init, update, name="learnt_diagonal", traits=(Averages(), _CONSTANT))
 
 
 class LearntState(NamedTuple):
@@ -172,10 +158,4 @@ def learnt(dense_max_dim=DENSE_MAX_DIM) -> Metric:
             return _scaled(lambda t: state.scale), state
         return _dense(state.factor, ravel_pytree(position)[1]), state
 
-    return Metric(
-        init,
-        update,
-        averages_gradient=True,
-        correction_hint="a constant metric has Γ = 0: there is nothing to correct",
-        name="learnt",
-    )
+    return Metric(init, update, name="learnt", traits=(Averages(), _CONSTANT))

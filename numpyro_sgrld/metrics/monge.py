@@ -5,8 +5,10 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from numpyro_sgrld._acceptance import Averages
 from numpyro_sgrld._checks import integer, real
 from numpyro_sgrld._tree import tree_dot, tree_norm
+from numpyro_sgrld.correction import Lag, NoLag
 from numpyro_sgrld.metrics._base import (
     Metric,
     Preconditioner,
@@ -169,12 +171,8 @@ def monge(alpha2="auto", decay=0.9, max_drift_norm=None, freeze_after=None) -> M
         return Preconditioner(safe_drift, safe_noise), new_state
 
     correctable = not auto or freeze_after is not None
-    return Metric(
-        init, update, decay if correctable else None, averages_gradient=True, statistic_order=1,
-        name="monge",
-        correction_hint=(
-            "with alpha2='auto' the metric's strength follows the chain, which Γ does not "
-            "differentiate; pass freeze_after=K (alpha2 fixed after K steps, a warm-up of at "
-            "least K; MongeSGLD(correction=...) does this) or a number alpha2"
-        ),
-    )
+    lag = (Lag(decay, statistic_order=1) if correctable else NoLag(
+        "with alpha2='auto' the metric's strength follows the chain, which Γ does not "
+        "differentiate; pass freeze_after=K (alpha2 fixed after K steps, a warm-up of at "
+        "least K; MongeSGLD(correction=...) does this) or a number alpha2"))
+    return Metric(init, update, name="monge", traits=(Averages(), lag))

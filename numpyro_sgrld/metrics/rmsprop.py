@@ -6,9 +6,12 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from numpyro_sgrld._acceptance import Averages
+from numpyro_sgrld.correction import Lag
 from numpyro_sgrld.metrics._base import (
     Metric,
     Preconditioner,
+    WarmStart,
     _check_decay,
     _check_nonnegative,
     _context,
@@ -89,9 +92,8 @@ def rmsprop(decay=0.99, eps=1e-8, bias_correction=True) -> Metric:
         )
         return precond, RMSpropState(square_avg, count, state.floor)
 
-    return Metric(
-        init, update, decay, averages_gradient=True, warm_start=warm_start, name="rmsprop"
-    )
+    return Metric(init, update, name="rmsprop",
+                  traits=(Lag(decay), Averages(), WarmStart(warm_start)))
 
 
 def _rmsprop_diag(eps, v):

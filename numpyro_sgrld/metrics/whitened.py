@@ -30,7 +30,8 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from numpyro_sgrld.metrics._base import Metric, Preconditioner
+from numpyro_sgrld._traits import trait
+from numpyro_sgrld.metrics._base import Aux, Metric, Preconditioner, Restart, WarmStart
 from numpyro_sgrld.metrics.constant import DENSE_MAX_DIM, _dense
 
 
@@ -59,9 +60,11 @@ def whitened(inner: Metric, dense_max_dim=DENSE_MAX_DIM) -> Metric:
     r"""``inner`` (an adaptive metric) in the coordinates of a dense metric learnt in warm-up
     (see the module docstring). The default of PSGLD, MongeSGLD, ShampooSGLD and WenzelSGLD
     with ``step_size=None``; with a given step :math:`L = I` and this is ``inner``."""
-    if inner.needs_aux:
+    reads = trait(inner, Aux)
+    inner_warm = trait(inner, WarmStart)
+    if reads is not None:
         raise ValueError(
-            f"The metric {inner.name!r} reads the model's auxiliary values {list(inner.needs_aux)}"
+            f"The metric {inner.name!r} reads the model's auxiliary values {list(reads.names)}"
             " in the model's own coordinates; it cannot be whitened. Use it on its own."
         )
 
@@ -71,12 +74,12 @@ def whitened(inner: Metric, dense_max_dim=DENSE_MAX_DIM) -> Metric:
         return WhitenedState(jax.tree.map(jnp.ones_like, position), factor, inner.init(position))
 
     def warm_start(state, curvature, context=None):
-        return state._replace(inner=inner.warm_start(state.inner, curvature, context))
+        return state._replace(inner=inner_warm.fn(state.inner, curvature, context))
 
     def restart(state, position, context=None):
         fresh = inner.init(position)
-        if inner.warm_start is not None:
-            fresh = inner.warm_start(fresh, jax.tree.map(jnp.ones_like, position), context)
+        if inner_warm is not None:
+            fresh = inner_warm.fn(fresh, jax.tree.map(jnp.ones_like, position), context)
         return state._replace(inner=fresh)
 
     def update(grad, state, position, context=None):
@@ -88,14 +91,6 @@ def whitened(inner: Metric, dense_max_dim=DENSE_MAX_DIM) -> Metric:
                                                    position, context)
         return _composed(preconditioner, base), state._replace(inner=inner_state)
 
-    return Metric(
-        init,
-        update,
-        decay=inner.decay,
-        averages_gradient=inner.averages_gradient,
-        warm_start=None if inner.warm_start is None else warm_start,
-        statistic_order=inner.statistic_order,
-        correction_hint=inner.correction_hint,
-        name=inner.name,
-        restart=restart,
-    )
+    kept = tuple(t for t in inner.traits if not isinstance(t, (WarmStart, Restart)))
+    warm = () if inner_warm is None else (WarmStart(warm_start),)
+    return Metric(init, update, name=inner.name, traits=kept + warm + (Restart(restart),))

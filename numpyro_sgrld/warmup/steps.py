@@ -12,7 +12,9 @@ import jax.numpy as jnp
 from jax import random
 from jax.flatten_util import ravel_pytree
 
+from numpyro_sgrld._integrator_base import BiasLaw, Rescale
 from numpyro_sgrld._step import StepInputs, context, step
+from numpyro_sgrld._traits import trait
 from numpyro_sgrld.adaptation import (
     init_step_size,
     phases,
@@ -27,6 +29,7 @@ from numpyro_sgrld.gradients import (
     hessian_diagonal_estimate,
     shared_flag,
 )
+from numpyro_sgrld.metrics import Restart
 from numpyro_sgrld.warmup.preconditioner import (
     init_preconditioner,
     preconditioner_factor,
@@ -49,7 +52,7 @@ def adapt(spec, state, est, target, idx, batch_state, key, preconditioner, ok):
     grad2 = spec.gradient.estimate(state.z, idx2, state.gradient_state, target).grad
     rho, y, stiffness = rayleigh(
         state.adaptation.direction, state.z, preconditioner, hvp(target, idx),
-        est.grad, grad2, spec.sampler.integrator.bias_weights, spec.temperature,
+        est.grad, grad2, bias_weights(spec), spec.temperature,
         with_noise=phases(state.i, state.adaptation.num_warmup)[0],
         target=stage_target(state.i, state.adaptation.num_warmup, spec.target_bias),
     )
@@ -58,20 +61,27 @@ def adapt(spec, state, est, target, idx, batch_state, key, preconditioner, ok):
     ))
 
 
+def bias_weights(spec):
+    """The integrator's :class:`~numpyro_sgrld.integrators.BiasLaw` weights (adaptation
+    needs one: :func:`~numpyro_sgrld.adaptation.check_adaptation`)."""
+    return trait(spec.sampler.integrator, BiasLaw).weights
+
+
 def capped(spec, adaptation):
     """The adaptation's state with its step at most the integrator's ``max_step``
     (:class:`~numpyro_sgrld.integrators.Integrator`)."""
-    if spec.sampler.integrator.max_step is None:
+    law = trait(spec.sampler.integrator, BiasLaw)
+    if law.max_step is None:
         return adaptation
     return adaptation._replace(
         step_size=jnp.minimum(adaptation.step_size,
-                              spec.sampler.integrator.max_step(spec.target_bias)))
+                              law.max_step(spec.target_bias)))
 
 
 def learns_metric(metric):
     """Whether warm-up learns ``metric`` (:func:`~numpyro_sgrld.metrics.learnt`, or the
     constant part of :func:`~numpyro_sgrld.metrics.whitened`) when the step is adapted."""
-    return metric.name in ("learnt", "learnt_diagonal") or metric.restart is not None
+    return metric.name in ("learnt", "learnt_diagonal") or trait(metric, Restart) is not None
 
 
 def learn(spec, state, z, target, idx, est, adaptation, warmup, sampler_state, key):
@@ -104,8 +114,9 @@ def learn(spec, state, z, target, idx, est, adaptation, warmup, sampler_state, k
                                            hessian)
             diagonal = ravel_pytree(scale)[1](jnp.sum(factor * factor, axis=1))
             metric_state = metric_state._replace(scale=diagonal, factor=factor)
-        if spec.sampler.metric.restart is not None:  # the adaptive part, in the new coordinates
-            metric_state = spec.sampler.metric.restart(metric_state, z,
+        restart = trait(spec.sampler.metric, Restart)
+        if restart is not None:  # the adaptive part, in the new coordinates
+            metric_state = restart.fn(metric_state, z,
                                                context(spec, state.i, est.aux))
         preconditioner, _ = spec.sampler.metric.update(est.grad, metric_state, z,
                                                context(spec, state.i, est.aux))
@@ -129,7 +140,7 @@ def learn(spec, state, z, target, idx, est, adaptation, warmup, sampler_state, k
 
         adaptation = capped(spec, remeasure(
             adaptation, key_end, z, preconditioner, hvp(target, idx), gradient,
-            spec.sampler.integrator.bias_weights, spec.temperature, spec.target_bias, i,
+            bias_weights(spec), spec.temperature, spec.target_bias, i,
         ))
         integrator_state = spec.sampler.integrator.init(z, random.fold_in(key_end, 1),
                                                 adaptation.step_size, spec.temperature)
@@ -162,7 +173,7 @@ def init_adaptation(spec, key, z, est, sampler_state, target, idx, num_warmup):
 
     return capped(spec, init_step_size(
         key, z, preconditioner, hvp(target, idx), gradient,
-        spec.sampler.integrator.bias_weights, spec.temperature, spec.target_bias, num_warmup,
+        bias_weights(spec), spec.temperature, spec.target_bias, num_warmup,
     ))
 
 
@@ -174,7 +185,8 @@ def init_warmup(spec, key, z, est, sampler_state, target, idx, num_warmup):
     warmup = None
     if learns_metric(spec.sampler.metric):
         dense = getattr(sampler_state.metric, "factor", None) is not None
-        if dense or spec.sampler.metric.restart is None:  # whitened: nothing to learn unless dense
+        # whitened: nothing to learn unless dense
+        if dense or trait(spec.sampler.metric, Restart) is None:
             warmup = init_preconditioner(z, num_warmup, dense)
     return adaptation, warmup
 
@@ -203,10 +215,11 @@ def transition(spec, state, target, adapting=None):
         lambda: state.adaptation,
     )
     sampler_state, integrator = new.sampler_state, spec.sampler.integrator
-    if integrator.rescale is not None:  # while the adaptation moves the step
+    rescale = trait(integrator, Rescale)
+    if rescale is not None:  # while the adaptation moves the step
         ratio = jnp.where(adapting, adaptation.step_size / info.step_size, 1.0)
         sampler_state = sampler_state._replace(
-            integrator=integrator.rescale(sampler_state.integrator, ratio))
+            integrator=rescale.fn(sampler_state.integrator, ratio))
     warmup, gradient_state = state.warmup, new.gradient_state
     if warmup is not None:
         adaptation, warmup, sampler_state, gradient_state = jax.lax.cond(
