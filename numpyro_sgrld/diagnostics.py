@@ -221,16 +221,12 @@ def _sq_distances(a, b):
     return np.maximum((a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * (a @ b.T), 0.0)
 
 
-def _pairwise_mean(x, y, fn):
+def _mean_distance(x, y):
+    r"""The mean of :math:`\|x_i - y_j\|` over all pairs, in chunks of rows."""
     chunk = _chunk_rows(y)
-    total = 0.0
-    for i in range(0, len(x), chunk):
-        total += float(fn(x[i : i + chunk], y).sum())
+    total = sum(float(np.sqrt(_sq_distances(x[i : i + chunk], y)).sum())
+                for i in range(0, len(x), chunk))
     return total / (len(x) * len(y))
-
-
-def _distances(a, b):
-    return np.sqrt(_sq_distances(a, b))
 
 
 def energy_distance(x, y):
@@ -251,9 +247,9 @@ def energy_distance(x, y):
     if len(x) < 2 or len(y) < 2:
         raise ValueError("Each sample needs at least 2 draws.")
     n, m = len(x), len(y)
-    xy = _pairwise_mean(x, y, _distances)
-    xx = _pairwise_mean(x, x, _distances) * n / (n - 1)
-    yy = _pairwise_mean(y, y, _distances) * m / (m - 1)
+    xy = _mean_distance(x, y)
+    xx = _mean_distance(x, x) * n / (n - 1)
+    yy = _mean_distance(y, y) * m / (m - 1)
     return 2 * xy - xx - yy
 
 
@@ -316,10 +312,8 @@ def model_scores(model, samples, *model_args, batch_size=256, **model_kwargs):
     model is evaluated with subsampling off (:func:`numpyro_sgrld.full_batch`); draws are
     mapped to the unconstrained space where the kernels move, and the score includes the
     Jacobian terms. Returns ``(x, scores)``, numpy arrays (draws, d) with the sites in sorted
-    order (as :func:`jax.flatten_util.ravel_pytree`), for
-    :func:`kernel_stein_discrepancy`. :func:`score_function` gives the same as a function
-    compiled once, for many sets of draws of one model.
-    """
+    order (as :func:`jax.flatten_util.ravel_pytree`), for :func:`kernel_stein_discrepancy`.
+    :func:`score_function` gives the same, compiled once for many sets of draws."""
     return score_function(model, *model_args, batch_size=batch_size, **model_kwargs)(samples)
 
 

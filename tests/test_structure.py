@@ -126,3 +126,10 @@ def test_nothing_imports_jax_private_modules():
     users = [str(path.relative_to(PACKAGE.parent)) for path in _modules().values()
              if "jax._src" in path.read_text()]
     assert users == []
+
+
+def test_no_module_is_over_600_lines():
+    """Every module of the library fits in a reader's head: at most 600 lines."""
+    long = {name: n for name, path in _modules().items()
+            if (n := len(path.read_text().splitlines())) > 600}
+    assert not long, f"modules over 600 lines: {long}"
