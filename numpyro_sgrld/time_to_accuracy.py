@@ -530,20 +530,12 @@ def run_large(setting=None, out=None, kernels=SG_DEFAULT, log=print, sg_cap=90.0
     # every method's process starts now and waits for its turn with its data built
     contenders = {name: start_contender(name, setting)
                   for name in (*kernels, "NUTS", "HMCECS", "MALA")}
-    X, y = logistic_data(setting.num_data, setting.num_features, setting.seed)
-    cached = _reference_path(X, y, 4000, setting.seed, None).exists()
-    log("Reference: importance sampling from the Laplace approximation "
-        + ("(cached: read from disk)" if cached else "(computing; cached for later runs)"))
-    with ticking(log, "the reference"):
-        ref = laplace_reference(X, y, seed=setting.seed)
-    log(f"Reference ready: {ref.num_draws} draws, Pareto k {ref.khat:.2f}, importance ESS "
-        f"{ref.ess:.0f}; it took {ref.seconds:.1f} s" + (" when computed" if cached else ""))
-    del X, y
     try:
+        ref = _large_reference(setting, log)
         wait_until_ready(contenders.values())
         results = _race_all(contenders, kernels, setting, ref, sg_cap, speedup, mala_share, log)
     finally:
-        for c in contenders.values():  # those not raced (an error above)
+        for c in contenders.values():  # those not raced (after an error)
             c.process.terminate()
     results, exact_cap, mala_cap = results
     race_result = LargeRace(setting, ref, results, sg_cap, exact_cap, mala_cap, speedup)
@@ -553,6 +545,19 @@ def run_large(setting=None, out=None, kernels=SG_DEFAULT, log=print, sg_cap=90.0
 
         plot_time_to_accuracy(results, path=Path(out) / "time_to_accuracy.png")
     return race_result
+
+
+def _large_reference(setting, log):
+    """The large problem's reference (:func:`laplace_reference`, cached), with its lines."""
+    X, y = logistic_data(setting.num_data, setting.num_features, setting.seed)
+    cached = _reference_path(X, y, 4000, setting.seed, None).exists()
+    log("Reference: importance sampling from the Laplace approximation "
+        + ("(cached: read from disk)" if cached else "(computing; cached for later runs)"))
+    with ticking(log, "the reference"):
+        ref = laplace_reference(X, y, seed=setting.seed)
+    log(f"Reference ready: {ref.num_draws} draws, Pareto k {ref.khat:.2f}, importance ESS "
+        f"{ref.ess:.0f}; it took {ref.seconds:.1f} s" + (" when computed" if cached else ""))
+    return ref
 
 
 def _race_all(contenders, kernels, setting, ref, sg_cap, speedup, mala_share, log):
