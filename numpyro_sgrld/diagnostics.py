@@ -319,27 +319,25 @@ def model_scores(model, samples, *model_args, batch_size=256, **model_kwargs):
 
 def score_function(model, *model_args, batch_size=256, **model_kwargs):
     """``samples -> (x, scores)``: :func:`model_scores` of ``model`` with these arguments,
-    compiled once per set of latent sites and reused for every later call."""
+    compiled on the first call and reused for every later one."""
     from numpyro.infer.util import potential_energy, unconstrain_fn
 
     from numpyro_sgrld.subsample import full_batch
 
     fb = full_batch(model)
-    compiled = {}
 
     def one(draw):
         z = unconstrain_fn(fb, model_args, model_kwargs, draw)
         g = jax.grad(lambda z: potential_energy(fb, model_args, model_kwargs, z))(z)
         return ravel_pytree(z)[0], -ravel_pytree(g)[0]
 
+    chunk = jax.jit(jax.vmap(one))  # traced and compiled once per set of sites and shape
+
     def scores(samples):
         chains = as_chains(samples, group_by_chain=not isinstance(samples, dict))
         flat = {k: v.reshape((-1,) + v.shape[2:]) for k, v in chains.items()}
-        latent = tuple(latent_sites(fb, flat, *model_args, **model_kwargs))
+        latent = latent_sites(fb, flat, *model_args, **model_kwargs)
         flat = {k: jnp.asarray(flat[k]) for k in latent}
-        if latent not in compiled:
-            compiled[latent] = jax.jit(jax.vmap(one))
-        chunk = compiled[latent]
         n = len(next(iter(flat.values())))
         size = min(batch_size, n)
         xs, ss = [], []

@@ -446,15 +446,13 @@ def wait_until_ready(contenders):
             pass
 
 
-def race_in_process(contender, setting, reference, cap, log=print, log_every=10.0):
-    """:func:`race` for one method run in its own process (a :class:`Contender`, or a method
-    name, started here), stopped when its draws meet the stated accuracy or when ``cap``
+def race_in_process(contender, reference, cap, log=print, log_every=10.0):
+    """:func:`race` for one method run in its own process (a :class:`Contender`, from
+    :func:`start_contender`), stopped when its draws meet the stated accuracy or when ``cap``
     seconds have passed since it started (a chunk cannot be interrupted inside one process;
     a process can). A line goes to ``log`` at least every ``log_every`` seconds."""
     import queue as queues
 
-    if isinstance(contender, str):
-        contender = start_contender(contender, setting)
     method, proc, q = contender.method, contender.process, contender.queue
     contender.go.set()
     draws, started, clock, last = [], None, 0.0, time.perf_counter()
@@ -566,14 +564,14 @@ def _race_all(contenders, kernels, setting, ref, sg_cap, speedup, mala_share, lo
     for name in kernels:
         log(f"{name} (minibatch {setting.batch}, {setting.chains} chain(s)), at most "
             f"{sg_cap:.0f} s")
-        results.append(race_in_process(contenders.pop(name), setting, ref, sg_cap, log=log))
+        results.append(race_in_process(contenders.pop(name), ref, sg_cap, log=log))
     reached = [r.seconds_to_target for r in results if r.reached]
     fastest = min(reached) if reached else sg_cap
     exact_cap, mala_cap = speedup * fastest, mala_share * fastest
     for name, cap in (("NUTS", exact_cap), ("HMCECS", exact_cap), ("MALA", mala_cap)):
         data = (f"subsample {setting.hmcecs_subsample}" if name == "HMCECS" else "full data")
         log(f"{name} ({data}, {setting.chains} chain(s)), until the target or {cap:.0f} s")
-        results.append(race_in_process(contenders.pop(name), setting, ref, cap, log=log))
+        results.append(race_in_process(contenders.pop(name), ref, cap, log=log))
     return results, exact_cap, mala_cap
 
 
