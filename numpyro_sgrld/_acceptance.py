@@ -7,10 +7,14 @@ was, with the step counted (``SGState.num_rejected``) and flagged (``SGState.div
 - the potential, the gradient, its squared norm or the step size is not finite, or the step
   size is not positive (:func:`usable`; the squared norm is computed anyway for the
   ``grad_norm`` field, so this costs nothing);
-- the potential at the proposed position, on the same minibatch, is not finite (a factor
-  wall, a log of a negative number: one forward pass; ``check_proposal=False`` skips it);
-- the proposed position or the kernel's new state is not finite
-  (:func:`~numpyro_sgrld._tree.tree_all_finite`).
+- the potential, the gradient or an entry at the proposed position is not finite (a factor
+  wall, a log of a negative number). With ``check_proposal`` (the default) the next step
+  checks it (:func:`accept_pending`): its gradient's estimate brings the potential there on
+  its own minibatch, so the check costs no forward pass; until then the proposal is held
+  apart from the chain's position (``SGState.proposal``), and the chain goes back to that
+  position if it fails. Without ``check_proposal`` only the proposal's entries are checked,
+  at once (:func:`accept`);
+- the kernel's new state is not finite (:func:`~numpyro_sgrld._tree.tree_all_finite`).
 """
 
 from typing import NamedTuple
@@ -20,7 +24,7 @@ import jax.numpy as jnp
 from numpyro_sgrld._traits import trait
 from numpyro_sgrld._tree import tree_all_finite, tree_where
 
-__all__ = ["Averages", "averages_gradient", "usable", "accept"]
+__all__ = ["Averages", "averages_gradient", "usable", "accept", "accept_pending"]
 
 
 class Averages(NamedTuple):
@@ -61,4 +65,17 @@ def accept(usable, z, landed, sampler_state, old_sampler_state, state_averages_g
         ok = usable & landed & tree_all_finite(z)
         return ok, tree_where(usable, sampler_state, old_sampler_state)
     ok = usable & landed & tree_all_finite(z) & tree_all_finite(sampler_state)
+    return ok, tree_where(ok, sampler_state, old_sampler_state)
+
+
+def accept_pending(ready, landed, sampler_state, old_sampler_state, state_averages_gradient):
+    r"""Whether a step is accepted, and the kernel state to keep, when its proposal's
+    entries and potential are checked by the next step (``check_proposal``, see the module
+    docstring): ``ready`` is whether the step's start passed that check and the step's inputs
+    are usable, ``landed`` whatever is checked of the proposal at once (``True``, or the
+    warm-up's check on the same minibatch). The kernel state is selected as in
+    :func:`accept`."""
+    if state_averages_gradient:
+        return ready & landed, tree_where(ready, sampler_state, old_sampler_state)
+    ok = ready & landed & tree_all_finite(sampler_state)
     return ok, tree_where(ok, sampler_state, old_sampler_state)

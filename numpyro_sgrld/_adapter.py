@@ -212,6 +212,18 @@ class SGMCMC(MCMCKernel):
         the centre, every chain starts at (almost) the same point. A centre that is not finite
         is not used (the chain then starts at the initial position). Needs
         ``control_variate``.
+    :param check_proposal: a step may not land where the minibatch potential is not finite
+        (zero density: a ``numpyro.factor`` wall, a ``log`` of a negative number; default
+        ``True``). The next step's gradient estimate brings the potential at the proposal
+        with it, so the check costs no forward pass: the proposal is held as the state's
+        ``proposal`` and becomes ``z`` (the recorded draw, one step behind the proposal)
+        once its potential, gradient and entries are finite there; else the chain goes back
+        to ``z``. During warm-up each proposal is also checked at once on its own minibatch
+        (:func:`numpyro_sgrld._step.step`). The cyclical presets check every proposal at once
+        (one forward pass per step): a draw there must be a sampling-stage state, and the
+        next step after the exploration stage starts at its end. ``False``: only the
+        proposal's entries are checked, and a chain that lands at zero density stays there,
+        rejecting every step.
     """
 
     sample_field = "z"
@@ -219,6 +231,9 @@ class SGMCMC(MCMCKernel):
     #: ``MCMC`` may run this kernel on :func:`numpyro_sgrld._loop.collect` once
     #: :func:`~numpyro_sgrld.enable_fast_sampling_loop` is on (:mod:`numpyro_sgrld._compat`).
     own_sampling_loop = True
+    #: With ``check_proposal``: whether the next step checks a proposal (``SGState.proposal``,
+    #: no forward pass) rather than the step itself on its own minibatch.
+    _checks_proposal_next_step = True
 
     def __init__(
         self,
@@ -369,6 +384,7 @@ class SGMCMC(MCMCKernel):
             gradient_state=est.state,
             adaptation=adaptation,
             warmup=warmup,
+            proposal=z if spec.check_proposal and self._checks_proposal_next_step else None,
         )
 
     def _sample_one(self, state, model_args, model_kwargs, adapting=None, step=None):

@@ -72,6 +72,10 @@ class _Cyclical:
     exploration stage, :func:`exploration_stage`) and their step rule (after an adapted
     warm-up, the adapted step times the cycle's cosine)."""
 
+    # a draw is the state a transition returns; held for the next step's check, the proposal
+    # of a cycle's first sampling step would leave the exploration stage's end as the draw
+    _checks_proposal_next_step = False
+
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
         # the cycles begin after the warm-up when the peak step is adapted there
         self._cycle_start = int(num_warmup) if self.adapts_step_size else 0

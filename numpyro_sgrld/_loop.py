@@ -280,8 +280,9 @@ def _judge(collection, kept, val, body_fun, num_steps):
 
 
 def _warn_if_rejected(before, after, num_steps, adaptive=0):
-    """Warn when steps of this run were rejected (whatever the ``thinning``: a chain stuck
-    where the gradient is not finite rejects every step and repeats one point). ``before``
+    """Warn when steps of this run were rejected (whatever the ``thinning``: a chain that
+    keeps proposing where the gradient is not finite, and going back, never samples there).
+    ``before``
     is the count after the run's first ``adaptive`` steps, the step-size adaptation's warm-up,
     whose rejections are not a fault (:func:`_adaptive_steps`)."""
     if before is None or num_steps == 0 or _is_traced((before, after)):
@@ -301,11 +302,12 @@ def _warn_if_rejected(before, after, num_steps, adaptive=0):
         f"{int(np.sum(rejected))} of {num_steps * rejected.size} steps were rejected{chains}"
         f"{after_warmup} "
         f"(up to {worst} in one chain): the potential, its gradient or the new state was not "
-        "finite, and the chain stayed where it was. A few rejections mean the step size is "
-        "too large at times; a chain that rejects every step from some point on is stuck "
-        "where the gradient is not finite (check the model there, e.g. jnp.where with a NaN "
-        "branch, sqrt or log at 0). The state's `num_rejected` counts them; the draws' "
-        "`diverging` marks the thinning windows that had one.",
+        "finite at a proposal, and the chain went back to where it was. A few rejections mean "
+        "the step size is too large at times; many mean the chain keeps proposing where the "
+        "potential or its gradient is not finite and never samples there (check the model "
+        "there, e.g. jnp.where with a NaN branch, sqrt or log at 0). The state's "
+        "`num_rejected` counts them; the draws' `diverging` marks the thinning windows that "
+        "had one.",
         UserWarning,
         stacklevel=_caller_level(),
     )

@@ -12,20 +12,23 @@ class SGState(NamedTuple):
     """State of every stochastic-gradient kernel.
 
     - **i** – iteration counter (0 before the first step); the schedule is evaluated at ``i``.
-    - **z** – the current position: a dict of unconstrained latent values.
+    - **z** – the current position: a dict of unconstrained latent values, at which the
+      minibatch potential and its gradient were finite (the draw ``MCMC`` records).
     - **sampler_state** – the composed kernel's own state
       (:class:`~numpyro_sgrld._composition.SamplerState`: metric, integrator, correction).
     - **batch_state** – the minibatch sampler's state (``None`` when drawing with replacement).
     - **potential_energy** – the *minibatch estimate* :math:`\\hat U` at the position the last
-      step started from (one step behind ``z``: it comes free with that step's gradient). It is
-      an unbiased but noisy estimate of the full-data potential, not ``-log p(z | data)``.
+      step started from (it comes free with that step's gradient): with ``check_proposal``
+      (the default) that is ``z`` unless the step was rejected; without it, one step behind
+      ``z``. It is an unbiased but noisy estimate of the full-data potential, not
+      ``-log p(z | data)``.
     - **grad_norm** – Euclidean norm of that step's gradient estimate :math:`\\nabla\\hat U`.
     - **step_size** – the step size :math:`h_i` used by the last step; with
       ``step_size=None`` the adapted step: during warm-up the one the next step will use, after
       it the frozen value (so ``post_warmup_state.step_size`` is the step sampling uses).
     - **diverging** – True when the last step was rejected (:mod:`numpyro_sgrld._acceptance`):
-      the potential or the gradient at its start was not finite, or the potential at the
-      position it proposed (evaluated on the same minibatch), or the proposed position or
+      the potential or the gradient at its start was not finite (with ``check_proposal``: at
+      the previous step's proposal, which is then abandoned), or the proposed position or
       kernel state, or the step size was not positive; ``z`` is then the previous position. (In
       draws collected by ``MCMC`` with ``thinning``, the recorded ``diverging`` is True when
       *any* step since the previous recorded draw was rejected.) (The checks are sums: a
@@ -33,8 +36,8 @@ class SGState(NamedTuple):
       |sum| > 3.4e38 in float32, counts as non-finite too.)
     - **rng_key** – random key for the next step.
     - **num_rejected** – how many steps have been rejected since ``init`` (cumulative, whatever
-      the ``thinning``): a chain stuck at a point whose gradient is not finite rejects every
-      step from there on, and this count shows it.
+      the ``thinning``): a chain that keeps proposing where the gradient is not finite
+      (or, without ``check_proposal``, is stuck at such a point) shows it here.
     - **gradient_state** – the gradient estimator's state: ``None`` for the plain minibatch
       gradient; the :class:`~numpyro_sgrld.gradients.ControlVariate` (centre, full-data
       potential and gradient there, estimated distance of the centre from the mode) for control
@@ -47,6 +50,11 @@ class SGState(NamedTuple):
       window's statistics (:class:`~numpyro_sgrld.warmup.PreconditionerWarmup`); ``None``
       otherwise. The learnt preconditioner itself is ``sampler_state.metric.scale`` (its
       diagonal) and ``sampler_state.metric.factor`` (a root of it, where it is dense).
+    - **proposal** – with ``check_proposal`` (the default), the position the last step
+      proposed from ``z``: the next step evaluates the minibatch potential and its gradient
+      there and moves ``z`` to it only if both are finite, else the chain goes back to ``z``
+      (:func:`numpyro_sgrld._step.step`); ``None`` without ``check_proposal``, where the next
+      step starts from ``z``.
     - **monitor** – when ``numpyro.infer.MCMC``'s own loop runs the kernel, the run's streaming
       moments for the verdict at its end (:class:`~numpyro_sgrld.monitor.RunMonitor`);
       ``None`` otherwise.
@@ -66,6 +74,7 @@ class SGState(NamedTuple):
     adaptation: Any = None
     warmup: Any = None
     monitor: Any = None
+    proposal: Any = None
 
     @property
     def control_variate(self):

@@ -15,18 +15,20 @@ for NumPyro (model set-up, minibatch indices, chains, postprocessing).
 """
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
 
-from numpyro_sgrld._acceptance import accept, usable
+from numpyro_sgrld._acceptance import accept, accept_pending, usable
 from numpyro_sgrld._composition import Sampler, transition_with_preconditioner
 from numpyro_sgrld._state import SGState
-from numpyro_sgrld._tree import tree_norm, tree_where
+from numpyro_sgrld._tree import tree_all_finite, tree_norm, tree_where
 from numpyro_sgrld.gradients import Estimate, GradientEstimator
 from numpyro_sgrld.metrics import Preconditioner, StepContext
 
-__all__ = ["Spec", "StepInputs", "StepInfo", "context", "step"]
+__all__ = ["Spec", "StepInputs", "StepInfo", "context", "start", "step"]
 
 
 class Spec(NamedTuple):
@@ -61,9 +63,12 @@ class StepInputs(NamedTuple):
     - **idx** – this step's minibatch indices; **batch_state** – the minibatch sampler's
       state after drawing them.
     - **key** – the step's random key; **next_key** – the state's key for the next step.
-    - **reject** – ``None``, or ``(value, new_value) -> bool``: a further reason to reject the
-      step, from the minibatch potential at its start and at its proposal (the warm-up
-      rejects steps that climb too steeply).
+    - **check_now** – ``None``, or a scalar bool (the same for vectorised chains): whether to
+      check the proposal's minibatch potential on this step's minibatch at once (one more
+      forward pass; the warm-up does, to reject steps that climb too steeply).
+    - **reject** – ``None``, or ``(value, new_value) -> bool``: with ``check_now``, a further
+      reason to reject the step, from the minibatch potential at its start and at its
+      proposal.
     """
 
     target: Any
@@ -71,6 +76,7 @@ class StepInputs(NamedTuple):
     batch_state: Any
     key: Any
     next_key: Any
+    check_now: Any = None
     reject: Callable | None = None
 
 
@@ -92,6 +98,12 @@ def context(spec, i, aux):
                        aux=aux or None)
 
 
+def start(state):
+    """Where the next step starts: the pending :attr:`~numpyro_sgrld._state.SGState.proposal`,
+    or ``z`` without one."""
+    return state.z if state.proposal is None else state.proposal
+
+
 def step(spec, state, inputs):
     r"""One step from ``state`` (an :class:`~numpyro_sgrld._state.SGState`):
     ``(new state, StepInfo)``.
@@ -99,34 +111,54 @@ def step(spec, state, inputs):
     .. math::
         \theta' = \mathrm{step}\big(\theta,\ \nabla\hat U_B(\theta),\ D(\theta)\big),
 
-    kept when :math:`\hat U_B(\theta)`, :math:`\nabla\hat U_B(\theta)`, :math:`h`,
-    :math:`\theta'` and the new kernel state are finite and, with ``spec.check_proposal``,
-    :math:`\hat U_B(\theta')` on the same minibatch :math:`B` too; else :math:`\theta` is kept
-    and the step counted as rejected."""
+    from :math:`\theta` = :func:`start`, used when :math:`\hat U_B(\theta)`,
+    :math:`\nabla\hat U_B(\theta)`, :math:`h`, :math:`\theta'` and the new kernel state are
+    finite; else :math:`\theta` is kept and the step counted as rejected.
+
+    With ``spec.check_proposal`` the potential at :math:`\theta'` must be finite too. Where
+    the state holds no ``proposal`` (the cyclical presets, whose draws must be sampling-stage
+    states) it is checked at once on the same minibatch :math:`B` (one more forward pass).
+    Otherwise it is checked by the next step, whose gradient at :math:`\theta'` comes with
+    the potential there, on that step's minibatch (no further forward pass): :math:`\theta'`
+    is held as the state's ``proposal`` and becomes ``z`` once its potential, gradient and
+    entries are found finite; if they are not, the chain goes back to ``z`` and that step is
+    rejected. With
+    ``inputs.check_now`` (warm-up), the potential at :math:`\theta'` on the same minibatch
+    :math:`B` is checked at once as well, with ``inputs.reject``."""
     target, idx = inputs.target, inputs.idx
-    est = spec.gradient.estimate(state.z, idx, state.gradient_state, target)
+    position = start(state)
+    est = spec.gradient.estimate(position, idx, state.gradient_state, target)
     step_size = spec.step_size(state.i, state.adaptation)
     z, sampler_state, preconditioner = transition_with_preconditioner(
-        spec.sampler, inputs.key, state.z, state.sampler_state, est.grad, est.oracle,
+        spec.sampler, inputs.key, position, state.sampler_state, est.grad, est.oracle,
         step_size, spec.temperature, context(spec, state.i, est.aux),
     )
     grad_norm = tree_norm(est.grad)
-    # A step may not land where the density is zero (a factor wall, log of a negative
-    # number): the potential at the proposal, on this minibatch, must be finite too.
-    landed = True
-    if spec.check_proposal:
-        value = target.potential(z, idx)[0]
-        landed = jnp.isfinite(value)
-        if inputs.reject is not None:
-            start = est.value if est.batch_value is None else est.batch_value
-            landed = landed & ~inputs.reject(start, value)
-    ok, sampler_state = accept(
-        usable(est.value, grad_norm, step_size), z, landed, sampler_state,
-        state.sampler_state, spec.sampler.state_averages_gradient,
-    )
+    ready = usable(est.value, grad_norm, step_size)
+    averages = spec.sampler.state_averages_gradient
+    if state.proposal is None:
+        landed = True
+        if spec.check_proposal:  # at once, on this minibatch: one more forward pass
+            landed = _lands(target, idx, est, _when(inputs.check_now, inputs.reject), z)
+        ok, sampler_state = accept(ready, z, landed, sampler_state, state.sampler_state,
+                                   averages)
+        z, proposal = tree_where(ok, z, state.z), None
+    else:
+        # the previous step's proposal is verified here: its potential and gradient came with
+        # this step's estimate, and its entries are read once more from memory
+        ready = ready & tree_all_finite(position)
+        here = tree_where(ready, position, state.z)
+        landed = True
+        if inputs.check_now is not None:
+            landed = jax.lax.cond(
+                inputs.check_now, partial(_lands, target, idx, est, inputs.reject),
+                lambda z: jnp.ones((), bool), z)
+        ok, sampler_state = accept_pending(ready, landed, sampler_state, state.sampler_state,
+                                           averages)
+        z, proposal = here, tree_where(ok, z, here)
     new = SGState(
         i=state.i + 1,
-        z=tree_where(ok, z, state.z),
+        z=z,
         sampler_state=sampler_state,
         batch_state=inputs.batch_state,
         potential_energy=est.value,
@@ -139,5 +171,24 @@ def step(spec, state, inputs):
         adaptation=state.adaptation,
         warmup=state.warmup,
         monitor=state.monitor,
+        proposal=proposal,
     )
     return new, StepInfo(est, preconditioner, ok, step_size)
+
+
+def _when(flag, reject):
+    """``reject`` applied only where ``flag`` (``None``: never)."""
+    if reject is None or flag is None:
+        return None
+    return lambda value, new_value: flag & reject(value, new_value)
+
+
+def _lands(target, idx, est, reject, z):
+    """Whether ``z`` and the minibatch potential there are finite (and, with ``reject``, not
+    rejected against the potential at the step's start)."""
+    value = target.potential(z, idx)[0]
+    landed = jnp.isfinite(value) & tree_all_finite(z)
+    if reject is not None:
+        start_value = est.value if est.batch_value is None else est.batch_value
+        landed = landed & ~reject(start_value, value)
+    return landed

@@ -39,11 +39,15 @@ def tree_all_finite(a):
 def tree_normal(key, like):
     """Standard normal noise with the structure, shapes and dtypes of ``like``.
 
-    Drawn as **one** vector over all entries (in the widest floating dtype of the leaves), then
-    cut into the leaves, as BlackJAX's ``generate_gaussian_noise`` does: one call of the
-    generator is one threefry hash in the compiled program, faster to run than one per leaf and
-    smaller to compile (the noise-draw table of ``benchmarks/speed/speed.py --problem mlp``,
-    docs/benchmarks.md).
+    **One** draw of random bits over all entries (in the widest floating dtype of the leaves),
+    as BlackJAX's ``generate_gaussian_noise`` draws one vector: one call of the generator is
+    one threefry hash in the compiled program, faster to run than one per leaf and smaller to
+    compile (the noise-draw table of ``benchmarks/speed/speed.py --problem mlp``,
+    docs/benchmarks.md). The bits are cut into the leaves *before* they become normals
+    (:func:`normal_from_bits`, the values of ``jax.random.normal(key, (n,))`` cut the same
+    way), so each leaf's conversion is an element-wise operation on that leaf alone: XLA's
+    cost analysis counts an operation inside a fusion at its full shape, and a conversion of
+    the whole vector cut afterwards counted once per leaf.
     Leaves that are not real floating point raise ``TypeError`` (noise cast to an integer
     would be truncated).
     """
@@ -59,13 +63,31 @@ def tree_normal(key, like):
         )
     dtype = jnp.result_type(*dtypes)
     sizes = [int(np.size(x)) for x in leaves]
-    flat = random.normal(key, (sum(sizes),), dtype)
+    bits = random.bits(key, (sum(sizes),), _UINT[jnp.finfo(dtype).bits])
     ends = np.cumsum(sizes)
     noise = [
-        flat[end - size : end].reshape(jnp.shape(x)).astype(t)
+        normal_from_bits(bits[end - size : end], dtype).reshape(jnp.shape(x)).astype(t)
         for x, t, size, end in zip(leaves, dtypes, sizes, ends)
     ]
     return jax.tree.unflatten(treedef, noise)
+
+
+_UINT = {16: jnp.uint16, 32: jnp.uint32, 64: jnp.uint64}
+
+
+def normal_from_bits(bits, dtype):
+    r"""Standard normals from unsigned random ``bits`` of ``dtype``'s width, by the
+    construction of ``jax.random.normal``: the top mantissa bits make :math:`u` uniform on
+    :math:`(-1, 1)`, and :math:`\sqrt 2\,\mathrm{erf}^{-1}(u)` is standard normal."""
+    finfo = jnp.finfo(dtype)
+    uint = bits.dtype.type
+    one = np.array(1.0, dtype).view(uint)
+    unit = jax.lax.bitcast_convert_type(
+        jax.lax.shift_right_logical(bits, uint(finfo.bits - finfo.nmant)) | one, dtype
+    ) - np.array(1.0, dtype)
+    low = np.nextafter(np.array(-1.0, dtype), np.array(0.0, dtype))
+    u = jax.lax.max(low, unit * (np.array(1.0, dtype) - low) + low)
+    return np.array(np.sqrt(2.0), dtype) * jax.lax.erf_inv(u)
 
 
 def tree_where(pred, on_true, on_false):

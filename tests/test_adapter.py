@@ -240,15 +240,26 @@ def test_rejected_steps_keep_a_finite_state_whatever_failed():
         return -jnp.sum(z["x"])
 
     # PSGLD's state is a moving average of the squared gradient: a usable gradient keeps it
-    # finite, so a step rejected for its position alone keeps that statistic's update
-    before, after = _one_step(PSGLD(potential_fn=uphill, step_size=1e38), 3e38)
+    # finite, so a step rejected for its position alone keeps that statistic's update. The
+    # overflowed proposal is held apart from the chain's position and rejected by the next
+    # step, which goes back to it
+    kernel = PSGLD(potential_fn=uphill, step_size=1e38)
+    before, after = _one_step(kernel, 3e38)
+    assert not bool(after.diverging) and after.z["x"][0] == np.float32(3e38)
+    assert not np.isfinite(float(after.proposal["x"][0]))
+    after = kernel.sample(after, (), {})
     assert bool(after.diverging) and after.z["x"][0] == np.float32(3e38)
+    assert after.proposal["x"][0] == np.float32(3e38) and int(after.num_rejected) == 1
     assert int(after.sampler_state.metric.count) == 1
     np.testing.assert_allclose(after.sampler_state.metric.square_avg["x"], [0.01], rtol=1e-6)
-    # Shampoo's state holds roots of an eigendecomposition: it is checked and rolled back
-    before, after = _one_step(ShampooSGLD(potential_fn=uphill, step_size=1e38), 3e38)
+    # Shampoo's state holds roots of an eigendecomposition: it is checked on every step (here
+    # it stays finite) and kept with the step that proposed the rejected point
+    kernel = ShampooSGLD(potential_fn=uphill, step_size=1e38)
+    before, after = _one_step(kernel, 3e38)
+    after = kernel.sample(after, (), {})
     assert bool(after.diverging) and after.z["x"][0] == np.float32(3e38)
-    assert int(after.sampler_state.metric.count) == 0
+    assert int(after.sampler_state.metric.count) == 1
+    assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(after.sampler_state))
 
     # a gradient that is not finite rejects the step and leaves every state untouched
     def cliff(z):
@@ -265,9 +276,12 @@ def test_rejected_steps_keep_a_finite_state_whatever_failed():
         old_leaves, new_leaves = (jax.tree.leaves(s.sampler_state) for s in (before, after))
         for old, new in zip(old_leaves, new_leaves):
             np.testing.assert_array_equal(old, new)
-    # and a usable step is accepted
-    before, after = _one_step(PSGLD(potential_fn=cliff, step_size=1e-4), 0.5)
-    assert not bool(after.diverging) and float(after.z["x"][0]) != 0.5
+    # and a usable step is accepted: its proposal becomes the position at the next step
+    kernel = PSGLD(potential_fn=cliff, step_size=1e-4)
+    before, after = _one_step(kernel, 0.5)
+    assert not bool(after.diverging) and float(after.proposal["x"][0]) != 0.5
+    again = kernel.sample(after, (), {})
+    assert not bool(again.diverging) and again.z["x"][0] == after.proposal["x"][0]
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])

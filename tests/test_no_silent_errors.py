@@ -74,9 +74,12 @@ Z_MAX = 4.0  # |z| beyond 4 has probability 6e-5 under the exact law
 
 
 def _first_steps(kernel, init):
-    """The position after one step of CHAINS vectorized chains started at ``init``."""
-    mcmc = _mcmc(kernel, num_samples=1, num_chains=CHAINS, init_params=init)
-    return np.asarray(mcmc.get_samples()["t"]).ravel()
+    """The position after one step of CHAINS vectorized chains started at ``init``: the
+    second draw (a proposal is recorded once the next step has checked it)."""
+    mcmc = _mcmc(kernel, num_samples=2, num_chains=CHAINS, init_params=init)
+    draws = np.asarray(mcmc.get_samples(group_by_chain=True)["t"])
+    np.testing.assert_array_equal(draws[:, 0], np.asarray(init["t"]))
+    return draws[:, 1].ravel()
 
 
 def test_psgld_first_step_from_the_mode_follows_the_curvature():
@@ -378,14 +381,16 @@ def test_nan_in_a_haiku_network_input_is_named():
         _mcmc(SGLD(model, step_size=1e-5), X, y)
 
 
-# --------------------------------------------------------------------------- stuck chains
+# --------------------------------------------------------------------------- rejected steps
 def _stuck_model():
-    # jnp.where's trap: the value is finite everywhere, the gradient NaN for x > 1
+    # jnp.where's trap: the value is finite everywhere, the gradient NaN for x > 1. A chain
+    # would be stuck there for good; each proposal beyond 1 is rejected instead (the next step
+    # finds its gradient not finite) and the chain goes back
     x = numpyro.sample("x", dist.Normal(0.0, 1.0))
     numpyro.factor("f", jnp.where(x > 1, 0.0, 0.1 * jnp.sqrt(1.0 - x)))
 
 
-def test_a_stuck_chain_is_counted_whatever_the_thinning():
+def test_rejected_steps_are_counted_whatever_the_thinning():
     kernel = SGLD(_stuck_model, step_size=0.1, init_strategy=init_to_value(values={"x": 0.0}))
     mcmc = MCMC(kernel, num_warmup=0, num_samples=2000, thinning=100, progress_bar=False)
     # the warning and the per-window `diverging` come from the kernels' own loop (the opt-in)
@@ -404,7 +409,9 @@ def test_a_stuck_chain_is_counted_whatever_the_thinning():
 
 
 def test_print_summary_counts_divergences_with_thinning(capsys):
-    kernel = SGLD(_stuck_model, step_size=0.1, init_strategy=init_to_value(values={"x": 0.0}))
+    # at h = 1 a proposal from x <= 1 lands beyond 1, and is rejected, about half the time:
+    # a recorded step is flagged with that probability
+    kernel = SGLD(_stuck_model, step_size=1.0, init_strategy=init_to_value(values={"x": 0.0}))
     mcmc = MCMC(kernel, num_warmup=0, num_samples=2000, thinning=100, progress_bar=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

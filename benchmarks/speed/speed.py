@@ -67,7 +67,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax, random
-from jax.flatten_util import ravel_pytree
 from numpyro.infer import MCMC, init_to_sample
 from numpyro_sgrld.models import bnn
 from numpyro_sgrld.models import logistic_regression as lr
@@ -87,6 +86,7 @@ from numpyro_sgrld import (
     gradients,
     priors,
 )
+from numpyro_sgrld._tree import tree_normal
 from numpyro_sgrld.metrics import shampoo_block_shapes
 
 FRICTION, DECAY, EPS, ALPHA2, MONGE_DECAY = 0.1, 0.99, 1e-8, 1.0, 0.9
@@ -189,9 +189,11 @@ def _tree_dot(a, b):
 
 def _normal_like(key, tree):
     # one draw over all entries, as BlackJAX draws its noise (and the kernels do): faster on
-    # XLA:CPU than one draw per leaf
-    flat, unravel = ravel_pytree(tree)
-    return unravel(random.normal(key, flat.shape, flat.dtype))
+    # XLA:CPU than one draw per leaf. The kernels' own function, so that the two draw the
+    # same values the same way: its random bits are cut into the leaves before they become
+    # normals (`jax.random.normal` of the flat vector, cut afterwards, gives the same values
+    # but XLA's cost analysis counts the whole vector's conversion once per leaf)
+    return tree_normal(key, tree)
 
 
 SHAMPOO_DECAY, SHAMPOO_EPS, SHAMPOO_INTERVAL, SHAMPOO_BLOCK = 0.99, 1e-8, 100, 128

@@ -13,7 +13,7 @@ from jax import random
 from jax.flatten_util import ravel_pytree
 
 from numpyro_sgrld._integrator_base import BiasLaw, Rescale
-from numpyro_sgrld._step import StepInputs, context, step
+from numpyro_sgrld._step import StepInputs, context, start, step
 from numpyro_sgrld._traits import trait
 from numpyro_sgrld.adaptation import (
     init_step_size,
@@ -49,9 +49,9 @@ def adapt(spec, state, est, target, idx, batch_state, key, preconditioner, ok):
     :mod:`numpyro_sgrld.adaptation`)."""
     key, key_direction = random.split(key)
     idx2, _ = spec.draw(key, batch_state)
-    grad2 = spec.gradient.estimate(state.z, idx2, state.gradient_state, target).grad
+    grad2 = spec.gradient.estimate(start(state), idx2, state.gradient_state, target).grad
     rho, y, stiffness = rayleigh(
-        state.adaptation.direction, state.z, preconditioner, hvp(target, idx),
+        state.adaptation.direction, start(state), preconditioner, hvp(target, idx),
         est.grad, grad2, bias_weights(spec), spec.temperature,
         with_noise=phases(state.i, state.adaptation.num_warmup)[0],
         target=stage_target(state.i, state.adaptation.num_warmup, spec.target_bias),
@@ -95,7 +95,7 @@ def learn(spec, state, z, target, idx, est, adaptation, warmup, sampler_state, k
     in_windows = (i >= first_window_start(adaptation.num_warmup)) & (
         i < final_window_start(adaptation.num_warmup))
     curvature = hessian_diagonal_estimate(
-        lambda x, b: target.potential(x, b)[0], state.z, idx, key_curv
+        lambda x, b: target.potential(x, b)[0], start(state), idx, key_curv
     )
     updated = update_preconditioner(warmup, z, curvature)
     warmup = jax.tree.map(lambda new, old: jnp.where(in_windows, new, old), updated, warmup)
@@ -194,9 +194,10 @@ def init_warmup(spec, key, z, est, sampler_state, target, idx, num_warmup):
 def transition(spec, state, target, adapting=None):
     """One transition from ``state``: its keys (three, five with a warm-up: a split's cost
     grows with its keys), its minibatch, the step (:func:`numpyro_sgrld._step.step`) and,
-    with a warm-up (``state.adaptation``), during it: the rejection of steps that climb too
-    steeply, the adaptation's update, the integrator's momentum rescaled to the new step, and
-    the learnt preconditioner's statistics. ``adapting`` is whether this is a warm-up step
+    with a warm-up (``state.adaptation``), during it: the check of each proposal on its own
+    minibatch and the rejection of steps that climb too steeply, the adaptation's update,
+    the integrator's momentum rescaled to the new step, and the learnt preconditioner's
+    statistics. ``adapting`` is whether this is a warm-up step
     (given unbatched for vectorised chains, so that the warm-up's branches stay branches)."""
     key_next, key_idx, key_step, *keys = jax.random.split(
         state.rng_key, 3 if state.adaptation is None else 5)
@@ -205,8 +206,8 @@ def transition(spec, state, target, adapting=None):
         return step(spec, state, StepInputs(target, idx, batch_state, key_step, key_next))[0]
     if adapting is None:
         adapting = state.i < state.adaptation.num_warmup
-    inputs = StepInputs(target, idx, batch_state, key_step, key_next,
-                        lambda a, b: adapting & too_steep(a, b, spec.temperature))
+    inputs = StepInputs(target, idx, batch_state, key_step, key_next, adapting,
+                        lambda a, b: too_steep(a, b, spec.temperature))
     new, info = step(spec, state, inputs)
     adaptation = jax.lax.cond(
         adapting,
@@ -224,7 +225,7 @@ def transition(spec, state, target, adapting=None):
     if warmup is not None:
         adaptation, warmup, sampler_state, gradient_state = jax.lax.cond(
             adapting,
-            lambda: learn(spec, state, new.z, target, idx, info.estimate, adaptation, warmup,
+            lambda: learn(spec, state, start(new), target, idx, info.estimate, adaptation, warmup,
                           sampler_state, keys[1]),
             lambda: (adaptation, warmup, sampler_state, gradient_state),
         )
