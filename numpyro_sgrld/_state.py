@@ -50,14 +50,15 @@ class SGState(NamedTuple):
       window's statistics (:class:`~numpyro_sgrld.warmup.PreconditionerWarmup`); ``None``
       otherwise. The learnt preconditioner itself is ``sampler_state.metric.scale`` (its
       diagonal) and ``sampler_state.metric.factor`` (a root of it, where it is dense).
-    - **proposal** – with ``check_proposal`` (the default), the position the last step
-      proposed from ``z``: the next step evaluates the minibatch potential and its gradient
-      there and moves ``z`` to it only if both are finite, else the chain goes back to ``z``
-      (:func:`numpyro_sgrld._step.step`); ``None`` without ``check_proposal``, where the next
-      step starts from ``z``.
     - **monitor** – when ``numpyro.infer.MCMC``'s own loop runs the kernel, the run's streaming
       moments for the verdict at its end (:class:`~numpyro_sgrld.monitor.RunMonitor`);
       ``None`` otherwise.
+    - **proposal** – with ``check_proposal`` (the default), the position the last step
+      proposed from ``z``: the next step evaluates the minibatch potential and its gradient
+      there and moves ``z`` to it only if both are finite, else the chain goes back to ``z``
+      (:func:`numpyro_sgrld._step.step`); ``None`` without ``check_proposal`` and for the
+      cyclical presets (which check each proposal at once), where the next step starts from
+      ``z``.
     """
 
     i: Any

@@ -26,6 +26,7 @@ statistic in the moving average (a metric without it cannot carry the correction
 from numpyro_sgrld._acceptance import Averages
 from numpyro_sgrld.metrics._base import (
     Aux,
+    Learnt,
     Metric,
     Preconditioner,
     Restart,
@@ -56,6 +57,7 @@ __all__ = [
     "Aux",
     "Averages",
     "WarmStart",
+    "Learnt",
     "Restart",
     "identity",
     "diagonal",

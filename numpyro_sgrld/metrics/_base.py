@@ -52,8 +52,8 @@ class Metric(NamedTuple):
     :class:`~numpyro_sgrld.correction.Lag` (the Γ correction's moving average) or
     :class:`~numpyro_sgrld.correction.NoLag` (why there is none),
     :class:`~numpyro_sgrld._acceptance.Averages` (a state that stays finite with the gradient),
-    :class:`Aux` (auxiliary values read from the model), :class:`WarmStart` and
-    :class:`Restart`."""
+    :class:`Aux` (auxiliary values read from the model), :class:`WarmStart`,
+    :class:`Restart` and :class:`Learnt`."""
 
     init: Callable
     update: Callable
@@ -80,6 +80,13 @@ class WarmStart(NamedTuple):
     the gradient itself is zero. ``context`` is the :class:`StepContext` of the first step."""
 
     fn: Callable
+
+
+class Learnt(NamedTuple):
+    """A metric's trait: warm-up learns it when the step size is adapted
+    (:func:`~numpyro_sgrld.metrics.learnt`, :func:`~numpyro_sgrld.metrics.learnt_diagonal`):
+    the state's ``scale`` (and, where dense, ``factor``) becomes the estimate of each slow
+    window's statistics at the window's end (:mod:`numpyro_sgrld.warmup`)."""
 
 
 class Restart(NamedTuple):

@@ -9,6 +9,7 @@ from jax.flatten_util import ravel_pytree
 from numpyro_sgrld._acceptance import Averages
 from numpyro_sgrld.correction import NoLag
 from numpyro_sgrld.metrics._base import (
+    Learnt,
     Metric,
     Preconditioner,
     _same,
@@ -104,7 +105,8 @@ def learnt_diagonal() -> Metric:
     def update(grad, state, position, context=None):
         return _scaled(lambda t: state.scale), state
 
-    return Metric(init, update, name="learnt_diagonal", traits=(Averages(), _CONSTANT))
+    return Metric(init, update, name="learnt_diagonal",
+                  traits=(Averages(), _CONSTANT, Learnt()))
 
 
 class LearntState(NamedTuple):
@@ -158,4 +160,4 @@ def learnt(dense_max_dim=DENSE_MAX_DIM) -> Metric:
             return _scaled(lambda t: state.scale), state
         return _dense(state.factor, ravel_pytree(position)[1]), state
 
-    return Metric(init, update, name="learnt", traits=(Averages(), _CONSTANT))
+    return Metric(init, update, name="learnt", traits=(Averages(), _CONSTANT, Learnt()))

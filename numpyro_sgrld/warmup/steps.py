@@ -29,7 +29,7 @@ from numpyro_sgrld.gradients import (
     hessian_diagonal_estimate,
     shared_flag,
 )
-from numpyro_sgrld.metrics import Restart
+from numpyro_sgrld.metrics import Learnt, Restart
 from numpyro_sgrld.warmup.preconditioner import (
     init_preconditioner,
     preconditioner_factor,
@@ -81,7 +81,7 @@ def capped(spec, adaptation):
 def learns_metric(metric):
     """Whether warm-up learns ``metric`` (:func:`~numpyro_sgrld.metrics.learnt`, or the
     constant part of :func:`~numpyro_sgrld.metrics.whitened`) when the step is adapted."""
-    return metric.name in ("learnt", "learnt_diagonal") or trait(metric, Restart) is not None
+    return trait(metric, Learnt) is not None or trait(metric, Restart) is not None
 
 
 def learn(spec, state, z, target, idx, est, adaptation, warmup, sampler_state, key):
