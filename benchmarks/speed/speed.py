@@ -66,7 +66,10 @@ from unittest import mock
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro
+import numpyro.distributions as dist
 from jax import lax, random
+from numpyro.distributions import constraints
 from numpyro.infer import MCMC, init_to_sample
 from numpyro_sgrld.models import bnn
 from numpyro_sgrld.models import logistic_regression as lr
@@ -138,15 +141,18 @@ def _mlp_params(key, sizes):
     return params
 
 
-def _mlp(seed=0, batch=100, width=400, n_data=60_000):
-    sizes = (784, width, width, 10)
+def _mlp(seed=0, batch=100, width=400, n_data=60_000, inputs=784, formula=False):
+    """Yu et al.'s MLP ``inputs``-``width``-``width``-10 on random MNIST-shaped data. The model
+    is the Haiku BNN with He-scaled Gaussian priors (``bnn.mlp_classifier``), or with
+    ``formula`` one whose density is the hand loops' ``logprior`` and ``loglik`` term for term
+    (flat sites and a ``numpyro.factor``: no argument validation, no other prior code), for
+    counts of what a kernel adds to the update."""
+    sizes = (inputs, width, width, 10)
     rng = np.random.default_rng(seed)
-    X = rng.random((n_data, 784), dtype=np.float32)
+    X = rng.random((n_data, inputs), dtype=np.float32)
     y = rng.integers(0, 10, n_data).astype(np.int32)
-    scales = {
-        k: float(priors.he_scale(v.shape))
-        for k, v in _mlp_params(random.PRNGKey(0), sizes).items()
-    }
+    init = _mlp_params(random.PRNGKey(1), sizes)
+    scales = {k: float(priors.he_scale(v.shape)) for k, v in init.items()}
 
     def logprior(params):
         return sum(-0.5 * jnp.sum((params[k] / scales[k]) ** 2) for k in params)
@@ -162,18 +168,26 @@ def _mlp(seed=0, batch=100, width=400, n_data=60_000):
         logp = jax.nn.log_softmax(net(params, x))
         return jnp.sum(jax.nn.one_hot(y, sizes[-1]) * logp)
 
+    def formula_model(X, y):
+        params = {k: numpyro.sample(k, dist.ImproperUniform(constraints.real, (), v.shape))
+                  for k, v in init.items()}
+        numpyro.factor("prior", logprior(params))
+        with numpyro.plate("data", X.shape[0], subsample_size=batch) as idx:
+            numpyro.sample("y", dist.Categorical(logits=net(params, X[idx])), obs=y[idx])
+
+    model = partial(bnn.mlp_classifier, hidden=(width, width), subsample_size=batch)
     return dict(
         name="mlp",
-        title=f"MLP 784-{width}-{width}-10, N = {n_data:,}, minibatch {batch}",
+        title=f"MLP {inputs}-{width}-{width}-10, N = {n_data:,}, minibatch {batch}",
         X=jnp.asarray(X),
         y=jnp.asarray(y),
         batch=batch,
         step=1e-6,
-        init=_mlp_params(random.PRNGKey(1), sizes),
+        init=init,
         logprior=logprior,
         loglik=loglik,
-        model=partial(bnn.mlp_classifier, hidden=(width, width), subsample_size=batch),
-        init_strategy=init_to_sample,
+        model=formula_model if formula else model,
+        init_strategy=None if formula else init_to_sample,
         t1=100,
         t2=600,
     )
