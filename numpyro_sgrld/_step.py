@@ -122,9 +122,8 @@ def step(spec, state, inputs):
     the potential there, on that step's minibatch (no further forward pass): :math:`\theta'`
     is held as the state's ``proposal`` and becomes ``z`` once its potential, gradient and
     entries are found finite; if they are not, the chain goes back to ``z`` and that step is
-    rejected. With
-    ``inputs.check_now`` (warm-up), the potential at :math:`\theta'` on the same minibatch
-    :math:`B` is checked at once as well, with ``inputs.reject``."""
+    rejected. With ``inputs.check_now`` (warm-up), the potential at :math:`\theta'` on the
+    same minibatch :math:`B` is checked at once as well, with ``inputs.reject``."""
     target, idx = inputs.target, inputs.idx
     position = start(state)
     est = spec.gradient.estimate(position, idx, state.gradient_state, target)
