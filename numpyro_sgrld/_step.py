@@ -15,7 +15,6 @@ for NumPyro (model set-up, minibatch indices, chains, postprocessing).
 """
 
 from collections.abc import Callable
-from functools import partial
 from typing import Any, NamedTuple
 
 import jax
@@ -149,8 +148,10 @@ def step(spec, state, inputs):
         here = tree_where(ready, position, state.z)
         landed = True
         if inputs.check_now is not None:
+            # the proposal's entries too: accept_pending leaves them to the next step
             landed = jax.lax.cond(
-                inputs.check_now, partial(_lands, target, idx, est, inputs.reject),
+                inputs.check_now,
+                lambda z: _lands(target, idx, est, inputs.reject, z) & tree_all_finite(z),
                 lambda z: jnp.ones((), bool), z)
         ok, sampler_state = accept_pending(ready, landed, sampler_state, state.sampler_state,
                                            averages)
@@ -183,10 +184,10 @@ def _when(flag, reject):
 
 
 def _lands(target, idx, est, reject, z):
-    """Whether ``z`` and the minibatch potential there are finite (and, with ``reject``, not
-    rejected against the potential at the step's start)."""
+    """Whether the minibatch potential at ``z`` is finite (and, with ``reject``, not rejected
+    against the potential at the step's start); ``z``'s entries are checked by the caller."""
     value = target.potential(z, idx)[0]
-    landed = jnp.isfinite(value) & tree_all_finite(z)
+    landed = jnp.isfinite(value)
     if reject is not None:
         start_value = est.value if est.batch_value is None else est.batch_value
         landed = landed & ~reject(start_value, value)
