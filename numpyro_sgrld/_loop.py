@@ -15,21 +15,34 @@ docs/benchmarks.md, "Sampling loop").
 step ``start + (k + 1) * thinning - 1``, ``start = lower + (upper - lower) % thinning``; the
 same collection size, zero-filled beyond the draws) but
 
-- evaluates the transform and writes the draw only on the steps it keeps, with no branch in
-  its loop over steps: an outer loop over kept draws around an inner loop of ``thinning``
-  steps (NumPyro's loop evaluates the transform on every step and writes on every step of a
-  thinning window under a ``lax.cond``, the last write winning; on a GPU a ``conditional``
-  costs a host synchronisation per step), and
+- evaluates the transform and writes draws only for the steps it keeps, with no branch in
+  its loop over steps (NumPyro's loop evaluates the transform on every step and writes on
+  every step of a thinning window under a ``lax.cond``, the last write winning; on a GPU a
+  ``conditional`` costs a host synchronisation per step), and
 - with the progress bar on, runs ``progress_rate`` steps per compiled call (one dispatch per
   progress update instead of one per step).
 
-The loop is compiled once per (step function, transform) pair (the objects ``MCMC`` caches per
-instance) and shapes; the run length and ``thinning`` are traced arguments, so a run of another
-length with the same collection size does not recompile. A loop traced inside a JAX
-transformation (``MCMC.run`` under ``jax.jit`` or ``pmap``) is not cached: its step function
-holds tracers. ``MCMC`` uses this loop only after the opt-in
-:func:`numpyro_sgrld.enable_fast_sampling_loop` (:mod:`numpyro_sgrld._compat`), and then only for
-:class:`~numpyro_sgrld.SGMCMC` instances; every other kernel keeps NumPyro's loop.
+Two loops do this, chosen by :data:`GROUP` (by default by the backend):
+
+- on a CPU, :func:`_segment_loop`: an outer loop over kept draws around an inner loop of
+  ``thinning`` steps, the transform once per kept draw;
+- on an accelerator, :func:`_grouped_loop`: the steps in groups of 16, an inner loop whose
+  trip count XLA knows (on a GPU a loop whose trip count is a traced value reads its
+  condition on the host at every iteration, that is at every step of the inner loop over a
+  thinning window), a kept step's state set aside and the transform evaluated after a group
+  that kept any (``ceil(16 / thinning)`` evaluations per such group, as many as a group can
+  keep; one ``conditional`` per group). Each compiled call computes up to 15 steps more than it
+  runs and drops them (its last group's surplus). On a CPU it costs more per step than the
+  segment loop (docs/scaling.md).
+
+Both give the same draws. The loop is compiled once per (step function, transform) pair (the
+objects ``MCMC`` caches per instance), shapes and group size; the run length and ``thinning``
+are traced arguments, so a run of another length with the same collection size does not
+recompile. A loop traced inside a JAX transformation (``MCMC.run`` under ``jax.jit`` or
+``pmap``) is not cached: its step function holds tracers. ``MCMC`` uses this loop only after
+the opt-in :func:`numpyro_sgrld.enable_fast_sampling_loop` (:mod:`numpyro_sgrld._compat`), and
+then only for :class:`~numpyro_sgrld.SGMCMC` instances; every other kernel keeps NumPyro's
+loop.
 """
 
 import inspect
@@ -101,7 +114,111 @@ def _window(val, since):
     return (state,) + tuple(val[1:]) if _plain_tuple(val) else state
 
 
-def _sample_loop(body_fun, transform, lo, hi, val, collection, start, thinning, since):
+#: Steps per iteration of the loop over steps: ``None`` chooses by the backend (16 on an
+#: accelerator, 0 on a CPU); ``n > 0`` runs the steps in groups of ``n``, a constant, so that
+#: XLA knows the inner loop's trip count (:func:`_grouped_loop`: on a GPU a loop whose trip
+#: count is a traced value reads its condition on the host at every iteration); 0 runs an
+#: outer loop over kept draws around an inner loop of ``thinning`` steps
+#: (:func:`_segment_loop`, the cheaper one on a CPU, where a loop's condition is read where it
+#: runs).
+GROUP = None
+#: Steps per group on an accelerator when :data:`GROUP` is ``None``.
+ACCELERATOR_GROUP = 16
+#: The most memory the states held back for recording in one group may take.
+PENDING_BYTES = 256 * 2**20
+
+
+def _steps_per_group():
+    """:data:`GROUP`, or by the default backend when it is ``None``."""
+    if GROUP is not None:
+        return int(GROUP)
+    return 0 if jax.default_backend() == "cpu" else ACCELERATOR_GROUP
+
+
+def _group_sizes(state, thinning, group):
+    """``(group, slots)``: steps per group (at most ``group``) and how many of them can be
+    kept (at most ``ceil(group / thinning)``), so that ``slots`` states fit in
+    :data:`PENDING_BYTES`; ``(0, 0)`` for ``group = 0`` (:func:`_segment_loop`)."""
+    if group == 0:
+        return 0, 0
+    nbytes = sum(np.size(x) * jnp.result_type(x).itemsize for x in jax.tree.leaves(state))
+    fit = max(1, PENDING_BYTES // max(int(nbytes), 1))
+    group = int(min(group, fit * int(thinning)))
+    return group, int(min(group, -(-group // int(thinning))))
+
+
+def _with_state(val, state):
+    """``val`` (``(state, args, kwargs)``, ``(state,)`` or a state) with its state replaced."""
+    return (state,) + tuple(val[1:]) if _plain_tuple(val) else state
+
+
+def _loop_step(body_fun, hi, start, thinning, slots, j, carry):
+    """Step ``j`` of a group (:func:`_sample_loop`): ``carry`` is ``(first step's index, val,
+    since, pending states, their draw indices, how many are pending)``. The step's result is
+    taken where its index is below ``hi``; a kept step's state (its ``diverging`` covering its
+    thinning window) is set aside in the next free place."""
+    base, val, since, pending, index, count = carry
+    i = base + j
+    valid = i < hi
+    new = body_fun(val)
+    val = _with_state(new, jax.tree.map(partial(jnp.where, valid), _state_of(new),
+                                        _state_of(val)))
+    n = i - start + 1
+    kept = valid & (n > 0) & (n % thinning == 0)
+    windowed = _state_of(_window(val, since))
+    if since is not None:
+        since = jnp.where(valid & (kept | (i == start - 1)), _rejections(val), since)
+    slot = jnp.where(kept, count, slots)
+    pending = jax.tree.map(lambda buf, x: buf.at[slot].set(x, mode="drop"), pending, windowed)
+    index = index.at[slot].set(n // thinning - 1, mode="drop")
+    return base, val, since, pending, index, count + kept.astype(jnp.int32)
+
+
+def _grouped_loop(body_fun, transform, group, slots, lo, hi, val, collection, start, thinning,
+                  since):
+    """Steps ``lo .. hi - 1`` of ``body_fun``; the kept ones transformed into ``collection``.
+    Step ``i`` (the state after it) is kept as draw ``k`` when ``i - start + 1 = (k + 1)
+    thinning``. ``since`` is the rejection count at the previous record, or at ``start``
+    (``None`` for states without one).
+
+    The steps run in groups of ``group`` (a constant): an outer loop over the groups, an inner
+    loop of ``group`` steps whose trip count XLA knows, each step's result taken only where
+    ``i < hi`` (the last group's surplus steps are computed and dropped). A kept step's state is
+    set aside in one of ``slots`` places; after the group, if any was kept, each place is
+    transformed and written at its draw index (an unused place at an index past the end, which
+    drops the write). So ``body_fun`` and ``transform`` are traced once, the transform runs only
+    on kept steps (up to ``slots`` per group that keeps any), and the loop over steps has no
+    ``conditional`` (on a GPU one costs a device-to-host synchronisation per step).
+    """
+    leaves = jax.tree.leaves(collection)
+    size = leaves[0].shape[0] if leaves else 0
+    state = _state_of(val)
+    pending0 = jax.tree.map(lambda x: jnp.zeros((slots,) + jnp.shape(x), jnp.result_type(x)),
+                            state)
+    index0 = jnp.full(slots, size, jnp.int32)
+    step = partial(_loop_step, body_fun, hi, start, thinning, slots)
+
+    def record(args):
+        val, pending, index, collection = args
+
+        def one(q, collection):
+            s = jax.tree.map(lambda buf: buf[q], pending)
+            return _record(transform, collection, _with_state(val, s), index[q], None)
+
+        return lax.fori_loop(0, slots, one, collection)
+
+    def run_group(g, carry):
+        val, collection, since = carry
+        carry = (lo + g * group, val, since, pending0, index0, jnp.int32(0))
+        _, val, since, pending, index, count = lax.fori_loop(0, group, step, carry)
+        collection = lax.cond(count > 0, record, lambda args: args[-1],
+                              (val, pending, index, collection))
+        return val, collection, since
+
+    return lax.fori_loop(0, (hi - lo + group - 1) // group, run_group, (val, collection, since))
+
+
+def _segment_loop(body_fun, transform, lo, hi, val, collection, start, thinning, since):
     """Steps ``lo .. hi - 1`` of ``body_fun``; the kept ones transformed into ``collection``.
     ``since`` is the rejection count at the previous record (or ``None`` for states without
     one).
@@ -150,13 +267,16 @@ def _sample_loop(body_fun, transform, lo, hi, val, collection, start, thinning, 
     return lax.fori_loop(s_lo, s_hi, segment, (val, collection, since))
 
 
-def _compiled(body_fun, transform, traced=False):
-    """The jitted loop of ``(body_fun, transform)``; cached unless ``traced`` (the functions
-    then close over tracers, which a cache would keep alive after the trace ends)."""
-    make = partial(jax.jit, partial(_sample_loop, body_fun, transform), donate_argnums=(3,))
+def _compiled(body_fun, transform, group, slots, traced=False):
+    """The jitted loop of ``(body_fun, transform)``: :func:`_grouped_loop` in groups of
+    ``group`` steps, or :func:`_segment_loop` for ``group = 0``; cached unless ``traced`` (the
+    functions then close over tracers, which a cache would keep alive after the trace ends)."""
+    loop = (partial(_grouped_loop, body_fun, transform, group, slots) if group
+            else partial(_segment_loop, body_fun, transform))
+    make = partial(jax.jit, loop, donate_argnums=(3,))
     if traced:
         return make()
-    return lru_get(_loops, (body_fun, transform), make, _MAX_LOOPS)
+    return lru_get(_loops, (body_fun, transform, group, slots), make, _MAX_LOOPS)
 
 
 def _empty_collection(transform, init_val, size):
@@ -235,7 +355,8 @@ def collect(
     start = lower + (upper - lower) % thinning
     collection = _empty_collection(transform, init_val, collection_size)
     traced = _under_transform((init_val, collection))
-    run = _compiled(body_fun, transform, traced)
+    sizes = _group_sizes(_state_of(init_val), thinning, _steps_per_group())
+    run = _compiled(body_fun, transform, *sizes, traced)
     start, thin = np.int32(start), np.int32(thinning)
     since = _rejections(init_val)
     # the run in two parts where the step-size adaptation's warm-up ends, to count the

@@ -59,7 +59,7 @@ def _mcmc(kernel_cls=SGLD, **kw):
     return MCMC(kernel, num_warmup=0, num_samples=200, progress_bar=False, **kw)
 
 
-OUR_LOOP, NUMPYRO_LOOP = "jit(_sample_loop)", "jit(_fori_collect_loop)"
+OUR_LOOP, NUMPYRO_LOOP = "jit(_segment_loop)", "jit(_fori_collect_loop)"  # a CPU's loop
 
 
 @pytest.fixture

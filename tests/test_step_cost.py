@@ -45,3 +45,31 @@ def test_a_checked_step_costs_at_most_five_percent_more_than_the_update_by_hand(
         return new, p["loglik"](new if name == "SGLD" else new[0], X, y)
 
     assert _flops(hand_and_forward, random.PRNGKey(0)) > 1.05 * by_hand
+
+
+def test_the_sampling_loop_adds_at_most_two_percent_to_a_step(speed):
+    """One step of the kernels' grouped sampling loop (``_loop._loop_step``: the step, the
+    selection that drops a group's surplus step, the state set aside when kept) against the
+    step alone, at ``thinning=1`` (every step set aside)."""
+    import jax.numpy as jnp
+
+    from numpyro_sgrld import _loop
+
+    p = speed._mlp(batch=BATCH, width=64, n_data=2_000, inputs=50, formula=True)
+    args = (p["X"], p["y"])
+    kernel = speed._kernel(speed.KERNELS["SGLD"], p)
+    state = kernel.init(random.PRNGKey(0), 0, None, args, {})
+    val = (state, args, {})
+
+    def body(v):
+        return (kernel.sample(v[0], v[1], {}),) + tuple(v[1:])
+
+    group, slots = _loop._group_sizes(state, 1, 16)
+    pending = jax.tree.map(lambda x: jnp.zeros((slots,) + x.shape, x.dtype), state)
+    carry = (jnp.int32(0), val, state.num_rejected, pending, jnp.full(slots, 8, jnp.int32),
+             jnp.int32(0))
+    in_loop = _flops(lambda j, c: _loop._loop_step(body, jnp.int32(100), jnp.int32(0),
+                                                   jnp.int32(1), slots, j, c),
+                     jnp.int32(3), carry)
+    alone = _flops(body, val)
+    assert alone < in_loop <= 1.02 * alone, in_loop / alone

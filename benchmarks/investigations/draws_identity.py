@@ -4,6 +4,10 @@ NumPyro's loop and on the kernels' own loop, and at its defaults on the kernels'
 
     python benchmarks/investigations/draws_identity.py save before.npz   # before the change
     python benchmarks/investigations/draws_identity.py check before.npz  # after it
+    python benchmarks/investigations/draws_identity.py check before.npz 16  # the grouped loop
+
+A third argument sets the kernels' loop (``numpyro_sgrld._loop.GROUP``: 0 the segment loop, a
+CPU's default; 16 the grouped loop, an accelerator's).
 
 ``check`` lists the configurations whose draws differ in any bit (none: the change kept every
 draw), and exits with status 1 when one does. It also checks that, at a fixed step, the two
@@ -45,8 +49,12 @@ def draws():
 
 
 def main(argv):
-    if len(argv) != 2 or argv[0] not in ("save", "check"):
+    if len(argv) not in (2, 3) or argv[0] not in ("save", "check"):
         sys.exit(__doc__)
+    if len(argv) == 3:
+        from numpyro_sgrld import _loop
+
+        _loop.GROUP = int(argv[2])
     warnings.simplefilter("ignore")
     got = draws()
     loops = [k for k in got if k.endswith("|False")

@@ -46,7 +46,7 @@ def compile_seconds(kernel, args, alone=False):
     collection = _loop._empty_collection(transform, state, 8)
     loop_args = (np.int32(0), np.int32(40), state, collection, np.int32(0), np.int32(5),
                  state.num_rejected)
-    return _timed(jax.jit(partial(_loop._sample_loop, body, transform)).lower(*loop_args))
+    return _timed(jax.jit(partial(_loop._segment_loop, body, transform)).lower(*loop_args))
 
 
 def _timed(lowered):

@@ -21,13 +21,17 @@ Sections, in this order (the first ones are what the acceptance reads), each wri
    minibatch 100: hand SGLD (twice: the run's own noise), SGHMC and pSGLD, and SGLD, SGHMC,
    PSGLD at their defaults and at a fixed step, SGLD at a fixed step without the proposal
    check;
-2. ``shampoo``: the same MLP: hand SGLD and Shampoo SGLD, ShampooSGLD at its defaults and at
+2. ``group``: the same MLP, SGLD at a fixed step on the kernels' segment loop (a CPU's
+   default, ``numpyro_sgrld._loop.GROUP = 0``) and on the grouped loop with 4, 16 (an
+   accelerator's default) and 64 steps per group, and the kernel's step in a hand-written
+   ``lax.scan`` (``speed.ours_in_scan``), against hand SGLD: what the loop's host reads cost;
+3. ``shampoo``: the same MLP: hand SGLD and Shampoo SGLD, ShampooSGLD at its defaults and at
    a fixed step;
-3. ``presets``: the same MLP, every other preset at its defaults;
-4. ``mlp1000``: minibatch 1,000: hand SGLD, SGHMC, pSGLD; SGLD, SGHMC, PSGLD, ShampooSGLD;
-5. ``conv``: a conv net (two 3×3 convolutions, 16 and 32 channels, stride 2, ReLU, a dense
+4. ``presets``: the same MLP, every other preset at its defaults;
+5. ``mlp1000``: minibatch 1,000: hand SGLD, SGHMC, pSGLD; SGLD, SGHMC, PSGLD, ShampooSGLD;
+6. ``conv``: a conv net (two 3×3 convolutions, 16 and 32 channels, stride 2, ReLU, a dense
    layer to 10 classes) on 28×28 images, minibatch 100: hand SGLD; SGLD, SGHMC, PSGLD;
-6. ``chains``: 1, 4 and 16 vectorised SGLD chains on the MLP, minibatch 100 (fixed step).
+7. ``chains``: 1, 4 and 16 vectorised SGLD chains on the MLP, minibatch 100 (fixed step).
 
 A marginal cost below the run's own noise shows as a negative or erratic number (the
 defaults' warm-up is part of both run lengths): the table marks a marginal that is not
@@ -52,7 +56,7 @@ from numpyro.infer import MCMC, init_to_sample
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import speed  # noqa: E402
 
-from numpyro_sgrld import fast_sampling_loop  # noqa: E402
+from numpyro_sgrld import _loop, fast_sampling_loop  # noqa: E402
 from numpyro_sgrld.kernels import KERNELS  # noqa: E402
 
 HAND_OF = {"SGLD": "hand sgld", "SGHMC": "hand sghmc", "PSGLD": "hand psgld",
@@ -124,6 +128,18 @@ def fixed(name, p, **kw):
     return speed.ours(partial(KERNELS[name], **kw), p)
 
 
+def with_group(run, group):
+    """``run`` with ``group`` steps per iteration of the kernels' loop over steps."""
+    def grouped(t, key):
+        default, _loop.GROUP = _loop.GROUP, group
+        try:
+            return run(t, key)
+        finally:
+            _loop.GROUP = default
+
+    return grouped
+
+
 def _first_call(run, t):
     start = time.perf_counter()
     jax.block_until_ready(run(t, random.PRNGKey(0)))
@@ -175,6 +191,15 @@ def sections(quick, warmup):
                                                                 check_proposal=False)
         return p, runs
 
+    def group():
+        p = mlp(100)
+        runs = {"hand sgld": speed.hand_written("sgld", p),
+                "SGLD (fixed step) in lax.scan": speed.ours_in_scan(KERNELS["SGLD"], p)}
+        runs["SGLD (fixed step, segment loop)"] = with_group(fixed("SGLD", p), 0)
+        runs.update({f"SGLD (fixed step, {g} steps per group)": with_group(fixed("SGLD", p), g)
+                     for g in (4, 16, 64)})
+        return p, runs
+
     def shampoo():
         p = mlp(100)
         runs = {h: speed.hand_written(h.removeprefix("hand "), p)
@@ -211,8 +236,8 @@ def sections(quick, warmup):
                      for c in (1, 4, 16)})
         return p, runs
 
-    return {"mlp100": mlp100, "shampoo": shampoo, "presets": presets, "mlp1000": mlp1000,
-            "conv": conv, "chains": chains}
+    return {"mlp100": mlp100, "group": group, "shampoo": shampoo, "presets": presets,
+            "mlp1000": mlp1000, "conv": conv, "chains": chains}
 
 
 def table(rows):
@@ -237,7 +262,7 @@ def main(argv=None):
                     help="every section on a small MLP (784-32-32-10, N = 2,000) and short "
                     "runs: a check of the script, on a CPU too")
     ap.add_argument("--sections", nargs="+", default=None,
-                    choices=["mlp100", "shampoo", "presets", "mlp1000", "conv", "chains"],
+                    choices=["mlp100", "group", "shampoo", "presets", "mlp1000", "conv", "chains"],
                     help="run only these sections (default all, in the documented order)")
     ap.add_argument("--out", default=None, help="JSON lines, one per contender, as they come")
     ap.add_argument("--table", default=None, help="the Markdown table, at the end")
