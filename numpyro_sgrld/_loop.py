@@ -15,10 +15,11 @@ docs/benchmarks.md, "Sampling loop").
 step ``start + (k + 1) * thinning - 1``, ``start = lower + (upper - lower) % thinning``; the
 same collection size, zero-filled beyond the draws) but
 
-- evaluates the transform and writes draws only for the steps it keeps, with no branch in
-  its loop over steps (NumPyro's loop evaluates the transform on every step and writes on
-  every step of a thinning window under a ``lax.cond``, the last write winning; on a GPU a
-  ``conditional`` costs a host synchronisation per step), and
+- evaluates the transform and writes draws only where steps are kept (per kept draw, or per
+  place a group sets aside, below), with no branch in its loop over steps (NumPyro's loop
+  evaluates the transform on every step and writes on every step of a thinning window under
+  a ``lax.cond``, the last write winning; on a GPU a ``conditional`` costs a host
+  synchronisation per step), and
 - with the progress bar on, runs ``progress_rate`` steps per compiled call (one dispatch per
   progress update instead of one per step).
 
