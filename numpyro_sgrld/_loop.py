@@ -104,6 +104,11 @@ def _adaptive_steps(val, upper):
     return min(max(left, 0), upper)
 
 
+def _with_state(val, state):
+    """``val`` (``(state, args, kwargs)``, ``(state,)`` or a state) with its state replaced."""
+    return (state,) + tuple(val[1:]) if _plain_tuple(val) else state
+
+
 def _window(val, since):
     """``val`` whose ``diverging`` says whether any step since the previous recorded draw (the
     count ``since``) was rejected, not only the recorded step: with ``thinning`` a rejected
@@ -111,8 +116,7 @@ def _window(val, since):
     if since is None:
         return val
     state = _state_of(val)
-    state = state._replace(diverging=state.num_rejected > since)
-    return (state,) + tuple(val[1:]) if _plain_tuple(val) else state
+    return _with_state(val, state._replace(diverging=state.num_rejected > since))
 
 
 #: Steps per iteration of the loop over steps: ``None`` chooses by the backend (16 on an
@@ -148,13 +152,8 @@ def _group_sizes(state, thinning, group):
     return group, int(min(group, -(-group // int(thinning))))
 
 
-def _with_state(val, state):
-    """``val`` (``(state, args, kwargs)``, ``(state,)`` or a state) with its state replaced."""
-    return (state,) + tuple(val[1:]) if _plain_tuple(val) else state
-
-
 def _loop_step(body_fun, hi, start, thinning, slots, j, carry):
-    """Step ``j`` of a group (:func:`_sample_loop`): ``carry`` is ``(first step's index, val,
+    """Step ``j`` of a group (:func:`_grouped_loop`): ``carry`` is ``(first step's index, val,
     since, pending states, their draw indices, how many are pending)``. The step's result is
     taken where its index is below ``hi``; a kept step's state (its ``diverging`` covering its
     thinning window) is set aside in the next free place."""
@@ -188,7 +187,7 @@ def _grouped_loop(body_fun, transform, group, slots, lo, hi, val, collection, st
     set aside in one of ``slots`` places; after the group, if any was kept, each place is
     transformed and written at its draw index (an unused place at an index past the end, which
     drops the write). So ``body_fun`` and ``transform`` are traced once, the transform runs only
-    on kept steps (up to ``slots`` per group that keeps any), and the loop over steps has no
+    after a group that kept a step (on its ``slots`` places), and the loop over steps has no
     ``conditional`` (on a GPU one costs a device-to-host synchronisation per step).
     """
     leaves = jax.tree.leaves(collection)
