@@ -298,6 +298,7 @@ class SGMCMC(MCMCKernel):
         self._axis_name = None  # CHAIN_AXIS with vectorised chains: the kernel's own vmap's
         self._jitted = {}
         self._run = None  # the run MCMC's own loop drives, for the verdict at its end
+        self._settled = {}  # settled gradient estimator -> _AfterWarmup
 
     @property
     def model(self):
@@ -387,11 +388,32 @@ class SGMCMC(MCMCKernel):
             proposal=z if spec.check_proposal and self._checks_proposal_next_step else None,
         )
 
-    def _sample_one(self, state, model_args, model_kwargs, adapting=None, step=None):
+    def _sample_one(self, state, model_args, model_kwargs, adapting=None, step=None,
+                    gradient=None):
         """One transition of one chain (:func:`numpyro_sgrld.warmup.steps.transition`);
-        ``step`` is its index, unbatched for vectorised chains."""
+        ``step`` is its index, unbatched for vectorised chains; ``gradient`` replaces the
+        spec's estimator (its settled form after warm-up, :meth:`_after_warmup`)."""
         target = self._target(model_args, model_kwargs, state.i if step is None else step)
-        return self._transition(self._spec, state, target, adapting)
+        spec = self._spec if gradient is None else self._spec._replace(gradient=gradient)
+        return self._transition(spec, state, target, adapting)
+
+    def _after_warmup(self, state):
+        """This kernel's transitions for the steps after the step-size adaptation's warm-up,
+        given the (concrete) state at its end: an object whose ``sample`` is :meth:`sample`
+        with ``adapting=False`` known when traced (none of the warm-up's branches:
+        :func:`~numpyro_sgrld.warmup.steps.transition`) and the gradient estimator in its
+        settled form (:attr:`~numpyro_sgrld.gradients.GradientEstimator.settled`: the
+        control variates on or off, no branch). The same transitions as :meth:`sample`'s;
+        the same object for the same settled form, so that a loop compiled for it is found
+        again. ``None`` without a step-size adaptation (nothing to settle)."""
+        if state.adaptation is None or self._spec is None:
+            return None
+        gradient = self._spec.gradient
+        if gradient.settled is not None:
+            gradient = gradient.settled(state.gradient_state)
+        if gradient not in self._settled:  # one per settled form: the spec is read when traced
+            self._settled[gradient] = _AfterWarmup(self, gradient)
+        return self._settled[gradient]
 
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
         model_kwargs = {} if model_kwargs is None else model_kwargs
@@ -446,7 +468,11 @@ class SGMCMC(MCMCKernel):
         return run_verdict.arm(self, state, num_warmup, vectorized)
 
     def sample(self, state, model_args, model_kwargs):
-        new = self._sample_fn(state, model_args, model_kwargs)
+        return self._observed(state, self._sample_fn(state, model_args, model_kwargs))
+
+    def _observed(self, state, new):
+        """``new`` with the run's moments updated when ``MCMC``'s own loop drives the kernel
+        (:func:`~numpyro_sgrld._run_verdict.observe`)."""
         if state.monitor is not None and self._run is not None:
             new = run_verdict.observe(self, state, new)
         return new
@@ -486,15 +512,32 @@ def _draw(plates, sharding, key, batch_state):
     return idx, batch_state
 
 
-def _sample_vectorized(sample_one, state, model_args, model_kwargs):
+def _sample_vectorized(sample_one, state, model_args, model_kwargs, adapting=None,
+                       gradient=None):
     """``sample_one`` over a batch of chains. The chains step in lockstep, so whether they
     are in warm-up is one unbatched flag: the adaptation's ``lax.cond`` stays a branch (under
-    ``vmap`` a batched predicate would run both branches on every step)."""
-    adapting = None
-    if state.adaptation is not None:
+    ``vmap`` a batched predicate would run both branches on every step). ``adapting`` and
+    ``gradient`` as in :meth:`SGMCMC._sample_one` (``adapting=None``: from the state)."""
+    if adapting is None and state.adaptation is not None:
         adapting = state.i[0] < state.adaptation.num_warmup[0]
-    return jax.vmap(partial(sample_one, adapting=adapting, step=state.i[0]),
+    return jax.vmap(partial(sample_one, adapting=adapting, step=state.i[0], gradient=gradient),
                     in_axes=(0, None, None), axis_name=CHAIN_AXIS)(
         state, model_args, model_kwargs
     )
+
+
+class _AfterWarmup:
+    """A kernel's transitions after warm-up (:meth:`SGMCMC._after_warmup`): ``sample`` as
+    the kernel's, with ``adapting=False`` known when traced and ``gradient`` as its
+    estimator. What :func:`numpyro_sgrld._loop.collect` runs after the step-size
+    adaptation's warm-up on an accelerator."""
+
+    def __init__(self, kernel, gradient):
+        self.kernel, self.gradient = kernel, gradient
+
+    def sample(self, state, model_args, model_kwargs):
+        kernel = self.kernel
+        new = kernel._sample_fn(state, model_args, model_kwargs, adapting=False,
+                                gradient=self.gradient)
+        return kernel._observed(state, new)
 

@@ -129,8 +129,64 @@ def _window(val, since):
 GROUP = None
 #: Steps per group on an accelerator when :data:`GROUP` is ``None``.
 ACCELERATOR_GROUP = 16
+#: Copies of the step in one iteration of the grouped loop's inner loop (``lax.fori_loop``'s
+#: ``unroll``; the loop's trip count becomes ``group // UNROLL``, the rest in a second loop):
+#: fewer iterations for a larger program to compile.
+UNROLL = 1
 #: The most memory the states held back for recording in one group may take.
 PENDING_BYTES = 256 * 2**20
+
+
+#: Whether the steps after the step-size adaptation's warm-up run the kernel's transitions
+#: compiled for that phase (``_after_warmup``: none of the warm-up's branches, the control
+#: variates' switch resolved): ``None`` chooses by the backend (on an accelerator, where a
+#: ``conditional`` may cost a host synchronisation per step; on a CPU a branch costs less
+#: than compiling a second program).
+SETTLED = None
+
+
+def _settles():
+    """:data:`SETTLED`, or by the default backend when it is ``None``."""
+    if SETTLED is not None:
+        return bool(SETTLED)
+    return jax.default_backend() != "cpu"
+
+
+_settled_bodies = OrderedDict()
+
+
+def _settled_body(body_fun, val):
+    """``body_fun`` (``MCMC``'s ``partial`` with the kernel as its ``sampler``) with the
+    kernel's transitions after warm-up for the state in ``val`` (``_after_warmup``), or
+    ``None`` where the kernel has none; the same object for the same pair, so that its
+    compiled loop is found again."""
+    keywords = getattr(body_fun, "keywords", None) or {}
+    after = getattr(keywords.get("sampler"), "_after_warmup", None)
+    phase = None if after is None else after(_state_of(val))
+    if phase is None:
+        return None
+    return lru_get(_settled_bodies, (body_fun, phase),
+                   lambda: partial(body_fun.func, *body_fun.args,
+                                   **{**keywords, "sampler": phase}), _MAX_LOOPS)
+
+
+def _phased(run, body_fun, transform, sizes, adaptive):
+    """``run`` (a compiled loop, called ``(lo, hi, val, ...)``) for calls that start before
+    step ``adaptive``, the end of the step-size adaptation's warm-up; from there on the loop
+    of the kernel's transitions after warm-up (:func:`_settled_body`, found from the state
+    there), or ``run`` where there are none. A call never spans ``adaptive``
+    (:func:`collect` ends one there)."""
+    after = []
+
+    def phased(lo, hi, val, *rest):
+        if lo < adaptive:
+            return run(lo, hi, val, *rest)
+        if not after:
+            body = _settled_body(body_fun, val)
+            after.append(run if body is None else _compiled(body, transform, *sizes))
+        return after[0](lo, hi, val, *rest)
+
+    return phased
 
 
 def _steps_per_group():
@@ -174,8 +230,8 @@ def _loop_step(body_fun, hi, start, thinning, slots, j, carry):
     return base, val, since, pending, index, count + kept.astype(jnp.int32)
 
 
-def _grouped_loop(body_fun, transform, group, slots, lo, hi, val, collection, start, thinning,
-                  since):
+def _grouped_loop(body_fun, transform, group, slots, unroll, lo, hi, val, collection, start,
+                  thinning, since):
     """Steps ``lo .. hi - 1`` of ``body_fun``; the kept ones transformed into ``collection``.
     Step ``i`` (the state after it) is kept as draw ``k`` when ``i - start + 1 = (k + 1)
     thinning``. ``since`` is the rejection count at the previous record, or at ``start``
@@ -188,7 +244,8 @@ def _grouped_loop(body_fun, transform, group, slots, lo, hi, val, collection, st
     transformed and written at its draw index (an unused place at an index past the end, which
     drops the write). So ``body_fun`` and ``transform`` are traced once, the transform runs only
     after a group that kept a step (on its ``slots`` places), and the loop over steps has no
-    ``conditional`` (on a GPU one costs a device-to-host synchronisation per step).
+    ``conditional`` (on a GPU one costs a device-to-host synchronisation per step). ``unroll``
+    steps run in each iteration of the inner loop (``lax.fori_loop``'s ``unroll``).
     """
     leaves = jax.tree.leaves(collection)
     size = leaves[0].shape[0] if leaves else 0
@@ -210,7 +267,8 @@ def _grouped_loop(body_fun, transform, group, slots, lo, hi, val, collection, st
     def run_group(g, carry):
         val, collection, since = carry
         carry = (lo + g * group, val, since, pending0, index0, jnp.int32(0))
-        _, val, since, pending, index, count = lax.fori_loop(0, group, step, carry)
+        _, val, since, pending, index, count = lax.fori_loop(0, group, step, carry,
+                                                             unroll=unroll)
         collection = lax.cond(count > 0, record, lambda args: args[-1],
                               (val, pending, index, collection))
         return val, collection, since
@@ -269,14 +327,27 @@ def _segment_loop(body_fun, transform, lo, hi, val, collection, start, thinning,
 
 def _compiled(body_fun, transform, group, slots, traced=False):
     """The jitted loop of ``(body_fun, transform)``: :func:`_grouped_loop` in groups of
-    ``group`` steps, or :func:`_segment_loop` for ``group = 0``; cached unless ``traced`` (the
-    functions then close over tracers, which a cache would keep alive after the trace ends)."""
-    loop = (partial(_grouped_loop, body_fun, transform, group, slots) if group
+    ``group`` steps (:data:`UNROLL` of them per iteration of its inner loop), or
+    :func:`_segment_loop` for ``group = 0``; cached unless ``traced`` (the functions then
+    close over tracers, which a cache would keep alive after the trace ends)."""
+    unroll = _unroll(group)
+    loop = (partial(_grouped_loop, body_fun, transform, group, slots, unroll) if group
             else partial(_segment_loop, body_fun, transform))
     make = partial(jax.jit, loop, donate_argnums=(3,))
     if traced:
         return make()
-    return lru_get(_loops, (body_fun, transform, group, slots), make, _MAX_LOOPS)
+    return lru_get(_loops, (body_fun, transform, group, slots, unroll), make, _MAX_LOOPS)
+
+
+def _unroll(group):
+    """:data:`UNROLL` for groups of ``group`` steps (1 for the segment loop), checked."""
+    if not group:
+        return 1
+    unroll = UNROLL
+    if not (isinstance(unroll, (int, np.integer)) and unroll >= 1):
+        raise ValueError(f"numpyro_sgrld._loop.UNROLL={unroll!r} must be a positive integer "
+                         "(copies of the step per iteration of a group's loop; 1 for none)")
+    return int(min(unroll, group))
 
 
 def _empty_collection(transform, init_val, size):
@@ -362,6 +433,8 @@ def collect(
     # the run in two parts where the step-size adaptation's warm-up ends, to count the
     # rejections after it (the same draws: the loop's bounds are arguments)
     adaptive = 0 if traced else _adaptive_steps(init_val, upper)
+    if not traced and _settles():
+        run = _phased(run, body_fun, transform, sizes, adaptive)
     counted = since
     if not progbar or upper == 0 or traced:
         val = init_val

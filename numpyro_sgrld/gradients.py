@@ -28,6 +28,7 @@ unconstrained space with the Jacobians of the constraining transforms included. 
 
 import warnings
 from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 
 import jax
@@ -267,7 +268,10 @@ class GradientEstimator(NamedTuple):
     ``needs_full_data``: the estimator evaluates :attr:`Target.full_potential` (a kernel built
     from a ``potential_fn`` refuses it). ``start(state, z) -> z`` (optional): where the chain
     starts, given the initialised state. ``check(state)`` (optional): called once, outside any
-    trace, after initialisation (warnings). ``name`` names it in error messages."""
+    trace, after initialisation (warnings). ``settled(state) -> GradientEstimator``
+    (optional): the same estimator for the steps after warm-up, given its state at warm-up's
+    end (concrete), with what only warm-up changes resolved in Python (no branch on it);
+    ``None`` where nothing is. ``name`` names it in error messages."""
 
     init: Callable
     estimate: Callable
@@ -275,6 +279,7 @@ class GradientEstimator(NamedTuple):
     start: Callable | None = None
     check: Callable | None = None
     name: str = "gradient estimator"
+    settled: Callable | None = None
 
 
 def minibatch() -> GradientEstimator:
@@ -402,8 +407,10 @@ def warmup_control_variates() -> GradientEstimator:
                             jnp.full((), jnp.inf))
         return WarmupControlVariate(cv, jnp.zeros((), bool))
 
-    def estimate(position, batch, state, target):
-        active = shared_flag(state.active, target.axis_name)
+    def estimate(position, batch, state, target, active=None):
+        """With ``active`` a Python bool, that branch alone; else the state's flag decides."""
+        if active is None:
+            active = shared_flag(state.active, target.axis_name)
 
         def centred(position):
             value, grad, aux, _, batch_value, _ = _centred(position, batch, state.cv,
@@ -415,17 +422,41 @@ def warmup_control_variates() -> GradientEstimator:
                 position, batch)
             return value, grad, aux, value
 
-        value, grad, aux, batch_value = lax.cond(active, centred, plain, position)
+        def centred_oracle(z):
+            return _centred(z, batch, state.cv, target.potential)[3](z)
 
-        def oracle(z):
-            return lax.cond(active, lambda z: _centred(z, batch, state.cv, target.potential)[3](z),
-                            lambda z: jax.value_and_grad(
-                                lambda x: target.potential(x, batch)[0])(z), z)
+        def plain_oracle(z):
+            return jax.value_and_grad(lambda x: target.potential(x, batch)[0])(z)
+
+        if isinstance(active, bool):
+            value, grad, aux, batch_value = (centred if active else plain)(position)
+            oracle = centred_oracle if active else plain_oracle
+        else:
+            value, grad, aux, batch_value = lax.cond(active, centred, plain, position)
+
+            def oracle(z):
+                return lax.cond(active, centred_oracle, plain_oracle, z)
 
         return Estimate(value, grad, aux, state, oracle, batch_value)
 
+    settled_forms = {}
+
+    def settled(state):
+        """After warm-up the switch no longer moves: one estimator per position of it
+        (the same object each time, so that a compiled loop of it is found again)."""
+        active = bool(np.any(np.asarray(state.active)))
+        if active not in settled_forms:
+            settled_forms[active] = GradientEstimator(
+                init, partial(_fixed_active, estimate, active), needs_full_data=True,
+                name=f"warmup_control_variates ({'on' if active else 'off'})")
+        return settled_forms[active]
+
     return GradientEstimator(init, estimate, needs_full_data=True,
-                             name="warmup_control_variates")
+                             name="warmup_control_variates", settled=settled)
+
+
+def _fixed_active(estimate, active, position, batch, state, target):
+    return estimate(position, batch, state, target, active)
 
 
 #: Control variates are switched on where they cut the gradient noise's variance (in the

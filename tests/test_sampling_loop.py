@@ -42,9 +42,12 @@ def model(X, y, on_full_data=None):
 
 @pytest.fixture(params=[0, 16], ids=["segments", "groups-of-16"])
 def group(request, monkeypatch):
-    """Each of the kernels' two loops (``_loop.GROUP``): 0, the loop over kept draws (the
-    CPU's), and 16, the grouped loop (an accelerator's)."""
+    """Each of the kernels' two loops as a backend runs them: 0, the loop over kept draws (a
+    CPU's, ``_loop.GROUP = 0``), and 16, the grouped loop with the steps after warm-up
+    compiled for that phase (an accelerator's: ``GROUP = 16``, ``SETTLED = True``)."""
     monkeypatch.setattr(_loop, "GROUP", request.param)
+    monkeypatch.setattr(_loop, "SETTLED", bool(request.param))
+    monkeypatch.setattr(_loop, "_settled_bodies", type(_loop._settled_bodies)())
     return request.param
 
 
@@ -102,6 +105,8 @@ def test_same_draws_as_numpyros_loop(kw, group):
         else:
             np.testing.assert_array_equal(a, b)
     assert np.ptp(np.asarray(ours[0]["w"])) > 0  # the chains moved
+    if group and "step_size" in kw:  # adapted: the steps after warm-up had their own loop
+        assert len(_loop._settled_bodies) == 1
 
 
 @pytest.mark.slow  # compile-heavy: in the slow set, to keep the default run under 5 minutes
@@ -201,6 +206,22 @@ def test_collect_keeps_the_last_step_of_each_window(group):
     np.testing.assert_array_equal(last, [4.0, 4.0])
 
 
+@pytest.mark.parametrize("unroll", [3, 16, 40])
+def test_unrolled_groups_keep_the_same_steps(monkeypatch, unroll):
+    """Several steps per iteration of a group's loop (``_loop.UNROLL``; 3 does not divide the
+    16 steps, 40 is more than them): the same kept states as one step per iteration."""
+    monkeypatch.setattr(_loop, "GROUP", 16)
+    body, init = (lambda x: x + 1), jnp.zeros(2)
+    expected = _loop.collect(3, 45, body, init, progbar=False, thinning=4)
+    monkeypatch.setattr(_loop, "UNROLL", unroll)
+    out = _loop.collect(3, 45, body, init, progbar=False, thinning=4)
+    np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(out[:, 0], np.arange(9.0, 46.0, 4.0))  # steps 8, 12, ..., 44
+    monkeypatch.setattr(_loop, "UNROLL", 0)
+    with pytest.raises(ValueError, match="UNROLL=0 must be a positive integer"):
+        _loop.collect(3, 45, body, init, progbar=False, thinning=4)
+
+
 def test_groups_set_aside_as_many_states_as_they_can_keep_within_the_memory_bound(monkeypatch):
     small = {"z": np.zeros(10, np.float32)}
     for thinning, slots in ((1, 16), (5, 4), (15, 2), (16, 1), (1000, 1)):
@@ -216,6 +237,9 @@ def test_groups_set_aside_as_many_states_as_they_can_keep_within_the_memory_boun
     assert _loop._steps_per_group() == (0 if jax.default_backend() == "cpu" else 16)
     monkeypatch.setattr(_loop, "GROUP", 4)
     assert _loop._steps_per_group() == 4
+    # and the steps after warm-up compiled for that phase on an accelerator only
+    monkeypatch.setattr(_loop, "SETTLED", None)
+    assert _loop._settles() == (jax.default_backend() != "cpu")
 
 
 # A user's run with the progress bar on, in a fresh interpreter without the variables under which
@@ -341,7 +365,8 @@ def test_the_loop_over_steps_has_a_known_trip_count_and_no_branch(kernel_cls):
     host at every iteration, and a ``conditional`` its predicate); the segment loop (a CPU's)
     has no ``conditional`` inside any loop. The same program with a ``lax.cond`` per step in a
     loop of traced bounds is told apart. The step is traced once in each (compile time grows
-    with every copy of it in the program)."""
+    with every copy of it in the program). With two steps per iteration (``UNROLL``) the
+    group's loop runs 8 times."""
     X, y = _data()
     kernel = kernel_cls(model, step_size=1e-3)
     state = kernel.init(random.PRNGKey(0), 0, None, (X, y), {})
@@ -367,7 +392,7 @@ def test_the_loop_over_steps_has_a_known_trip_count_and_no_branch(kernel_cls):
     group, slots = _loop._group_sizes(state, 5, 16)
     assert (group, slots) == (16, 4)
     grouped = loops(lambda body, transform, *rest: _loop._grouped_loop(body, transform, group,
-                                                                       slots, *rest))
+                                                                       slots, 1, *rest))
     assert (group, False) in grouped, grouped  # the steps: a loop of 16, no branch
     assert [c for c in grouped if c[0] is None] == [(None, True)]  # over groups; records
     assert len(traced) == 1
@@ -387,3 +412,43 @@ def test_the_loop_over_steps_has_a_known_trip_count_and_no_branch(kernel_cls):
         return jax.lax.fori_loop(lo, hi, step, (val, collection))
 
     assert loops(per_step_branch) == [(None, True)]
+    # two steps per iteration of the group's loop (``_loop.UNROLL = 2``): a loop of 8
+    unrolled = loops(lambda body, transform, *rest: _loop._grouped_loop(body, transform, group,
+                                                                        slots, 2, *rest))
+    assert (group // 2, False) in unrolled, unrolled
+
+
+@pytest.mark.parametrize("kernel_cls, kw", [(numpyro_sgrld.SGLD, {})] + [
+    pytest.param(k, kw, marks=pytest.mark.slow) for k, kw in (
+        (SGHMC, {}), (PSGLD, {}), (numpyro_sgrld.MongeSGLD, {}),
+        (numpyro_sgrld.ShampooSGLD, dict(update_interval=1)))],
+    ids=["SGLD", "SGHMC", "PSGLD", "MongeSGLD", "ShampooSGLD-every-step"])
+def test_after_warmup_the_default_step_has_no_branch(kernel_cls, kw):
+    """At the defaults (``step_size=None``: the step adapted, the metric learnt, control
+    variates switched on where they pay) a step has the warm-up's branches, resolved on a
+    traced flag; the same kernel's transitions after warm-up (``_after_warmup``, what the
+    accelerator's loop runs then) compile without any ``conditional`` (optimized HLO,
+    XLA:CPU), with the control variates on and off, and are the same object for the same
+    state, also after the kernel is initialised again (so a repeated ``MCMC.run`` finds its
+    compiled loop)."""
+    X, y = _data()
+    kernel = kernel_cls(model, **kw)
+    state = kernel.init(random.PRNGKey(0), 200, None, (X, y), {})
+
+    def branches(sample, state):
+        hlo = jax.jit(lambda s: sample(s, (X, y), {})).lower(state).compile().as_text()
+        return hlo.count(" conditional(")
+
+    assert branches(kernel.sample, state) >= 3  # the warm-up's: adapt, learn, switch
+    for active in (False, True):
+        s = state._replace(gradient_state=state.gradient_state._replace(
+            active=jnp.asarray(active)))
+        phase = kernel._after_warmup(s)
+        assert phase.gradient.name.endswith("(on)" if active else "(off)")
+        assert branches(phase.sample, s) == 0
+        assert kernel._after_warmup(s) is phase
+        # a repeated MCMC.run initialises the kernel again: its compiled loop is found again
+        kernel.init(random.PRNGKey(1), 200, None, (X, y), {})
+        assert kernel._after_warmup(s) is phase
+    fixed = kernel_cls(model, step_size=1e-3, **kw)
+    assert fixed._after_warmup(fixed.init(random.PRNGKey(0), 0, None, (X, y), {})) is None

@@ -23,10 +23,15 @@ Sections, in this order (the first ones are what the acceptance reads), each wri
    check;
 2. ``group``: the same MLP, SGLD at a fixed step on the kernels' segment loop (a CPU's
    default, ``numpyro_sgrld._loop.GROUP = 0``) and on the grouped loop with 4, 16 (an
-   accelerator's default) and 64 steps per group, and the kernel's step in a hand-written
-   ``lax.scan`` (``speed.ours_in_scan``), against hand SGLD: what the loop's host reads cost;
-3. ``shampoo``: the same MLP: hand SGLD and Shampoo SGLD, ShampooSGLD at its defaults and at
-   a fixed step;
+   accelerator's default) and 64 steps per group, with 16 and 2 or 4 steps per iteration of
+   the group's loop (``UNROLL``), and the kernel's step in a hand-written ``lax.scan``
+   (``speed.ours_in_scan``); SGLD at its defaults on the grouped loop with the steps after
+   warm-up compiled for that phase (``SETTLED = True``, an accelerator's default) and with
+   the warm-up's branches kept in them: against hand SGLD, what the loop's host reads and
+   the branches cost;
+3. ``shampoo``: the same MLP: hand SGLD and Shampoo SGLD, ShampooSGLD at its defaults (roots
+   every 100 steps, behind a branch), with ``update_interval=1`` (every step, no branch) and
+   at a fixed step;
 4. ``presets``: the same MLP, every other preset at its defaults;
 5. ``mlp1000``: minibatch 1,000: hand SGLD, SGHMC, pSGLD; SGLD, SGHMC, PSGLD, ShampooSGLD;
 6. ``conv``: a conv net (two 3×3 convolutions, 16 and 32 channels, stride 2, ReLU, a dense
@@ -105,10 +110,12 @@ def _conv(seed=0, batch=100, n_data=60_000):
                 t1=100, t2=600)
 
 
-def defaults(name, p, warmup, num_chains=1):
-    """``run(T, key)``: preset ``name`` at its defaults (``step_size=None``) through one
-    ``MCMC`` object, ``warmup`` warm-up steps and T sampling steps (one draw kept)."""
+def defaults(name, p, warmup, num_chains=1, **options):
+    """``run(T, key)``: preset ``name`` at its defaults (``step_size=None``; ``options``
+    besides) through one ``MCMC`` object, ``warmup`` warm-up steps and T sampling steps (one
+    draw kept)."""
     kw = {} if p["init_strategy"] is None else {"init_strategy": p["init_strategy"]}
+    kw.update(options)
     mcmc = MCMC(KERNELS[name](p["model"], **kw), num_warmup=warmup, num_samples=1,
                 num_chains=num_chains, chain_method="vectorized", progress_bar=False,
                 jit_model_args=True)
@@ -128,16 +135,21 @@ def fixed(name, p, **kw):
     return speed.ours(partial(KERNELS[name], **kw), p)
 
 
-def with_group(run, group):
-    """``run`` with ``group`` steps per iteration of the kernels' loop over steps."""
-    def grouped(t, key):
-        default, _loop.GROUP = _loop.GROUP, group
+def with_loop(run, **settings):
+    """``run`` with the kernels' loop set by ``settings`` (attributes of
+    ``numpyro_sgrld._loop``: ``GROUP`` steps per iteration of its loop over steps, ``UNROLL``
+    of them per iteration of a group's loop, ``SETTLED`` a step compiled for after warm-up)."""
+    def configured(t, key):
+        defaults = {name: getattr(_loop, name) for name in settings}
+        for name, value in settings.items():
+            setattr(_loop, name, value)
         try:
             return run(t, key)
         finally:
-            _loop.GROUP = default
+            for name, value in defaults.items():
+                setattr(_loop, name, value)
 
-    return grouped
+    return configured
 
 
 def _first_call(run, t):
@@ -195,9 +207,15 @@ def sections(quick, warmup):
         p = mlp(100)
         runs = {"hand sgld": speed.hand_written("sgld", p),
                 "SGLD (fixed step) in lax.scan": speed.ours_in_scan(KERNELS["SGLD"], p)}
-        runs["SGLD (fixed step, segment loop)"] = with_group(fixed("SGLD", p), 0)
-        runs.update({f"SGLD (fixed step, {g} steps per group)": with_group(fixed("SGLD", p), g)
-                     for g in (4, 16, 64)})
+        runs["SGLD (fixed step, segment loop)"] = with_loop(fixed("SGLD", p), GROUP=0)
+        runs.update({f"SGLD (fixed step, {g} steps per group)":
+                     with_loop(fixed("SGLD", p), GROUP=g) for g in (4, 16, 64)})
+        runs.update({f"SGLD (fixed step, 16 steps per group, {u} per iteration)":
+                     with_loop(fixed("SGLD", p), GROUP=16, UNROLL=u) for u in (2, 4)})
+        runs["SGLD (defaults)"] = with_loop(defaults("SGLD", p, warmup), GROUP=16,
+                                            SETTLED=True)
+        runs["SGLD (defaults, warm-up's branches after warm-up)"] = with_loop(
+            defaults("SGLD", p, warmup), GROUP=16, SETTLED=False)
         return p, runs
 
     def shampoo():
@@ -205,6 +223,8 @@ def sections(quick, warmup):
         runs = {h: speed.hand_written(h.removeprefix("hand "), p)
                 for h in ("hand sgld", "hand shampoo")}
         runs["ShampooSGLD (defaults)"] = defaults("ShampooSGLD", p, warmup)
+        runs["ShampooSGLD (defaults, update_interval=1)"] = defaults(
+            "ShampooSGLD", p, warmup, update_interval=1)
         runs["ShampooSGLD (fixed step)"] = fixed("ShampooSGLD", p)
         return p, runs
 

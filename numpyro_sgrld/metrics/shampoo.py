@@ -212,8 +212,9 @@ def shampoo(
         D^{1/2}\xi = \xi \times_1 N_1 \cdots \times_k N_k,
 
     :math:`G_{(i)}` the mode-i unfolding of the per-datum gradient block. The roots are
-    recomputed (symmetric eigendecompositions) every ``update_interval`` steps, behind
-    ``lax.cond``; before the first recomputation the metric is the identity. For a matrix this
+    recomputed (batched symmetric eigendecompositions, exact) every ``update_interval`` steps,
+    behind a ``lax.cond`` on the step count (with ``update_interval=1`` on every step, without
+    one); before the first recomputation the metric is the identity. For a matrix this
     is :math:`D = L^{-1/4} \otimes R^{-1/4}`; vectors and biases (k = 1) get the full-matrix
     :math:`L^{-1/2}`, as in Yu et al.'s funnel experiment (their network code left vectors
     unpreconditioned). The ridge :math:`\epsilon\lambda_{max}` is added at the root only, not
@@ -284,14 +285,13 @@ def shampoo(
                     for i, s in enumerate(stats)
                 )
             )
-        new_stats, new_roots, new_precs = lax.cond(
-            recompute,
-            partial(_fresh_roots, eps=eps, decay=decay, count=count, ridge=ridge),
-            lambda stats, roots, precs: (stats, roots, precs),
-            new_stats,
-            roots_l,
-            precs_l,
-        )
+        fresh = partial(_fresh_roots, eps=eps, decay=decay, count=count, ridge=ridge)
+        if update_interval == 1:  # every step: no branch
+            new_stats, new_roots, new_precs = fresh(new_stats, roots_l, precs_l)
+        else:
+            new_stats, new_roots, new_precs = lax.cond(
+                recompute, fresh, lambda stats, roots, precs: (stats, roots, precs),
+                new_stats, roots_l, precs_l)
 
         def apply(factors_l):
             def fn(tree):

@@ -198,12 +198,17 @@ def transition(spec, state, target, adapting=None):
     minibatch and the rejection of steps that climb too steeply, the adaptation's update,
     the integrator's momentum rescaled to the new step, and the learnt preconditioner's
     statistics. ``adapting`` is whether this is a warm-up step
-    (given unbatched for vectorised chains, so that the warm-up's branches stay branches)."""
+    (given unbatched for vectorised chains, so that the warm-up's branches stay branches;
+    ``False`` in Python for a step known to come after warm-up, which then has none of them:
+    the same step as with a traced ``False``)."""
     key_next, key_idx, key_step, *keys = jax.random.split(
         state.rng_key, 3 if state.adaptation is None else 5)
     idx, batch_state = spec.draw(key_idx, state.batch_state)
     if state.adaptation is None:
         return step(spec, state, StepInputs(target, idx, batch_state, key_step, key_next))[0]
+    if adapting is False:  # after warm-up, known when traced: none of its branches
+        new = step(spec, state, StepInputs(target, idx, batch_state, key_step, key_next))[0]
+        return new._replace(step_size=spec.step_size(state.i + 1, state.adaptation))
     if adapting is None:
         adapting = state.i < state.adaptation.num_warmup
     inputs = StepInputs(target, idx, batch_state, key_step, key_next, adapting,
