@@ -55,11 +55,13 @@ def exploration_stage(transition, length, explore, start):
         i = target.step
         starts = (i - start >= 0) & ((i - start) % length == 0)
         cold = spec._replace(temperature=0.0)
+        # after warm-up (``adapting=False`` known when traced) so are the exploration's steps
+        during = False if adapting is False else None
 
         def run(state):
             return jax.lax.fori_loop(
-                0, explore, lambda j, s: transition(cold, s, target._replace(step=i + j)),
-                state)
+                0, explore,
+                lambda j, s: transition(cold, s, target._replace(step=i + j), during), state)
 
         state = jax.lax.cond(starts, run, lambda s: s, state)
         return transition(spec, state, target._replace(step=i + explore * starts), adapting)

@@ -36,7 +36,12 @@ Two loops do this, chosen by :data:`GROUP` (by default by the backend):
   runs and drops them (its last group's surplus). On a CPU it costs more per step than the
   segment loop (docs/scaling.md).
 
-Both give the same draws. The loop is compiled once per (step function, transform) pair (the
+Both give the same draws. On an accelerator (:data:`SETTLED`) the steps after the step-size
+adaptation's warm-up run in a second compiled loop, of the kernel's transitions compiled for
+that phase (the kernel's ``_after_warmup``: none of the warm-up's branches, the control
+variates' switch resolved), the same transitions without the branches that no longer move.
+
+The loop is compiled once per (step function, transform) pair (the
 objects ``MCMC`` caches per instance), shapes and group size; the run length and ``thinning``
 are traced arguments, so a run of another length with the same collection size does not
 recompile. A loop traced inside a JAX transformation (``MCMC.run`` under ``jax.jit`` or

@@ -418,19 +418,23 @@ def test_the_loop_over_steps_has_a_known_trip_count_and_no_branch(kernel_cls):
     assert (group // 2, False) in unrolled, unrolled
 
 
-@pytest.mark.parametrize("kernel_cls, kw", [(numpyro_sgrld.SGLD, {})] + [
-    pytest.param(k, kw, marks=pytest.mark.slow) for k, kw in (
-        (SGHMC, {}), (PSGLD, {}), (numpyro_sgrld.MongeSGLD, {}),
-        (numpyro_sgrld.ShampooSGLD, dict(update_interval=1)))],
-    ids=["SGLD", "SGHMC", "PSGLD", "MongeSGLD", "ShampooSGLD-every-step"])
-def test_after_warmup_the_default_step_has_no_branch(kernel_cls, kw):
+@pytest.mark.parametrize("kernel_cls, kw, left", [(numpyro_sgrld.SGLD, {}, 0)] + [
+    pytest.param(k, kw, left, marks=pytest.mark.slow) for k, kw, left in (
+        (SGHMC, {}, 0), (PSGLD, {}, 0), (numpyro_sgrld.MongeSGLD, {}, 0),
+        (numpyro_sgrld.ShampooSGLD, dict(update_interval=1), 0),
+        (numpyro_sgrld.ShampooSGLD, {}, 1), (numpyro_sgrld.CyclicalSGLD, {}, 1))],
+    ids=["SGLD", "SGHMC", "PSGLD", "MongeSGLD", "ShampooSGLD-every-step", "ShampooSGLD",
+         "CyclicalSGLD"])
+def test_after_warmup_the_default_step_has_no_branch(kernel_cls, kw, left):
     """At the defaults (``step_size=None``: the step adapted, the metric learnt, control
     variates switched on where they pay) a step has the warm-up's branches, resolved on a
     traced flag; the same kernel's transitions after warm-up (``_after_warmup``, what the
     accelerator's loop runs then) compile without any ``conditional`` (optimized HLO,
     XLA:CPU), with the control variates on and off, and are the same object for the same
     state, also after the kernel is initialised again (so a repeated ``MCMC.run`` finds its
-    compiled loop)."""
+    compiled loop). Two branches are the algorithm's and stay (``left``): ShampooSGLD's root
+    recomputation every ``update_interval`` steps (none with 1), and a cyclical preset's
+    exploration stage at each cycle's start."""
     X, y = _data()
     kernel = kernel_cls(model, **kw)
     state = kernel.init(random.PRNGKey(0), 200, None, (X, y), {})
@@ -445,7 +449,7 @@ def test_after_warmup_the_default_step_has_no_branch(kernel_cls, kw):
             active=jnp.asarray(active)))
         phase = kernel._after_warmup(s)
         assert phase.gradient.name.endswith("(on)" if active else "(off)")
-        assert branches(phase.sample, s) == 0
+        assert branches(phase.sample, s) == left
         assert kernel._after_warmup(s) is phase
         # a repeated MCMC.run initialises the kernel again: its compiled loop is found again
         kernel.init(random.PRNGKey(1), 200, None, (X, y), {})

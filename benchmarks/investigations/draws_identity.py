@@ -5,9 +5,11 @@ NumPyro's loop and on the kernels' own loop, and at its defaults on the kernels'
     python benchmarks/investigations/draws_identity.py save before.npz   # before the change
     python benchmarks/investigations/draws_identity.py check before.npz  # after it
     python benchmarks/investigations/draws_identity.py check before.npz 16  # the grouped loop
+    python benchmarks/investigations/draws_identity.py check before.npz accelerator
 
 A third argument sets the kernels' loop (``numpyro_sgrld._loop.GROUP``: 0 the segment loop, a
-CPU's default; 16 the grouped loop, an accelerator's).
+CPU's default; 16 the grouped loop); ``accelerator`` runs it as an accelerator does: the
+grouped loop, and the steps after warm-up compiled for that phase (``_loop.SETTLED``).
 
 ``check`` lists the configurations whose draws differ in any bit (none: the change kept every
 draw), and exits with status 1 when one does. It also checks that, at a fixed step, the two
@@ -54,7 +56,10 @@ def main(argv):
     if len(argv) == 3:
         from numpyro_sgrld import _loop
 
-        _loop.GROUP = int(argv[2])
+        if argv[2] == "accelerator":
+            _loop.GROUP, _loop.SETTLED = _loop.ACCELERATOR_GROUP, True
+        else:
+            _loop.GROUP = int(argv[2])
     warnings.simplefilter("ignore")
     got = draws()
     loops = [k for k in got if k.endswith("|False")
@@ -66,6 +71,11 @@ def main(argv):
         saved = np.load(argv[1])
         differ = [k for k in got if k not in saved or not np.array_equal(got[k], saved[k])]
         print(f"checked {len(got)} configurations; draws differ in: {differ or 'none'}")
+        for k in differ:
+            if k in saved and saved[k].shape == got[k].shape:
+                gap = np.abs(got[k] - saved[k])
+                print(f"  {k}: largest difference {gap.max():.3g} (draws' sd "
+                      f"{saved[k].std():.3g}), {np.mean(gap > 0):.1%} of entries")
         if differ:
             sys.exit(1)
     if loops:

@@ -38,6 +38,9 @@ Sections, in this order (the first ones are what the acceptance reads), each wri
    layer to 10 classes) on 28×28 images, minibatch 100: hand SGLD; SGLD, SGHMC, PSGLD;
 7. ``chains``: 1, 4 and 16 vectorised SGLD chains on the MLP, minibatch 100 (fixed step).
 
+Before them, ``first_run.py`` in a fresh process: the first ``MCMC.run``'s compilations by
+program against the hand loop's first call (``--no-first-run`` skips it).
+
 A marginal cost below the run's own noise shows as a negative or erratic number (the
 defaults' warm-up is part of both run lengths): the table marks a marginal that is not
 positive, and ``--repeats`` more repeats or longer runs fix it.
@@ -286,7 +289,11 @@ def main(argv=None):
                     help="run only these sections (default all, in the documented order)")
     ap.add_argument("--out", default=None, help="JSON lines, one per contender, as they come")
     ap.add_argument("--table", default=None, help="the Markdown table, at the end")
+    ap.add_argument("--no-first-run", action="store_true",
+                    help="skip first_run.py (the first run's compilations, in a fresh process)")
     args = ap.parse_args(argv)
+    # before this process takes the accelerator: the fresh process needs it too
+    first = "" if args.no_first_run else _first_run(args.quick)
     device = jax.devices()[0]
     print(f"device: {device.platform} {device.device_kind}; jax {jax.__version__}", flush=True)
     start, rows = time.perf_counter(), []
@@ -310,7 +317,21 @@ def main(argv=None):
     if args.table:
         Path(args.table).write_text(
             f"{device.device_kind} ({device.platform}), jax {jax.__version__}\n\n"
-            + table(rows) + "\n")
+            + table(rows) + "\n" + (f"\n{first}" if first else ""))
+
+
+def _first_run(quick):
+    """``first_run.py``'s report (the first ``MCMC.run``'s compilations against the hand
+    loop's), run in a fresh process so that nothing is compiled before it; printed and
+    returned."""
+    import subprocess
+
+    script = Path(__file__).resolve().parent / "first_run.py"
+    done = subprocess.run([sys.executable, str(script)] + (["--quick"] if quick else []),
+                          capture_output=True, text=True, timeout=300)
+    report = done.stdout if done.returncode == 0 else f"first_run.py failed:\n{done.stderr}"
+    print(report, flush=True)
+    return report
 
 
 if __name__ == "__main__":
