@@ -103,7 +103,7 @@ def check_data(kernel, model_args, model_kwargs):
         return
     with evaluate_now():  # MCMC calls init inside pmap for parallel chains
         fn = indices_in_bounds_fn(kernel._prepared_model, kernel._plates)
-        fn = jit_once(kernel, ("bounds", kernel._plates), fn, args, kwargs)
+        fn = jit_once(kernel, ("bounds", kernel._plates), fn, args, kwargs, ONCE)
         error = fn(args, kwargs)
     raise_if_out_of_bounds(error, kernel._plates)
 
@@ -122,21 +122,31 @@ def check_observed(kernel, z, model_args, model_kwargs):
         return
     z = z if concrete(z) else kernel._prototype
     key = ("observed", kernel._plates, id(kernel._prepared_model))
-    fn = jit_once(kernel, key, observed_ok_fn(kernel._prepared_model), args, kwargs)
+    fn = jit_once(kernel, key, observed_ok_fn(kernel._prepared_model), args, kwargs, ONCE)
     with evaluate_now():
         checked = fn(z, args, kwargs)
     raise_if_bad_data(checked, kernel._model_trace)
     kernel._checked_data = seen
 
 
-def jit_once(kernel, name, fn, model_args, model_kwargs):
+#: XLA options for the programs that run once per run and whose results do not depend on
+#: floating-point rounding (the search for valid initial values, which draws them and checks
+#: that the potential and its gradient are finite, and the data checks): compiled without the
+#: backend's optimisation passes, which take about half their compile time and pay only in a
+#: program that runs many times. The kernel's initial state is compiled as the loop is: the
+#: step-size adaptation starts from it, and a rounding there changes the chain.
+ONCE = {"xla_backend_optimization_level": 0}
+
+
+def jit_once(kernel, name, fn, model_args, model_kwargs, compiler_options=None):
     """``fn`` jitted once per kernel (so a repeated ``MCMC.run`` with the same shapes does
-    not trace or compile it again), when the model arguments are arrays; else ``fn``."""
+    not trace or compile it again), with XLA's ``compiler_options``, when the model arguments
+    are arrays; else ``fn``."""
     leaves = jax.tree.leaves((model_args, model_kwargs))
     if not all(isinstance(x, (jax.Array, np.ndarray)) for x in leaves):
         return fn
     if name not in kernel._jitted:
-        kernel._jitted[name] = jax.jit(fn)
+        kernel._jitted[name] = jax.jit(fn, compiler_options=compiler_options)
     return kernel._jitted[name]
 
 
@@ -148,7 +158,7 @@ def batched_init_params(kernel, keys, prototype, model_args, model_kwargs):
     find = partial(
         find_valid_batched, placeholder_plates(kernel._model), kernel._init_strategy
     )
-    find = jit_once(kernel, "find_valid", find, model_args, model_kwargs)
+    find = jit_once(kernel, "find_valid", find, model_args, model_kwargs, ONCE)
     z, valid = find(keys, prototype, model_args, model_kwargs)
     if not_jax_tracer(valid) and not bool(jnp.all(valid)):
         raise RuntimeError(
