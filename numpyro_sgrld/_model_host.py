@@ -14,6 +14,7 @@ from numpyro import handlers
 from numpyro.infer.util import ParamInfo
 from numpyro.util import is_prng_key, not_jax_tracer
 
+from numpyro_sgrld._loop import _under_transform
 from numpyro_sgrld._setup import (
     ModelSetupError,
     check_aux,
@@ -140,14 +141,19 @@ ONCE = {"xla_backend_optimization_level": 0}
 
 def jit_once(kernel, name, fn, model_args, model_kwargs, compiler_options=None):
     """``fn`` jitted once per kernel (so a repeated ``MCMC.run`` with the same shapes does
-    not trace or compile it again), with XLA's ``compiler_options``, when the model arguments
-    are arrays; else ``fn``."""
+    not trace or compile it again), when the model arguments are arrays; else ``fn``. With
+    XLA's ``compiler_options`` where it is compiled on its own, not inside a transformation
+    (``MCMC``'s parallel chains call ``init`` inside ``pmap``; JAX takes options only for a
+    top-level ``jit``)."""
     leaves = jax.tree.leaves((model_args, model_kwargs))
     if not all(isinstance(x, (jax.Array, np.ndarray)) for x in leaves):
         return fn
-    if name not in kernel._jitted:
-        kernel._jitted[name] = jax.jit(fn, compiler_options=compiler_options)
-    return kernel._jitted[name]
+    if compiler_options and _under_transform((model_args, model_kwargs)):
+        compiler_options = None
+    key = (name, compiler_options is not None)
+    if key not in kernel._jitted:
+        kernel._jitted[key] = jax.jit(fn, compiler_options=compiler_options)
+    return kernel._jitted[key]
 
 
 def batched_init_params(kernel, keys, prototype, model_args, model_kwargs):

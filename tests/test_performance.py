@@ -225,3 +225,24 @@ def test_numpyros_debugging_mode_is_detected_without_compiling():
     assert not _control_flow_disabled()
     with numpyro.util.control_flow_prims_disabled():
         assert _control_flow_disabled()
+
+
+def test_once_run_programs_take_xla_options_only_where_compiled_on_their_own():
+    """The programs a run executes once (``_model_host.jit_once`` with ``ONCE``: compiled
+    without XLA's backend optimisation) are compiled with the options at top level, and
+    without them inside a transformation (parallel chains run ``init`` inside ``pmap``; JAX
+    refuses options on a nested ``jit``), each cached apart."""
+    from types import SimpleNamespace
+
+    from numpyro_sgrld._model_host import ONCE, jit_once
+
+    kernel = SimpleNamespace(_jitted={})
+    x = jnp.arange(3.0)
+
+    def once(y):
+        return jit_once(kernel, "f", lambda a: a * 2.0, (y,), {}, ONCE)(y)
+
+    np.testing.assert_array_equal(once(x), [0.0, 2.0, 4.0])
+    np.testing.assert_array_equal(jax.jit(once)(x), [0.0, 2.0, 4.0])
+    np.testing.assert_array_equal(jax.vmap(once)(x[:, None])[:, 0], [0.0, 2.0, 4.0])
+    assert set(kernel._jitted) == {("f", True), ("f", False)}
