@@ -130,12 +130,13 @@ def check_observed(kernel, z, model_args, model_kwargs):
     kernel._checked_data = seen
 
 
-#: XLA options for the programs that run once per run and whose results do not depend on
-#: floating-point rounding (the search for valid initial values, which draws them and checks
-#: that the potential and its gradient are finite, and the data checks): compiled without the
-#: backend's optimisation passes, which take about half their compile time and pay only in a
-#: program that runs many times. The kernel's initial state is compiled as the loop is: the
-#: step-size adaptation starts from it, and a rounding there changes the chain.
+#: XLA options for the programs that run once per run and return draws and flags (the search
+#: for valid initial values, which draws them and checks that the potential and its gradient
+#: are finite, and the data checks): compiled without the backend's optimisation passes,
+#: which take about half their compile time and pay only in a program that runs many times
+#: (every preset's draws on German credit are bit-identical either way: docs/benchmarks.md,
+#: "The first run's compilations"). The kernel's initial state is compiled as the loop is:
+#: the step-size adaptation starts from it, and a rounding there changes the chain.
 ONCE = {"xla_backend_optimization_level": 0}
 
 
