@@ -25,10 +25,10 @@ Sections, in this order (the first ones are what the acceptance reads), each wri
    default, ``numpyro_sgrld._loop.GROUP = 0``) and on the grouped loop with 4, 16 (an
    accelerator's default) and 64 steps per group, with 16 and 2 or 4 steps per iteration of
    the group's loop (``UNROLL``), and the kernel's step in a hand-written ``lax.scan``
-   (``speed.ours_in_scan``); SGLD at its defaults on the grouped loop with the steps after
-   warm-up compiled for that phase (``SETTLED = True``, an accelerator's default) and with
-   the warm-up's branches kept in them: against hand SGLD, what the loop's host reads and
-   the branches cost;
+   (``speed.ours_in_scan``); SGLD at its defaults on the grouped loop and on the segment
+   loop, each with the steps after warm-up compiled for that phase (``SETTLED = True``, an
+   accelerator's default) and with the warm-up's branches kept in them: against hand SGLD,
+   what the loop's host reads and the branches cost;
 3. ``shampoo``: the same MLP: hand SGLD and Shampoo SGLD, ShampooSGLD at its defaults (roots
    every 100 steps, behind a branch), with ``update_interval=1`` (every step, no branch) and
    at a fixed step;
@@ -215,10 +215,11 @@ def sections(quick, warmup):
                      with_loop(fixed("SGLD", p), GROUP=g) for g in (4, 16, 64)})
         runs.update({f"SGLD (fixed step, 16 steps per group, {u} per iteration)":
                      with_loop(fixed("SGLD", p), GROUP=16, UNROLL=u) for u in (2, 4)})
-        runs["SGLD (defaults)"] = with_loop(defaults("SGLD", p, warmup), GROUP=16,
-                                            SETTLED=True)
-        runs["SGLD (defaults, warm-up's branches after warm-up)"] = with_loop(
-            defaults("SGLD", p, warmup), GROUP=16, SETTLED=False)
+        for g, loop in ((16, "16 steps per group"), (0, "segment loop")):
+            runs[f"SGLD (defaults, {loop})"] = with_loop(defaults("SGLD", p, warmup), GROUP=g,
+                                                         SETTLED=True)
+            runs[f"SGLD (defaults, {loop}, warm-up's branches after warm-up)"] = with_loop(
+                defaults("SGLD", p, warmup), GROUP=g, SETTLED=False)
         return p, runs
 
     def shampoo():
