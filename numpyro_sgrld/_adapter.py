@@ -19,7 +19,7 @@ from numpyro.util import identity, is_prng_key
 
 from numpyro_sgrld import _model_host as model_host
 from numpyro_sgrld import _run_verdict as run_verdict
-from numpyro_sgrld import _setup
+from numpyro_sgrld import _setup, equipartition
 from numpyro_sgrld._checks import flag, integer, real
 from numpyro_sgrld._composition import build_sampler, init_sampler
 from numpyro_sgrld._state import SGState
@@ -386,6 +386,8 @@ class SGMCMC(MCMCKernel):
             adaptation=adaptation,
             warmup=warmup,
             proposal=z if spec.check_proposal and self._checks_proposal_next_step else None,
+            equipartition=equipartition.init(z, self._first_sampling_step(num_warmup)),
+            configurational_temperature=jnp.zeros((), step_size.dtype),
         )
 
     def _sample_one(self, state, model_args, model_kwargs, adapting=None, step=None,
@@ -466,6 +468,11 @@ class SGMCMC(MCMCKernel):
         if self.gradient.check is not None:
             self.gradient.check(state.gradient_state)
         return run_verdict.arm(self, state, num_warmup, vectorized)
+
+    def _first_sampling_step(self, num_warmup):
+        """The step counter after ``num_warmup`` transitions (one step each): where the
+        equipartition check starts counting."""
+        return num_warmup
 
     def sample(self, state, model_args, model_kwargs):
         return self._observed(state, self._sample_fn(state, model_args, model_kwargs))

@@ -94,6 +94,16 @@ class _Cyclical:
         cosine = 0.5 * (jnp.cos(jnp.pi * (k % self._exploration[0]) / self._exploration[0]) + 1)
         return jnp.where(k >= 0, adaptation.step_size * cosine, adaptation.step_size)
 
+    def _first_sampling_step(self, num_warmup):
+        """The step counter after ``num_warmup`` transitions: with a given peak step the cycles
+        run from the first step, and each cycle of ``L`` steps is ``L - E`` transitions (its
+        first runs the ``E`` exploration steps before its own)."""
+        if self.adapts_step_size:
+            return num_warmup
+        length, explore = self._exploration
+        cycles, rest = num_warmup // (length - explore), num_warmup % (length - explore)
+        return cycles * length + jnp.where(rest > 0, explore + rest, 0)
+
     def cycle_position(self, i):
         r"""``(cycle, step_in_cycle)`` of the step that produced the state with counter ``i``
         (the ``i`` extra field of a draw): ``(k - 1) // L`` and ``(k - 1) % L`` for

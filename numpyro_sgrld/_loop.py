@@ -114,6 +114,21 @@ def _with_state(val, state):
     return (state,) + tuple(val[1:]) if _plain_tuple(val) else state
 
 
+def _set_aside(state):
+    """What of a kept step's state the grouped loop sets aside: all but the run's running
+    sums (the equipartition check's), which a draw's record takes from the group's end."""
+    if getattr(state, "equipartition", None) is None:
+        return state
+    return state._replace(equipartition=None)
+
+
+def _put_back(state, end):
+    """A set-aside state (:func:`_set_aside`) with the running sums of ``end``."""
+    if getattr(end, "equipartition", None) is None:
+        return state
+    return state._replace(equipartition=end.equipartition)
+
+
 def _window(val, since):
     """``val`` whose ``diverging`` says whether any step since the previous recorded draw (the
     count ``since``) was rejected, not only the recorded step: with ``thinning`` a rejected
@@ -226,7 +241,7 @@ def _loop_step(body_fun, hi, start, thinning, slots, j, carry):
                                         _state_of(val)))
     n = i - start + 1
     kept = valid & (n > 0) & (n % thinning == 0)
-    windowed = _state_of(_window(val, since))
+    windowed = _set_aside(_state_of(_window(val, since)))
     if since is not None:
         since = jnp.where(valid & (kept | (i == start - 1)), _rejections(val), since)
     slot = jnp.where(kept, count, slots)
@@ -256,7 +271,7 @@ def _grouped_loop(body_fun, transform, group, slots, unroll, lo, hi, val, collec
     size = leaves[0].shape[0] if leaves else 0
     state = _state_of(val)
     pending0 = jax.tree.map(lambda x: jnp.zeros((slots,) + jnp.shape(x), jnp.result_type(x)),
-                            state)
+                            _set_aside(state))
     index0 = jnp.full(slots, size, jnp.int32)
     step = partial(_loop_step, body_fun, hi, start, thinning, slots)
 
@@ -264,7 +279,7 @@ def _grouped_loop(body_fun, transform, group, slots, unroll, lo, hi, val, collec
         val, pending, index, collection = args
 
         def one(q, collection):
-            s = jax.tree.map(lambda buf: buf[q], pending)
+            s = _put_back(jax.tree.map(lambda buf: buf[q], pending), _state_of(val))
             return _record(transform, collection, _with_state(val, s), index[q], None)
 
         return lax.fori_loop(0, slots, one, collection)
@@ -463,8 +478,8 @@ def collect(
 
 def _judge(collection, kept, val, body_fun, num_steps):
     """The run's :func:`~numpyro_sgrld.verdict.verdict` on its kept draws, warned when they
-    cannot be trusted or the kernel carries a stationary bias it does not correct."""
-    from numpyro_sgrld.verdict import _leaves_by_chain, biased, verdict
+    cannot be trusted."""
+    from numpyro_sgrld.verdict import _leaves_by_chain, temperatures_of, verdict
 
     draws = collection[0] if isinstance(collection, (list, tuple)) else collection
     state = _state_of(val)
@@ -473,8 +488,9 @@ def _judge(collection, kept, val, body_fun, num_steps):
     chain_axis = 1 if np.ndim(state.i) == 1 else None
     draws = _leaves_by_chain({k: np.asarray(x)[:kept] for k, x in draws.items()}, chain_axis)
     kernel = getattr(body_fun, "keywords", {}).get("sampler")
-    v = verdict(draws, None, num_steps, kernel, np.asarray(state.step_size))
-    if not v.trusted or biased(v):
+    v = verdict(draws, None, num_steps, kernel, np.asarray(state.step_size),
+                temperatures_of(state, kernel))
+    if not v.trusted:
         warnings.warn(str(v), UserWarning, stacklevel=_caller_level())
 
 

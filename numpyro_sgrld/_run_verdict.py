@@ -3,7 +3,8 @@
 :mod:`numpyro_sgrld._loop`): streaming moments of a few coordinates in the kernel state
 (:mod:`numpyro_sgrld.monitor`), sent to the host on the run's last step, and a warning with the
 :func:`~numpyro_sgrld.verdict.judgement` when the draws cannot be trusted or the metric's bias
-is uncorrected. The kernel keeps the run's :class:`_RunInfo` as ``kernel._run``."""
+is off (:mod:`numpyro_sgrld.equipartition`). The kernel keeps the run's :class:`_RunInfo` as
+``kernel._run``."""
 
 import sys
 import warnings
@@ -16,9 +17,9 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from numpyro.infer.mcmc import MCMC
 
-from numpyro_sgrld import _setup, monitor
+from numpyro_sgrld import _setup, equipartition, monitor
 from numpyro_sgrld._compat import fast_sampling_loop_enabled
-from numpyro_sgrld.verdict import biased, judgement
+from numpyro_sgrld.verdict import judgement
 
 __all__ = ["arm", "observe", "report"]
 
@@ -102,30 +103,40 @@ def observe(kernel, state, new):
         offset == run.num_samples - 1,
         lambda: jax.debug.callback(partial(report, kernel), moments.sums, moments.squares,
                                    moments.origin, new.num_rejected - moments.rejected,
-                                   new.step_size),
+                                   new.step_size, new.equipartition),
         lambda: None,
     )
     return new._replace(monitor=moments)
 
 
-def report(kernel, sums, squares, origin, rejected, step_size):
-    """Host side: collect the chains' moments; once every chain of the run has reported,
-    warn with the :func:`~numpyro_sgrld.verdict.judgement` when the draws cannot be
-    trusted or the metric's bias is uncorrected."""
+def report(kernel, sums, squares, origin, rejected, step_size, equipartition_sums=None):
+    """Host side: collect the chains' moments and equipartition sums; once every chain of
+    the run has reported, warn with the :func:`~numpyro_sgrld.verdict.judgement` when the
+    draws cannot be trusted."""
     run = kernel._run
     if run is None:
         return
     sums, squares, origin = (np.asarray(x) for x in (sums, squares, origin))
-    if sums.ndim == 2:
+    one = sums.ndim == 2
+    if one:
         sums, squares, origin = sums[None], squares[None], origin[None]
+    if equipartition_sums is not None:
+        equipartition_sums = jax.tree.map(
+            lambda x: np.asarray(x)[None] if one else np.asarray(x), equipartition_sums)
     run.reports.append((sums, squares, origin, np.atleast_1d(rejected),
-                        np.atleast_1d(step_size)))
+                        np.atleast_1d(step_size), equipartition_sums))
     if sum(r[0].shape[0] for r in run.reports) < run.num_chains:
         return
-    sums, squares, origin, rejected, step = (np.concatenate(x) for x in zip(*run.reports))
+    *moments, readings = zip(*run.reports)
+    sums, squares, origin, rejected, step = (np.concatenate(x) for x in moments)
     run.reports.clear()
+    temperatures = None
+    if all(r is not None for r in readings):
+        pooled = jax.tree.map(lambda *x: np.concatenate(x), *readings)
+        temperatures = equipartition.summarize(pooled, kernel.temperature)
     rhat, ess = monitor.judge(sums, squares, origin, run.num_samples)
-    v = judgement(rhat, ess, run.names, int(rejected.sum()), run.num_samples, kernel, step)
-    if not v.trusted or biased(v):
+    v = judgement(rhat, ess, run.names, int(rejected.sum()), run.num_samples, kernel, step,
+                  temperatures, sums.shape[0])
+    if not v.trusted:
         # sent from XLA's host callback: no user frame to point at
         warnings.warn_explicit(str(v), UserWarning, "numpyro_sgrld verdict", 0)

@@ -59,6 +59,13 @@ class SGState(NamedTuple):
       (:func:`numpyro_sgrld._step.step`); ``None`` without ``check_proposal`` and for the
       cyclical presets (which check each proposal at once), where the next step starts from
       ``z``.
+    - **equipartition** – the run's equipartition sums after warm-up
+      (:class:`~numpyro_sgrld.equipartition.Equipartition`): the verdict's check that the
+      chain samples the posterior's spread, from the gradient each step evaluates anyway.
+    - **configurational_temperature** – the last step's reading of that check,
+      :math:`\\frac{1}{dT}\\sum_i(\\theta_i - c_i)\\,\\partial_i\\hat U(\\theta)` at the position it
+      started from (:mod:`numpyro_sgrld.equipartition`): its mean over the draws after warm-up
+      is 1 for a chain that samples the posterior (``extra_fields``).
     """
 
     i: Any
@@ -76,6 +83,8 @@ class SGState(NamedTuple):
     warmup: Any = None
     monitor: Any = None
     proposal: Any = None
+    equipartition: Any = None
+    configurational_temperature: Any = None
 
     @property
     def control_variate(self):

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from numpyro_sgrld import equipartition as equi
 from numpyro_sgrld._acceptance import accept, accept_pending, usable
 from numpyro_sgrld._composition import Sampler, transition_with_preconditioner
 from numpyro_sgrld._state import SGState
@@ -156,6 +157,7 @@ def step(spec, state, inputs):
         ok, sampler_state = accept_pending(ready, landed, sampler_state, state.sampler_state,
                                            averages)
         z, proposal = here, tree_where(ok, z, here)
+    checked, reading = _equipartition(spec, state, position, est.grad, ready)
     new = SGState(
         i=state.i + 1,
         z=z,
@@ -172,8 +174,21 @@ def step(spec, state, inputs):
         warmup=state.warmup,
         monitor=state.monitor,
         proposal=proposal,
+        equipartition=checked,
+        configurational_temperature=reading,
     )
     return new, StepInfo(est, preconditioner, ok, step_size)
+
+
+def _equipartition(spec, state, position, grad, ready):
+    """The equipartition sums after this step (:mod:`numpyro_sgrld.equipartition`), with the
+    step's own reading; unchanged at temperature 0 (an exploration stage's descent)."""
+    acc = state.equipartition
+    if acc is None or (isinstance(spec.temperature, (int, float)) and spec.temperature == 0):
+        return acc, state.configurational_temperature
+    new, products = equi.update(acc, position, grad, ready, state.i)
+    size = sum(x.size for x in jax.tree.leaves(position))
+    return new, jnp.sum(products) / (size * spec.temperature)
 
 
 def _when(flag, reject):

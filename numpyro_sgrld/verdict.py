@@ -4,7 +4,7 @@ r"""The verdict at the end of a run: can the kept draws be trusted?
 to do where they fail:
 
 - **mixing**: split :math:`\hat R` (Gelman et al. 2013, as ``numpyro.diagnostics``) at most
-  :data:`MAX_RHAT` and bulk effective sample size at least :data:`MIN_ESS` in every coordinate
+  :func:`max_rhat` and bulk effective sample size at least :data:`MIN_ESS` in every coordinate
   of every latent site. Where a coordinate fails, the run is predicted to need
   :math:`\max(\mathrm{MIN\_ESS}/\mathrm{ESS}, (\hat R - 1)/0.01)` times as many steps (the
   ESS of a chain in stationarity grows linearly with its length, and :math:`\hat R - 1`
@@ -15,10 +15,14 @@ to do where they fail:
 - **chains that adapted different steps**: a ratio of the chains' adapted steps above
   :data:`MAX_STEP_SPREAD` (each chain's step holds the bias target where that chain was
   during warm-up, not where the others were).
-- **the stationary bias accepted**: the adapted step's predicted inflation of the worst
-  direction's variance, ``target_bias`` to first order (:mod:`numpyro_sgrld.adaptation`), and,
-  for a kernel whose adaptive metric is not Γ-corrected, that its variances carry the metric's
-  stationary bias (:mod:`numpyro_sgrld.correction`) and how to remove it.
+- **the posterior's spread**: the equipartition check (:mod:`numpyro_sgrld.equipartition`),
+  every reading within :data:`~numpyro_sgrld.equipartition.BAND` or within its noise: a chain
+  that mixes well but samples a law too wide or too narrow (a step too large, an adaptive
+  metric's uncorrected Γ, a thermostat) fails here, whatever the kernel, and the advice fits
+  the kernel. No kernel is warned about for what it is: only for what its run measured.
+- **the stationary bias accepted** (a note, not a warning): the adapted step's predicted
+  inflation of the worst direction's variance, ``target_bias`` to first order
+  (:mod:`numpyro_sgrld.adaptation`).
 
 :func:`check` runs it on a finished ``MCMC`` and warns. Every ``MCMC.run`` of a
 stochastic-gradient kernel ends with it: on the kernels' own sampling loop
@@ -27,20 +31,26 @@ streaming moments of every post-warm-up step (:mod:`numpyro_sgrld.monitor`).
 """
 
 import warnings
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
 
+from numpyro_sgrld import equipartition
 from numpyro_sgrld._traits import trait
 from numpyro_sgrld.correction import Lag
 
-__all__ = ["BIASED", "MAX_RHAT", "MAX_STEP_SPREAD", "MIN_ESS", "Verdict", "biased", "check",
-           "judgement", "verdict"]
+__all__ = ["MAX_RHAT", "MAX_STEP_SPREAD", "MEAN_ERROR", "MIN_ESS", "Verdict", "check",
+           "judgement", "max_rhat", "verdict"]
 
-#: The largest split R-hat a trusted run may have (Vehtari et al. 2021 recommend 1.01).
+#: The largest split R-hat a trusted run of one chain may have (Vehtari et al. 2021 recommend
+#: 1.01); with more chains :func:`max_rhat`.
 MAX_RHAT = 1.01
+
+#: The project's accuracy promise for posterior means, in posterior sds: the bound of
+#: :func:`max_rhat` keeps the chains' disagreement within it at two standard errors.
+MEAN_ERROR = 0.15
 
 #: The smallest bulk effective sample size a trusted run may have, per coordinate (Vehtari et
 #: al. 2021: 100 over all chains for a reliable R-hat and posterior means to ~0.1 sd).
@@ -67,8 +77,10 @@ class Verdict(NamedTuple):
     - **more_steps** – the factor by which the run is predicted to need more steps (1 when
       it mixes).
     - **problems** – one sentence per problem, each with what to do.
-    - **notes** – what the run accepted by design (the step's predicted variance inflation,
-      an uncorrected adaptive metric's bias), which holds also when it is trusted.
+    - **notes** – what the run accepted by design (the adapted step's predicted variance
+      inflation), which holds also when it is trusted.
+    - **temperatures** – the equipartition check's readings
+      (:class:`~numpyro_sgrld.equipartition.Temperatures`; ``None`` where the run has none).
     """
 
     trusted: bool
@@ -80,12 +92,16 @@ class Verdict(NamedTuple):
     more_steps: float
     problems: tuple
     notes: tuple
+    temperatures: Any = None
 
     def __str__(self):
         head = ("The draws pass the checks" if self.trusted else
                 "The draws cannot be trusted")
+        t = self.temperatures
+        reading = ("" if t is None else
+                   f", equipartition T = {t.overall:.3f} ± {t.overall_se:.3f}")
         body = [f"{head}: max split R-hat {self.max_rhat:.3f} ({self.worst_rhat_site[0]}), "
-                f"min bulk ESS {self.min_ess:.0f} ({self.worst_ess_site[0]})."]
+                f"min bulk ESS {self.min_ess:.0f} ({self.worst_ess_site[0]}){reading}."]
         return " ".join(body + list(self.problems) + list(self.notes))
 
 
@@ -107,11 +123,13 @@ def _coordinates(draws_by_chain):
     return [(name, j, x.astype(np.float64)) for name, j, x in columns]
 
 
-def verdict(draws_by_chain, rejected=None, num_steps=None, kernel=None, step_size=None):
+def verdict(draws_by_chain, rejected=None, num_steps=None, kernel=None, step_size=None,
+            temperatures=None):
     """The :class:`Verdict` of draws grouped by chain (a dict of arrays ``(chains, draws,
     ...)``, as ``mcmc.get_samples(group_by_chain=True)``); ``rejected``, the steps rejected
     after warm-up; ``num_steps``, the steps the draws came from (for the advice); ``kernel``
-    and ``step_size`` (per chain) for the notes."""
+    and ``step_size`` (per chain) for the notes; ``temperatures``, the run's equipartition
+    readings (:func:`numpyro_sgrld.equipartition.summarize`)."""
     columns = _coordinates(draws_by_chain)
     rhats, esss = [], []
     for _, _, x in columns:
@@ -121,36 +139,57 @@ def verdict(draws_by_chain, rejected=None, num_steps=None, kernel=None, step_siz
         else:
             rhats.append(float(split_gelman_rubin(x)))
             esss.append(float(effective_sample_size(x)))
+    chains = columns[0][2].shape[0] if columns else 1
     return judgement(rhats, esss, [(name, j) for name, j, _ in columns], rejected,
-                     num_steps, kernel, step_size)
+                     num_steps, kernel, step_size, temperatures, chains)
+
+
+def max_rhat(num_chains=1):
+    r"""The largest split :math:`\hat R` a trusted run of ``num_chains`` chains may have.
+
+    Split :math:`\hat R^2 - 1` is about the variance of the :math:`m = 2C` half-chains' means
+    over the posterior variance; their disagreement puts an error of about
+    :math:`\sigma\sqrt{(\hat R^2 - 1)/m}` into the pooled mean. Keeping that within the
+    promise at two standard errors, :math:`\mathrm{MEAN\_ERROR}/2`, gives
+    :math:`\hat R \le \sqrt{1 + m\,(\mathrm{MEAN\_ERROR}/2)^2}`: 1.022 for 4 chains, and never
+    less than :data:`MAX_RHAT`."""
+    m = 2 * max(int(num_chains or 1), 1)
+    return max(MAX_RHAT, float(np.sqrt(1 + m * (MEAN_ERROR / 2) ** 2)))
 
 
 def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
-              step_size=None):
+              step_size=None, temperatures=None, num_chains=1):
     """The :class:`Verdict` from each judged coordinate's split R-hat and bulk ESS, with its
     ``sites`` (``(name, flat index)`` each); the other arguments as :func:`verdict`'s."""
     problems, notes = [], []
-    max_rhat, min_ess = 1.0, np.inf
+    max_rhat_, min_ess = 1.0, np.inf
     rhat_site = ess_site = ("", 0)
     for r, e, site in zip(rhats, esss, sites):
-        if not r <= max_rhat:
-            max_rhat, rhat_site = float(r), site
+        if not r <= max_rhat_:
+            max_rhat_, rhat_site = float(r), site
         if not e >= min_ess:
             min_ess, ess_site = float(e), site
     columns = sites
     if not columns:
         min_ess = np.nan
     more = 1.0
-    if columns and (max_rhat > MAX_RHAT or min_ess < MIN_ESS):
+    bound = max_rhat(num_chains)
+    if columns and (max_rhat_ > bound or min_ess < MIN_ESS):
         # R-hat's excess over 1 shrinks about as 1/ESS (Vehtari et al. 2021)
         more = max(MIN_ESS / max(min_ess, 1.0),
-                   (max_rhat - 1.0) / (MAX_RHAT - 1.0) if np.isfinite(max_rhat) else 10.0)
+                   (max_rhat_ - 1.0) / (bound - 1.0) if np.isfinite(max_rhat_) else 10.0)
         steps = (f" (num_samples of at least {int(np.ceil(more * num_steps)):,})"
                  if num_steps else "")
+        failed = []
+        if not max_rhat_ <= bound:
+            failed.append(f"split R-hat {max_rhat_:.3g} at {_site(rhat_site)} "
+                          f"(trusted: <= {bound:.3f} with {num_chains} chain"
+                          f"{'s' if num_chains != 1 else ''})")
+        if not min_ess >= MIN_ESS:
+            failed.append(f"bulk ESS {min_ess:.0f} at {_site(ess_site)} (trusted: >= {MIN_ESS})")
         problems.append(
-            f"The chains have not mixed: split R-hat {max_rhat:.3g} at {_site(rhat_site)} "
-            f"(trusted: <= {MAX_RHAT}) and bulk ESS {min_ess:.0f} at {_site(ess_site)} "
-            f"(trusted: >= {MIN_ESS}). Run about {more:.1f}x as many steps{steps}, or use "
+            f"The chains have not mixed: {' and '.join(failed)}. "
+            f"Run about {more:.1f}x as many steps{steps}, or use "
             "more chains; where even that does not mix (a hierarchical model's funnel), a "
             "non-centred parametrisation of the scale parameters usually does "
             "(numpyro.infer.reparam.LocScaleReparam), or compare against NUTS on "
@@ -173,13 +212,17 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
             "chains then adapt in the bulk), a non-centred parametrisation of the scales, or a "
             "smaller common step_size."
         )
+    if temperatures is not None:
+        departed = equipartition.departures(temperatures)
+        if departed:
+            problems.append(_temperature_problem(departed, temperatures, kernel))
     if kernel is not None:
         notes.extend(_notes(kernel, step_size))
     trusted = not problems and bool(columns)
     if not columns:
         problems.append("No floating-point draws to judge.")
-    return Verdict(trusted, max_rhat, min_ess, rhat_site, ess_site, rejected, more,
-                   tuple(problems), tuple(notes))
+    return Verdict(trusted, max_rhat_, min_ess, rhat_site, ess_site, rejected, more,
+                   tuple(problems), tuple(notes), temperatures)
 
 
 def _step_spread(kernel, step_size):
@@ -199,41 +242,59 @@ def _site(site):
 #: Metrics that follow the gradients without a moving average (``decay``), whose Γ is not zero.
 ADAPTIVE_METRICS = ("monge", "shampoo")
 
-#: The words every note on a kernel's stationary bias carries (the loops warn on them).
-BIASED = "stationary bias"
+
+def _temperature_problem(departed, t, kernel):
+    """The sentence for readings outside the band (:func:`~numpyro_sgrld.equipartition.
+    departures`), with what to do for this kernel."""
+    name, value, se = departed[0]
+    band = equipartition.BAND
+    wide = value > 1
+    more = f" and {len(departed) - 1} more" if len(departed) > 1 else ""
+    head = (
+        f"The chains do not sample the posterior's spread: the equipartition check "
+        f"E[(θ-m)·∂U/∂θ] = 1 (T = {t.overall:.3f} ± {t.overall_se:.3f} over all coordinates) "
+        f"reads {value:.3f} ± {se:.3f} at {name!r}{more} (trusted: within "
+        f"[{band[0]:.2f}, {band[1]:.2f}], every sd within 15 %): the draws are about "
+        f"{np.sqrt(max(value, 0.0)):.2f}x the posterior's sd {'or wider ' if wide else ''}"
+        f"in some directions."
+    )
+    return f"{head} {_temperature_advice(kernel, wide)}"
 
 
-def biased(v):
-    """Whether the :class:`Verdict` names a stationary bias the kernel does not correct."""
-    return any(BIASED in n for n in v.notes)
+def _temperature_advice(kernel, wide):
+    """What to do about a reading above (``wide``) or below 1, for this kernel."""
+    if not wide:
+        return ("Below 1 the chains have not reached equilibrium in some directions (or a "
+                "thermostat runs cold): use a longer num_warmup and more steps, or SGLD/SGHMC "
+                "with step_size=None (the step is chosen in warm-up).")
+    if kernel is None:
+        return "Use a smaller step_size."
+    metric = getattr(kernel, "metric", None)
+    integrator = getattr(kernel, "integrator", None)
+    advice = []
+    if not getattr(kernel, "adapts_step_size", False):
+        advice.append("give a smaller step_size, or step_size=None to have it chosen in "
+                      "warm-up for a stated bias (docs/step_size.md)")
+    else:
+        bias = getattr(kernel, "target_bias", None)
+        advice.append(f"use a smaller target_bias (now {bias}; half of it about halves the "
+                      "step's inflation)")
+    if (metric is not None and (trait(metric, Lag) is not None
+                                or metric.name in ADAPTIVE_METRICS)
+            and getattr(kernel, "correction", None) is None):
+        advice.append(f"the adaptive metric {metric.name!r} is not Γ-corrected, which "
+                      "inflates the variances even at small steps: use correction='exact' "
+                      "(small models; docs/bias.md)")
+    if metric is not None and metric.name == "wenzel" or (
+            integrator is not None and integrator.name == "adaptive_drift"):
+        advice.append("this kernel's adaptation has no Γ correction (docs/bias.md): SGLD or "
+                      "SGHMC, whose preconditioner is learnt in warm-up and then constant, "
+                      "sample the posterior itself")
+    return "To fix it: " + "; or ".join(advice) + "."
 
 
 def _notes(kernel, step_size):
     notes = []
-    metric = getattr(kernel, "metric", None)
-    integrator = getattr(kernel, "integrator", None)
-    if (metric is not None and (trait(metric, Lag) is not None
-                                or metric.name in ADAPTIVE_METRICS)
-            and getattr(kernel, "correction", None) is None):
-        notes.append(
-            f"The metric {metric.name!r} adapts to the gradients and is not Γ-corrected: even "
-            f"at small steps its draws follow p(θ)/D(θ), not the posterior ({BIASED}, "
-            "docs/bias.md). Use correction='exact' (small models) or 'hutchinson', or a "
-            "kernel with a constant preconditioner learnt in warm-up (SGLD, SGHMC)."
-        )
-    elif metric is not None and metric.name == "wenzel":
-        notes.append(
-            "The layer-wise metric 'wenzel' is refreshed from the gradients while sampling: "
-            f"between refreshes it is constant, but its refreshes follow the chain, and no Γ "
-            f"correction exists for it ({BIASED} unmeasured here, docs/bias.md). For exact "
-            "variances use SGLD or SGHMC (a constant preconditioner learnt in warm-up)."
-        )
-    if integrator is not None and integrator.name == "adaptive_drift":
-        notes.append(
-            "The adaptive drift (AdamSGLD) changes the chain's stationary law and has no "
-            f"Γ-type correction ({BIASED}, Rensmeyer & Niggemann 2023, docs/bias.md). For exact "
-            "variances use SGLD or SGHMC (a constant preconditioner learnt in warm-up)."
-        )
     if getattr(kernel, "adapts_step_size", False) and step_size is not None:
         bias = getattr(kernel, "target_bias", None)
         if bias is not None:
@@ -247,8 +308,8 @@ def _notes(kernel, step_size):
 
 def check(mcmc, warn=True):
     """The :class:`Verdict` of a finished ``numpyro.infer.MCMC`` run of any kernel (warns
-    with it when the draws cannot be trusted or carry a stationary bias the kernel does not
-    correct, and ``warn``)."""
+    with it when the draws cannot be trusted, and ``warn``). A stochastic-gradient kernel's
+    run is judged by its equipartition readings too (:func:`temperatures_of`)."""
     draws = mcmc.get_samples(group_by_chain=True)
     state = mcmc.last_state
     kernel = mcmc.sampler
@@ -261,10 +322,20 @@ def check(mcmc, warn=True):
     if "diverging" in fields:
         rejected = int(np.sum(np.asarray(fields["diverging"])))
     v = verdict(draws, rejected, mcmc.num_samples, kernel,
-                getattr(state, "step_size", None))
-    if warn and (not v.trusted or biased(v)):
+                getattr(state, "step_size", None), temperatures_of(state, kernel))
+    if warn and not v.trusted:
         warnings.warn(str(v), UserWarning, stacklevel=2)
     return v
+
+
+def temperatures_of(state, kernel=None):
+    """The equipartition readings (:func:`numpyro_sgrld.equipartition.summarize`) of a
+    stochastic-gradient kernel's last state (chains stacked or one), ``None`` for any other
+    state."""
+    acc = getattr(state, "equipartition", None)
+    if acc is None:
+        return None
+    return equipartition.summarize(jax.device_get(acc), getattr(kernel, "temperature", 1.0))
 
 
 def _leaves_by_chain(tree, chain_axis):

@@ -23,7 +23,7 @@ LAYERS = [
     ("helpers", {"_checks", "_tree", "_traits", "schedules", "_cache"}),
     ("the step's pieces", {"metrics", "integrators", "_integrator_base", "_thermostats",
                            "gradients", "correction", "_composition", "_acceptance", "_state",
-                           "_step"}),
+                           "_step", "equipartition"}),
     ("warm-up", {"warmup", "adaptation"}),
     ("the NumPyro host", {"subsample", "_setup", "_model_host", "_adapter", "kernels",
                           "_presets", "_momentum_kernels", "_cyclical_kernels", "_loop",

@@ -14,7 +14,8 @@ from numpyro.infer import MCMC, init_to_value
 import numpyro_sgrld as ns
 from numpyro_sgrld.gradients import Target, activate_control_variates, warmup_control_variates
 from numpyro_sgrld.metrics.constant import DENSE_MAX_DIM
-from numpyro_sgrld.verdict import MAX_RHAT, MAX_STEP_SPREAD, MIN_ESS, biased, verdict
+from numpyro_sgrld.equipartition import Temperatures
+from numpyro_sgrld.verdict import MAX_RHAT, MAX_STEP_SPREAD, MIN_ESS, verdict
 from numpyro_sgrld.warmup import (
     final_window_start,
     first_window_start,
@@ -192,19 +193,39 @@ def test_the_verdict_refuses_chains_whose_adapted_steps_are_far_apart():
     assert verdict(draws, kernel=fixed, step_size=[1.0, 100.0]).trusted
 
 
-def test_the_verdict_names_an_uncorrected_adaptive_metrics_bias():
+def _readings(value, se=0.01):
+    return Temperatures(("x",), np.array([value]), np.array([se]), value, se, 10_000)
+
+
+def test_the_verdict_judges_what_the_run_measured_not_the_kernels_name():
+    """No kernel warns for what it is: an adaptive preset whose readings are in the band is
+    trusted, and one outside it is told what fits that kernel."""
     model, X, y = _logistic(2000, 20)
     rng = np.random.default_rng(0)
-    v = verdict({"x": rng.normal(size=(4, 500))}, kernel=ns.PSGLD(model), step_size=[1e-3])
-    assert v.trusted and any("Γ-corrected" in n and "correction='exact'" in n for n in v.notes)
-    v = verdict({"x": rng.normal(size=(4, 500))}, kernel=ns.SGLD(model), step_size=[1e-3])
-    assert not any("Γ-corrected" in n for n in v.notes) and not biased(v)
-    for kernel in (ns.AdamSGLD(model), ns.WenzelSGLD(model), ns.MongeSGLD(model)):
-        v = verdict({"x": rng.normal(size=(4, 500))}, kernel=kernel, step_size=[1e-3])
-        assert v.trusted and biased(v), kernel
-    v = verdict({"x": rng.normal(size=(4, 500))}, kernel=ns.PSGLD(model, correction="exact"),
-                step_size=[1e-3])
-    assert not biased(v)
+    kernels = (ns.PSGLD(model), ns.MongeSGLD(model), ns.AdamSGLD(model), ns.WenzelSGLD(model),
+               ns.SGLD(model), ns.SGLD(model, step_size=1e-3))
+    for kernel in kernels:
+        v = verdict({"x": rng.normal(size=(4, 500))}, kernel=kernel, step_size=[1e-3],
+                    temperatures=_readings(1.12))
+        assert v.trusted and not v.problems, kernel
+        assert not any("Γ" in n or "bias" in n.split("(")[0] for n in v.notes[:-1]), kernel
+    advice = {}
+    for kernel in kernels:
+        v = verdict({"x": rng.normal(size=(4, 500))}, kernel=kernel, step_size=[1e-3],
+                    temperatures=_readings(1.6))
+        assert not v.trusted and "equipartition" in v.problems[0], kernel
+        advice[kernel] = v.problems[0]
+    assert "correction='exact'" in advice[kernels[0]] and "correction='exact'" in advice[kernels[1]]
+    assert "correction='exact'" not in advice[kernels[4]] and "target_bias" in advice[kernels[4]]
+    assert "smaller step_size" in advice[kernels[5]]
+    assert "SGLD or SGHMC" in advice[kernels[2]] and "SGLD or SGHMC" in advice[kernels[3]]
+    cold = verdict({"x": rng.normal(size=(4, 500))}, kernel=kernels[0], step_size=[1e-3],
+                   temperatures=_readings(0.5))
+    assert not cold.trusted and "equilibrium" in cold.problems[0]
+    # outside the band but within the noise: not flagged
+    noisy = verdict({"x": rng.normal(size=(4, 500))}, kernel=kernels[0], step_size=[1e-3],
+                    temperatures=_readings(1.4, se=0.2))
+    assert noisy.trusted
 
 
 def test_the_fast_loop_warns_at_the_end_of_a_run_that_has_not_mixed():

@@ -1,0 +1,199 @@
+"""The equipartition check (:mod:`numpyro_sgrld.equipartition`): its readings against exact
+values (iid and autocorrelated Gaussian draws; SGLD's discretised chain on a Gaussian target,
+whose stationary variance is known in closed form), its Monte Carlo error against the spread
+of replicates, its batches, and the verdict it drives."""
+
+import contextlib
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from numpyro.infer import MCMC
+from scipy.stats import t as student_t
+
+import numpyro_sgrld as ns
+from numpyro_sgrld import equipartition as eq
+
+
+def _bound(t):
+    """Four standard errors' worth of Student's t for the reading's ``batches``."""
+    return float(student_t.ppf(1 - 3.2e-5, max(t.batches - 1, 1)))
+
+
+def _run(draws, grads, start=0):
+    """The sums after feeding ``draws`` and ``grads`` (``(steps, d)``) to :func:`eq.update`."""
+    z = {"x": draws[0]}
+    acc = eq.init(z, start)
+
+    def body(acc, xs):
+        i, x, g = xs
+        return eq.update(acc, {"x": x}, {"x": g}, jnp.bool_(True), i)[0], None
+
+    steps = jnp.arange(draws.shape[0], dtype=jnp.int32)
+    return jax.lax.scan(body, acc, (steps, draws, grads))[0]
+
+
+def _ar1(key, n, d, rho, scale):
+    """``n`` steps of a stationary AR(1) chain in ``d`` independent coordinates, sds ``scale``."""
+    noise = jax.random.normal(key, (n, d))
+    x0 = noise[0]
+
+    def body(x, e):
+        x = rho * x + np.sqrt(1 - rho**2) * e
+        return x, x
+
+    return jax.lax.scan(body, x0, noise[1:])[1] * scale
+
+
+@pytest.mark.parametrize("rho", [0.0, 0.95])
+def test_readings_and_their_errors_agree_with_exact_values_over_replicates(rho):
+    """Draws of N(m, diag(s^2)) inflated in variance by k, with minibatch-like gradients
+    (the exact gradient plus independent noise): each coordinate reads k, and the batch-means
+    errors match the spread of 200 replicates (a chi-square test of the z-scores)."""
+    d, n, reps = 3, 8_000, 200
+    scale = jnp.array([0.5, 1.0, 3.0])
+    mean = jnp.array([1.0, -2.0, 10.0])
+    k = jnp.array([1.0, 1.3, 0.8])
+
+    def one(key):
+        k1, k2 = jax.random.split(key)
+        x = mean + _ar1(k1, n, d, rho, scale) * jnp.sqrt(k)
+        g = (x - mean) / scale**2 + 2.0 / scale * jax.random.normal(k2, x.shape)
+        return _run(x, g)
+
+    accs = jax.device_get(jax.vmap(one)(jax.random.split(jax.random.PRNGKey(0), reps)))
+    readings = [eq.summarize(jax.tree.map(lambda a, r=r: a[r], accs)) for r in range(reps)]
+    est = np.asarray([t.estimate for t in readings])
+    se = np.asarray([t.se for t in readings])
+    # unbiased for k: the replicates' mean within 4 of its standard errors
+    assert np.all(np.abs(est.mean(0) - np.asarray(k)) < 4 * est.std(0) / np.sqrt(reps))
+    # the batch-means error is never smaller than the replicates' spread and at most sqrt(2)
+    # times it (the centre's noise, equipartition's docstring): the ratio's own relative error
+    # is 1/sqrt(2 (reps - 1)), and an sd estimated from R >= 8 batches is low by at most
+    # 1/(4 (R - 1)) < 4 %
+    ratio = se.mean(0) / est.std(0, ddof=1)
+    tol = 4 / np.sqrt(2 * (reps - 1))
+    assert np.all((ratio > 1 - tol - 0.04) & (ratio < np.sqrt(2) * (1 + tol))), ratio
+
+
+def test_the_batches_merge_and_count_every_step_after_the_start():
+    d, n, start = 2, 5_000, 700
+    x = jax.random.normal(jax.random.PRNGKey(1), (n, d))
+    acc = _run(x, x, start=start)
+    counted = n - start
+    assert int(acc.counts.sum()) == int(acc.count) == counted
+    filled = int(np.sum(np.asarray(acc.counts) > 0))
+    assert eq.BATCHES // 2 <= filled <= eq.BATCHES
+    length = eq.FIRST_LENGTH
+    while counted // length > eq.BATCHES - 1:
+        length *= 2
+    assert int(acc.length) == length
+    # full batches hold exactly `length` steps
+    c = np.asarray(acc.counts)
+    assert np.all(c[:filled - 1] == length) and c[filled - 1] == int(acc.filled) or (
+        int(acc.filled) == 0 and c[filled - 1] == length)
+    # the centre is the first counted position; the totals are the counted steps' sums
+    np.testing.assert_array_equal(acc.centre["x"], x[start])
+    np.testing.assert_allclose(acc.shift["x"], (x[start:] - x[start]).sum(0), rtol=1e-4,
+                               atol=1e-3)
+    np.testing.assert_allclose(acc.gradient["x"], x[start:].sum(0), rtol=1e-4, atol=1e-3)
+    # the batches' centred sums add up to the products about the run's mean
+    t = eq.summarize(acc)
+    exact = ((x[start:] - x[start:].mean(0)) * x[start:]).mean(0)
+    np.testing.assert_allclose(t.estimate, exact, rtol=1e-4)
+
+
+def test_groups_are_coordinates_for_small_positions_and_leaves_for_large_ones():
+    small = {"a": jnp.zeros(3), "b": jnp.zeros(())}
+    assert eq.group_names(small) == ("a[0]", "a[1]", "a[2]", "b")
+    large = {"net": {"w1": jnp.zeros((20, 10)), "b1": jnp.zeros(10)}, "s": jnp.zeros(())}
+    assert eq.group_names(large) == ("net/b1", "net/w1", "s")
+    np.testing.assert_array_equal(eq.group_sizes(large), [10, 200, 1])
+
+
+def test_departures_need_both_the_band_and_the_noise():
+    t = eq.Temperatures(("a", "b", "c"), np.array([1.0, 1.5, 1.5]), np.array([0.01, 0.01, 0.5]),
+                        1.2, 0.01, 1000, 40)
+    assert [name for name, *_ in eq.departures(t)] == ["b"]
+    cold = t._replace(estimate=np.array([0.5, 1.0, 1.0]), overall=0.9)
+    assert [name for name, *_ in eq.departures(cold)] == ["a"]
+    assert eq.critical_z(26) > eq.critical_z(1) > 2.5
+    assert eq.critical_z(26, 9) > eq.critical_z(26, 40) > eq.critical_z(26)
+
+
+def _gaussian(scales):
+    def model():
+        numpyro.sample("x", dist.Normal(0.0, jnp.asarray(scales)).to_event(1))
+
+    return model
+
+
+@pytest.mark.parametrize("loop", ["numpyro", "own"])
+def test_sgld_reads_its_discretised_chains_exact_temperature(loop):
+    # 4 chains: about 40 batches, so that the errors are themselves well estimated
+    r"""SGLD with exact gradients on :math:`N(0, \sigma^2)` has stationary variance
+    :math:`\sigma^2/(1 - h/(2\sigma^2))`, so each coordinate reads
+    :math:`1/(1 - h/(2\sigma^2))`; the verdict flags the coordinates outside the band and
+    passes the others."""
+    scales = np.array([0.5, 1.0, 2.0])
+    h = 0.3
+    exact = 1 / (1 - h / (2 * scales**2))  # 1.43, 1.18, 1.04
+    mcmc = MCMC(ns.SGLD(_gaussian(scales), step_size=h), num_warmup=200, num_samples=20_000,
+                num_chains=4, chain_method="vectorized", progress_bar=False)
+    own = ns.fast_sampling_loop() if loop == "own" else contextlib.nullcontext()
+    with own, pytest.warns(UserWarning, match="equipartition") as record:
+        mcmc.run(jax.random.PRNGKey(0))
+    t = ns.verdict.temperatures_of(mcmc.last_state)
+    z = (t.estimate - exact) / t.se
+    assert np.all(np.abs(z) < _bound(t)), (t.estimate, t.se, exact)
+    assert t.steps == 4 * 20_000
+    message = str(record[0].message)
+    assert "'x[0]'" in message and "smaller step_size" in message
+    assert [name for name, *_ in eq.departures(t)][0] == "x[0]"
+    assert "x[1]" not in [name for name, *_ in eq.departures(t)]
+
+
+def test_a_right_run_is_quiet_and_one_chain_is_judged_too():
+    scales = np.array([0.5, 1.0, 2.0])
+    mcmc = MCMC(ns.SGLD(_gaussian(scales), step_size=0.05), num_warmup=200,
+                num_samples=40_000, progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(1), extra_fields=("configurational_temperature",))
+    v = ns.check(mcmc, warn=False)
+    t = v.temperatures
+    assert v.trusted and not eq.departures(t)
+    exact = 1 / (1 - 0.05 / (2 * scales**2))  # 1.11, 1.03, 1.01: in the band
+    assert np.all(np.abs((t.estimate - exact) / t.se) < _bound(t))
+    # the per-draw reading averages to the overall one
+    per_draw = np.asarray(mcmc.get_extra_fields()["configurational_temperature"])
+    assert abs(per_draw.mean() - t.overall) < 4 * t.overall_se
+
+
+def test_minibatch_noise_is_read_as_the_discretised_chains_exact_law():
+    r"""SGLD on :math:`y_j \sim N(\theta, 1)`, :math:`j \le N`, with minibatches of
+    :math:`n` drawn with replacement: the gradient noise has the constant variance
+    :math:`V = N^2 s_y^2/n` (:math:`s_y^2` the data's variance), so the chain's stationary
+    variance is :math:`(1 + hV/2)/(\lambda(1 - h\lambda/2))` with :math:`\lambda = N + 1/10^2`,
+    and the reading is :math:`(1 + hV/2)/(1 - h\lambda/2)`: the noise's own inflation, seen
+    from the same noisy gradients (the minibatch is drawn independently of the position)."""
+    num, n, h = 1000, 100, 8e-5
+    y = jax.random.normal(jax.random.PRNGKey(3), (num,)) + 0.3
+
+    def model(y):
+        theta = numpyro.sample("theta", dist.Normal(0.0, 10.0))
+        with numpyro.plate("data", num, subsample_size=n) as idx:
+            numpyro.sample("y", dist.Normal(theta, 1.0), obs=y[idx])
+
+    lam = num + 1 / 100.0
+    exact = (1 + h * num**2 * float(jnp.var(y)) / n / 2) / (1 - h * lam / 2)  # 1.45
+    mcmc = MCMC(ns.SGLD(model, step_size=h), num_warmup=500, num_samples=20_000,
+                num_chains=4, chain_method="vectorized", progress_bar=False)
+    with pytest.warns(UserWarning, match="equipartition"):
+        mcmc.run(jax.random.PRNGKey(2), y)
+    t = ns.verdict.temperatures_of(mcmc.last_state)
+    assert abs(t.overall - exact) < _bound(t) * t.overall_se, (t.overall, t.overall_se, exact)
+    draws = np.asarray(mcmc.get_samples()["theta"], np.float64)
+    assert exact > eq.BAND[1] and np.var(draws) * lam > eq.BAND[1]
