@@ -289,6 +289,7 @@ class SGMCMC(MCMCKernel):
         if step_size is None:
             check_adaptation(None, integrator, self.temperature)
         self._plates, self._inferred_num_data, self._checked_data = (), None, None
+        self._model_args = None  # (args, kwargs) of the last run, for the verdict's advice
         self._prepared_model, self._inv_transforms, self._replay = None, None, False
         self._spec = None  # the step's Spec, built by init once the plates are known
         # (spec, state, target, adapting) -> state: the step with the warm-up around it (a
@@ -428,6 +429,7 @@ class SGMCMC(MCMCKernel):
         else:
             rng_key, key_init = random.split(rng_key)
         if self._model is not None:
+            self._model_args = (model_args, model_kwargs)
             init_params = model_host.setup_model(self, key_init, init_params, model_args,
                                                  model_kwargs)
             first = init_params if not vectorized else jax.tree.map(lambda x: x[0], init_params)

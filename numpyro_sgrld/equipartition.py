@@ -45,7 +45,8 @@ length doubles, so a run of any length ends with between :data:`BATCHES`/2 and
 Flegal & Jones 2010). A batch's share of the centring term is taken in proportion to its
 steps, so the batches' spread still holds the centre's own noise,
 :math:`(\hat m - c)^2\operatorname{Var}\hat g`: the error is conservative, by up to
-:math:`\sqrt 2` where the gradient noise dominates (the centre is one posterior draw). It works with one chain; chains'
+:math:`\sqrt 2` where the gradient noise dominates (the centre is one posterior draw). It
+works with one chain; chains'
 batches pool.
 
 :func:`summarize` turns the accumulators into :class:`Temperatures`, and
@@ -163,7 +164,8 @@ def init(z, start):
     table = jnp.zeros((BATCHES, k), dtype)
     return Equipartition(
         start=jnp.asarray(start, jnp.int32), centre=z, shift=zeros, gradient=zeros,
-        count=jnp.zeros((), jnp.int32), sums=table, counts=jnp.zeros((BATCHES,), jnp.int32), row=jnp.zeros((), jnp.int32),
+        count=jnp.zeros((), jnp.int32), sums=table, counts=jnp.zeros((BATCHES,), jnp.int32),
+        row=jnp.zeros((), jnp.int32),
         filled=jnp.zeros((), jnp.int32), length=jnp.asarray(FIRST_LENGTH, jnp.int32))
 
 
@@ -220,7 +222,7 @@ def summarize(acc, temperature=1.0):
     step was counted."""
     sums = np.asarray(acc.sums, np.float64)
     one_chain = sums.ndim == 2
-    chains = [acc] if one_chain else [jax.tree.map(lambda x: np.asarray(x)[c], acc)
+    chains = [acc] if one_chain else [jax.tree.map(lambda x, c=c: np.asarray(x)[c], acc)
                                       for c in range(sums.shape[0])]
     rows, weights = [], []
     for chain in chains:

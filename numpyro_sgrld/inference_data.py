@@ -24,10 +24,12 @@ from numpyro.infer import MCMC, NUTS
 from numpyro_sgrld import _arviz
 from numpyro_sgrld._adapter import SGMCMC
 from numpyro_sgrld._cache import cache_dir
+from numpyro_sgrld.equipartition import summarize
 from numpyro_sgrld.subsample import full_batch
 
 __all__ = [
     "adaptation",
+    "equipartition_by_chain",
     "to_inference_data",
     "pointwise_log_likelihood",
     "observed_data",
@@ -46,7 +48,8 @@ REFERENCE_GROUP = "reference_posterior"
 
 #: The per-step statistics of the SG kernels; pass ``extra_fields=SG_EXTRA_FIELDS`` to
 #: ``MCMC.run`` to have all of them in ``sample_stats``.
-SG_EXTRA_FIELDS = ("diverging", "num_rejected", "potential_energy", "grad_norm", "step_size")
+SG_EXTRA_FIELDS = ("diverging", "num_rejected", "potential_energy", "grad_norm", "step_size",
+                   "configurational_temperature")
 
 # sample_stats names. SG kernels: the potential and gradient are minibatch estimates, so they
 # do not get ArviZ's "lp" (a full-data log density).
@@ -56,6 +59,7 @@ _SG_STAT_NAMES = {
     "potential_energy": "minibatch_potential_energy",
     "grad_norm": "minibatch_grad_norm",
     "step_size": "step_size",
+    "configurational_temperature": "configurational_temperature",
 }
 _HMC_STAT_NAMES = {
     "diverging": "diverging",
@@ -153,7 +157,30 @@ def _sample_stats(mcmc):
         shape = next(iter(stats.values())).shape[:2]
         inflation = np.broadcast_to(adapted["predicted_variance_inflation"][:, None], shape)
         stats["predicted_variance_inflation"] = np.array(inflation)
+    readings = equipartition_by_chain(mcmc)
+    if readings is not None and stats:
+        shape = next(iter(stats.values())).shape[:2]
+        stats["equipartition_temperature"] = np.array(np.broadcast_to(readings[:, None], shape))
     return stats
+
+
+def equipartition_by_chain(mcmc):
+    """Each chain's overall equipartition reading after warm-up
+    (:mod:`numpyro_sgrld.equipartition`: 1 for a chain that samples the posterior's spread),
+    ``(chains,)``; ``None`` for another kernel. :func:`to_inference_data` stores it in
+    ``sample_stats`` as ``equipartition_temperature`` (constant over a chain's draws)."""
+    state = getattr(mcmc, "last_state", None)
+    acc = getattr(state, "equipartition", None)
+    if not isinstance(mcmc.sampler, SGMCMC) or acc is None:
+        return None
+    acc = jax.device_get(acc)
+    chains = [acc] if np.ndim(acc.count) == 0 else [
+        jax.tree.map(lambda x, c=c: np.asarray(x)[c], acc) for c in range(len(acc.count))]
+    out = []
+    for chain in chains:
+        t = summarize(chain, mcmc.sampler.temperature)
+        out.append(np.nan if t is None else t.overall)
+    return np.asarray(out)
 
 
 def adaptation(mcmc):

@@ -189,11 +189,8 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
             failed.append(f"bulk ESS {min_ess:.0f} at {_site(ess_site)} (trusted: >= {MIN_ESS})")
         problems.append(
             f"The chains have not mixed: {' and '.join(failed)}. "
-            f"Run about {more:.1f}x as many steps{steps}, or use "
-            "more chains; where even that does not mix (a hierarchical model's funnel), a "
-            "non-centred parametrisation of the scale parameters usually does "
-            "(numpyro.infer.reparam.LocScaleReparam), or compare against NUTS on "
-            "full_batch(model)."
+            f"Run about {more:.1f}x as many steps{steps}, or use more chains. "
+            + _mixing_advice(kernel)
         )
     if rejected:
         problems.append(
@@ -223,6 +220,56 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
         problems.append("No floating-point draws to judge.")
     return Verdict(trusted, max_rhat_, min_ess, rhat_site, ess_site, rejected, more,
                    tuple(problems), tuple(notes), temperatures)
+
+
+def centred_sites(kernel):
+    """``{site: [the latent sites its prior depends on]}`` for the latent sites of the
+    kernel's model whose prior depends on other latent sites (a centred hierarchy, from
+    ``numpyro.infer.inspect.get_dependencies`` on the last run's arguments); ``None`` when the
+    model cannot be inspected."""
+    model = getattr(kernel, "model", None)
+    args = getattr(kernel, "_model_args", None)
+    if model is None or args is None:
+        return None
+    from numpyro.infer.inspect import get_dependencies
+
+    try:
+        prior = get_dependencies(model, args[0], args[1])["prior_dependencies"]
+    except Exception:  # any model the inspection cannot trace: no model-specific advice
+        return None
+    latent = set(getattr(kernel, "_inv_transforms", None) or {})
+    return {site: sorted(s for s in deps if s != site and s in latent)
+            for site, deps in prior.items()
+            if site in latent and any(s != site and s in latent for s in deps)}
+
+
+def _mixing_advice(kernel):
+    """What to do where more steps may not be enough, for this kernel's model."""
+    nuts = ("NUTS on full_batch(model) (exact, but every leapfrog step evaluates all the "
+            "data{ratio}) or numpyro.infer.HMCECS (minibatches with an energy-conserving "
+            "correction) on the same model")
+    n, big = getattr(kernel, "num_data", None), None
+    plates = getattr(kernel, "subsample_plates", ()) or ()
+    sizes = [getattr(p, "subsample_size", None) for p in plates]
+    if n and sizes and all(sizes):
+        big = n / min(sizes)
+    ratio = f": about {big:.0f}x this kernel's minibatch" if big and big > 1 else ""
+    centred = centred_sites(kernel)
+    if centred:
+        site, parents = next(iter(centred.items()))
+        return (f"Where that does not mix: the prior of {site!r} depends on "
+                f"{', '.join(repr(p) for p in parents)} (a centred hierarchy, whose funnel "
+                "stochastic-gradient samplers cross slowly); a non-centred parametrisation "
+                f"usually mixes (numpyro.handlers.reparam with config={{{site!r}: "
+                "LocScaleReparam(0)}), or compare against " + nuts.format(ratio=ratio) + ".")
+    if centred is not None:
+        return ("Where that does not mix: the model is already non-centred (no latent "
+                "site's prior depends on another), so a reparametrisation will not help and "
+                "this sampler may not mix this posterior at all (a scale whose posterior "
+                "spans orders of magnitude): use " + nuts.format(ratio=ratio) + ".")
+    return ("Where that does not mix (a hierarchical model's funnel), a non-centred "
+            "parametrisation of the scales usually does (numpyro.infer.reparam."
+            "LocScaleReparam), or compare against " + nuts.format(ratio=ratio) + ".")
 
 
 def _step_spread(kernel, step_size):

@@ -4,7 +4,6 @@ whose stationary variance is known in closed form), its Monte Carlo error agains
 of replicates, its batches, and the verdict it drives."""
 
 import contextlib
-from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -197,3 +196,29 @@ def test_minibatch_noise_is_read_as_the_discretised_chains_exact_law():
     assert abs(t.overall - exact) < _bound(t) * t.overall_se, (t.overall, t.overall_se, exact)
     draws = np.asarray(mcmc.get_samples()["theta"], np.float64)
     assert exact > eq.BAND[1] and np.var(draws) * lam > eq.BAND[1]
+
+
+def test_the_readings_reach_arviz():
+    from numpyro_sgrld.inference_data import SG_EXTRA_FIELDS, to_inference_data
+
+    scales = np.array([0.5, 1.0, 2.0])
+    mcmc = MCMC(ns.SGLD(_gaussian(scales), step_size=0.3), num_warmup=100, num_samples=4_000,
+                num_chains=2, chain_method="vectorized", progress_bar=False)
+    with pytest.warns(UserWarning, match="equipartition"):
+        mcmc.run(jax.random.PRNGKey(0), extra_fields=SG_EXTRA_FIELDS)
+    idata = to_inference_data(mcmc)
+    stats = idata.sample_stats
+    per_draw = np.asarray(stats["configurational_temperature"])
+    per_chain = np.asarray(stats["equipartition_temperature"])[:, 0]
+    assert per_draw.shape == (2, 4_000) and per_chain.shape == (2,)
+    # each chain's reading is its draws' own (the same steps, with thinning 1), moved from the
+    # first draw's centre to the chain's mean by the module's identity
+    acc = jax.device_get(mcmc.last_state.equipartition)
+    n = np.asarray(acc.count, np.float64)
+    centring = np.sum(np.asarray(acc.shift["x"], np.float64) / n[:, None]
+                      * np.asarray(acc.gradient["x"], np.float64), 1) / (n * scales.size)
+    np.testing.assert_allclose(per_draw.mean(1, dtype=np.float64) - centring, per_chain,
+                               rtol=1e-4)
+    exact = np.mean(1 / (1 - 0.3 / (2 * scales**2)))
+    t = ns.verdict.temperatures_of(mcmc.last_state)
+    assert abs(t.overall - exact) < _bound(t) * t.overall_se

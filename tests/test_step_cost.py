@@ -6,6 +6,8 @@ previous proposal), the finiteness sums, the gradient's norm and the selections 
 rejected proposal out of the chain. The count is deterministic: the measure for work too small
 to time on a busy machine."""
 
+from functools import partial
+
 import jax
 import pytest
 from conftest import load_benchmark
@@ -79,8 +81,9 @@ def test_the_equipartition_check_adds_at_most_five_percent_to_a_step(speed, prob
         state = kernel.init(random.PRNGKey(0), 200 if kernel.adapts_step_size else 0, None,
                             args, {})
         host = kernel._after_warmup(state) or kernel
-        with_check = _flops(lambda s: host.sample(s, args, {}), state)
-        without = _flops(lambda s: host.sample(s, args, {}), state._replace(equipartition=None))
+        with_check = _flops(partial(host.sample, model_args=args, model_kwargs={}), state)
+        without = _flops(partial(host.sample, model_args=args, model_kwargs={}),
+                         state._replace(equipartition=None))
         assert without < with_check <= 1.05 * without, (problem, with_check / without)
 
 

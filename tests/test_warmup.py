@@ -12,9 +12,9 @@ import pytest
 from numpyro.infer import MCMC, init_to_value
 
 import numpyro_sgrld as ns
+from numpyro_sgrld.equipartition import Temperatures
 from numpyro_sgrld.gradients import Target, activate_control_variates, warmup_control_variates
 from numpyro_sgrld.metrics.constant import DENSE_MAX_DIM
-from numpyro_sgrld.equipartition import Temperatures
 from numpyro_sgrld.verdict import MAX_RHAT, MAX_STEP_SPREAD, MIN_ESS, verdict
 from numpyro_sgrld.warmup import (
     final_window_start,
@@ -305,3 +305,38 @@ def test_a_given_step_keeps_the_identity_metric_and_the_plain_gradient():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert ns.SGLD(model).metric.name == "learnt"
+
+
+def test_the_advice_for_chains_that_have_not_mixed_fits_the_model():
+    """A centred hierarchy is told which site to reparametrise; a model that is already
+    non-centred (the inference gym's sparse logistic regression) is told that no
+    reparametrisation will help and where to go instead, with what that costs."""
+    from numpyro_sgrld.verdict import _mixing_advice
+
+    X = jax.random.normal(jax.random.PRNGKey(0), (400, 3))
+    y = (X[:, 0] > 0).astype(jnp.float32)
+
+    def non_centred(X, y):
+        tau = numpyro.sample("tau", dist.Gamma(0.5, 0.5))
+        lam = numpyro.sample("lam", dist.Gamma(0.5, 0.5).expand([3]).to_event(1))
+        beta = numpyro.sample("beta", dist.Normal(0.0, 1.0).expand([3]).to_event(1))
+        with numpyro.plate("data", 400, subsample_size=40) as idx:
+            numpyro.sample("y", dist.Bernoulli(logits=X[idx] @ (tau * lam * beta)), obs=y[idx])
+
+    def centred(X, y):
+        tau = numpyro.sample("tau", dist.HalfNormal(1.0))
+        beta = numpyro.sample("beta", dist.Normal(0.0, tau).expand([3]).to_event(1))
+        with numpyro.plate("data", 400, subsample_size=40) as idx:
+            numpyro.sample("y", dist.Bernoulli(logits=X[idx] @ beta), obs=y[idx])
+
+    advice = {}
+    for name, model in (("non_centred", non_centred), ("centred", centred)):
+        kernel = ns.SGLD(model, step_size=1e-4)
+        kernel.init(jax.random.PRNGKey(1), 0, None, (X, y), {})
+        advice[name] = _mixing_advice(kernel)
+    assert "already non-centred" in advice["non_centred"]
+    assert "LocScaleReparam" not in advice["non_centred"]
+    assert "'beta'" in advice["centred"] and "'tau'" in advice["centred"]
+    assert "LocScaleReparam" in advice["centred"]
+    for text in advice.values():
+        assert "NUTS on full_batch(model)" in text and "about 10x" in text

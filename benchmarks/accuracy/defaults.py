@@ -3,18 +3,25 @@
 
 Each cell is *accurate* (max |mean error| <= 0.15 reference sd and every sd ratio in
 [0.87, 1.15]; for the network, a test negative log-likelihood within two standard errors of
-the best the step-size grid of ``benchmarks/accuracy/step_size_adaptation.py`` found), *warned* (the
-run itself warned: its verdict says the draws cannot be trusted, or names the metric's
-uncorrected bias), or a **silent failure**. One JSON line per cell is appended to ``--out`` as
-it finishes (a rerun skips the cells there), and ``--table`` prints the Markdown table of a
-results file:
+the best the step-size grid of ``benchmarks/accuracy/step_size_adaptation.py`` found), and
+*warned* or not (the run itself warned at its end: its verdict says the draws cannot be
+trusted). An inaccurate run that did not warn is a **miss**, an accurate run that warned a
+**false alarm**. One JSON line per cell is appended to ``--out`` as it finishes (a rerun skips
+the cells there), and ``--table`` prints the Markdown table of a results file with the
+confusion matrix:
 
     python benchmarks/accuracy/defaults.py --out docs/results/defaults.jsonl
     python benchmarks/accuracy/defaults.py --problems german_credit --kernels SGLD PSGLD
     python benchmarks/accuracy/defaults.py --table docs/results/defaults.jsonl
     python benchmarks/accuracy/defaults.py --kernels PSGLD PSGLD+exact --problems german_credit
+    python benchmarks/accuracy/defaults.py --chains 1 --out docs/results/verdict_grid.jsonl
+    python benchmarks/accuracy/defaults.py --wrong --out docs/results/verdict_grid.jsonl
 
 ``K+exact`` (or ``K+hutchinson``) is ``K(model, correction="exact")``: the Γ-corrected preset.
+``--chains 1`` runs NumPyro's default of one chain. ``--wrong`` runs the deliberately wrong
+cells of :data:`WRONG` instead (given steps 3x and 10x the adapted one, too short runs, SGNHT
+at a small given time step, uncorrected adaptive metrics where their Γ bias is large), each
+labelled accurate or not by the same rule: the verdict must warn on every inaccurate one.
 
 Problems:
 
@@ -53,10 +60,30 @@ from numpyro.infer import MCMC, NUTS
 import numpyro_sgrld as ns
 
 PRESETS = ["SGLD", "SGHMC", "PSGLD", "MongeSGLD", "ShampooSGLD", "WenzelSGLD", "AdamSGLD",
-           "BAOAB", "SGNHT", "BADODAB", "CyclicalSGLD", "CyclicalSGHMC"]
+           "BAOAB", "SGNHT", "BADODAB", "CyclicalSGLD", "CyclicalSGHMC", "BNPSGLD"]
 MAX_MEAN_ERROR = 0.15
 SD_RATIO = (0.87, 1.15)
-WARNED = ("cannot be trusted", "stationary bias")
+WARNED = ("cannot be trusted",)
+
+#: The deliberately wrong cells: ``(problem, name, settings)``. ``settings`` are keyword
+#: arguments of the preset named before the ``@`` (``step_x``: that multiple of the adapted
+#: step of the problem's default cell, given as ``step_size``; ``num_samples``, ``chains``:
+#: the run's).
+WRONG = [
+    *[(p, f"{k}@{x}x", {"step_x": x}) for p in ("conjugate", "german_credit", "logistic_100k")
+      for k in ("SGLD", "SGHMC") for x in (3, 10)],
+    ("german_credit", "SGLD@1e-3", {"step_size": 1e-3}),
+    ("german_credit", "SGLD@1e-3/1chain", {"step_size": 1e-3, "chains": 1}),
+    ("german_credit", "SGLD@3e-4", {"step_size": 3e-4}),
+    ("german_credit", "SGLD@short", {"num_samples": 200}),
+    ("german_credit", "MongeSGLD@short/1chain", {"num_samples": 200, "chains": 1}),
+    ("logistic_100k", "SGHMC@short", {"num_samples": 100}),
+    ("conjugate", "SGNHT@1e-3", {"step_size": 1e-3}),
+    ("conjugate", "SGNHT@3e-3", {"step_size": 3e-3}),
+    ("gaussian_1d", "PSGLD@eps1", {"step_size": 1e-3, "decay": 0.9, "eps": 1.0}),
+    ("gaussian_1d", "MongeSGLD@alpha1", {"step_size": 1e-3, "decay": 0.9, "alpha2": 1.0}),
+    ("gaussian_1d", "AdamSGLD@1e-3", {"step_size": 1e-3, "beta1": 0.5, "beta2": 0.9}),
+]
 
 
 def conjugate():
@@ -152,8 +179,20 @@ def sblrc_blr():
     return dict(model=partial(sb.model, subsample_size=50), args=(X, y), reference=reference)
 
 
+def gaussian_1d():
+    """:math:`\theta \\sim N(0, 1)` with exact gradients: where an adaptive metric's
+    dropped Γ changes the law most (docs/bias.md); 200,000 steps a chain (its mixing time
+    at h = 1e-3 is 1,000 steps)."""
+
+    def model():
+        numpyro.sample("theta", dist.Normal(0.0, 1.0))
+
+    return dict(model=model, args=(), reference={"theta": (np.zeros(()), np.ones(()))},
+                num_samples=200_000)
+
+
 #: Problems outside the acceptance grid, run when named with ``--problems``.
-EXTRA = {"sblrc_blr": sblrc_blr}
+EXTRA = {"sblrc_blr": sblrc_blr, "gaussian_1d": gaussian_1d}
 
 PROBLEMS = {"conjugate": conjugate, "german_credit": german_credit,
             "sparse_german_credit": sparse_german_credit, "logistic_100k": logistic_100k,
@@ -208,17 +247,20 @@ def errors(samples, reference):
                     (ratios >= SD_RATIO[0]) & (ratios <= SD_RATIO[1]))))
 
 
-def build(kernel_name, model):
-    """``K(model)``; ``"K+exact"`` / ``"K+hutchinson"``: ``K(model, correction=...)``."""
-    name, _, correction = kernel_name.partition("+")
-    return getattr(ns, name)(model, **({"correction": correction} if correction else {}))
+def build(kernel_name, model, settings=None):
+    """``K(model)``; ``"K+exact"`` / ``"K+hutchinson"``: ``K(model, correction=...)``;
+    ``"K@..."``: ``K(model, **settings)``."""
+    name, _, correction = kernel_name.split("@")[0].partition("+")
+    kw = {"correction": correction} if correction else {}
+    return getattr(ns, name)(model, **kw, **(settings or {}))
 
 
-def cell(kernel_name, problem):
-    kernel = build(kernel_name, problem["model"])
-    mcmc = MCMC(kernel, num_warmup=2000, num_samples=20_000, num_chains=4,
-                thinning=problem.get("thinning", 1), chain_method="vectorized",
-                progress_bar=False)
+def cell(kernel_name, problem, chains=4, settings=None, num_samples=None):
+    kernel = build(kernel_name, problem["model"], settings)
+    mcmc = MCMC(kernel, num_warmup=2000,
+                num_samples=num_samples or problem.get("num_samples", 20_000),
+                num_chains=chains, thinning=problem.get("thinning", 1),
+                chain_method="vectorized", progress_bar=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         t = time.perf_counter()
@@ -247,6 +289,15 @@ def cell(kernel_name, problem):
         row.update(errors(mcmc.get_samples(), problem["reference"]))
         v = ns.check(mcmc, warn=False)
         row.update(max_rhat=v.max_rhat, min_ess=v.min_ess)
+    t = ns.verdict.temperatures_of(mcmc.last_state, kernel)
+    if t is not None:
+        departed = ns.equipartition.departures(t)
+        row.update(temperature=t.overall, temperature_se=t.overall_se,
+                   temperature_min=float(np.min(t.estimate)),
+                   temperature_max=float(np.max(t.estimate)),
+                   temperature_departures=[(n, round(x, 4), round(e, 4))
+                                           for n, x, e in departed[:3]])
+    row["chains"] = chains
     row["silent_failure"] = not row["accurate"] and not row["warned"]
     return row
 
@@ -277,6 +328,26 @@ def table(path):
     silent = sum(r["silent_failure"] for r in rows)
     print(f"\n{n} cells: {accurate} accurate ({accurate / max(n, 1):.0%}), "
           f"{sum(r['warned'] for r in rows)} warned, {silent} silent failures.")
+    m = confusion(rows)
+    print("\n| | quiet | warned |\n|---|---|---|")
+    print(f"| accurate | {m['accurate_quiet']} | {m['accurate_warned']} |")
+    print(f"| inaccurate | {m['inaccurate_quiet']} | {m['inaccurate_warned']} |")
+    print(f"\nFalse alarms: {m['accurate_warned']} of {m['accurate']} accurate runs "
+          f"({m['false_alarm_rate']:.1%}); misses: {m['inaccurate_quiet']} of "
+          f"{m['inaccurate']} inaccurate runs.")
+
+
+def confusion(rows):
+    """The verdict as a classifier over result rows (refused cells left out): the four
+    counts, the accurate and inaccurate totals and the false-alarm rate."""
+    rows = [r for r in rows if "refused" not in r]
+    m = {f"{a}_{w}": sum(1 for r in rows if r["accurate"] == (a == "accurate")
+                         and r["warned"] == (w == "warned"))
+         for a in ("accurate", "inaccurate") for w in ("quiet", "warned")}
+    m["accurate"] = m["accurate_quiet"] + m["accurate_warned"]
+    m["inaccurate"] = m["inaccurate_quiet"] + m["inaccurate_warned"]
+    m["false_alarm_rate"] = m["accurate_warned"] / max(m["accurate"], 1)
+    return m
 
 
 def main():
@@ -288,33 +359,74 @@ def main():
     parser.add_argument("--out", type=Path, default=Path("docs/results/defaults.jsonl"))
     parser.add_argument("--cache", type=Path, default=Path("docs/results"))
     parser.add_argument("--table", type=Path, default=None)
+    parser.add_argument("--chains", type=int, default=4)
+    parser.add_argument("--wrong", action="store_true",
+                        help="the deliberately wrong cells (WRONG) of the named problems")
     a = parser.parse_args()
     if a.table is not None:
         return table(a.table)
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    done = set()
+    rows = []
     if a.out.exists():
-        done = {(r["problem"], r["kernel"]) for r in map(json.loads,
-                                                           a.out.read_text().splitlines())}
+        rows = [json.loads(line) for line in a.out.read_text().splitlines() if line]
+    done = {(r["problem"], r["kernel"], r.get("chains", 4)) for r in rows}
+    if a.wrong:
+        return run_wrong(a, rows, done)
     for name in a.problems:
-        if all((name, k) in done for k in a.kernels):
+        if all((name, k, a.chains) in done for k in a.kernels):
             continue
-        problem = {**PROBLEMS, **EXTRA}[name]()
-        if "evaluate" in problem:
-            problem["best"] = grid_best()
-        elif "reference" not in problem:
-            problem["reference"] = nuts_reference(name, problem, a.cache)
+        problem = load(name, a.cache)
         for k in a.kernels:
-            if (name, k) in done:
+            if (name, k, a.chains) in done:
                 continue
             try:
-                row = {"problem": name, **cell(k, problem)}
+                row = {"problem": name, **cell(k, problem, a.chains)}
             except (TypeError, ValueError) as e:  # a preset that refuses K(model), saying why
                 row = {"problem": name, "kernel": k, "refused": str(e), "accurate": False,
                        "warned": True, "silent_failure": False}
             print(json.dumps(row), flush=True)
             with a.out.open("a") as f:
                 f.write(json.dumps(row) + "\n")
+
+
+def load(name, cache):
+    """A problem with its reference."""
+    problem = {**PROBLEMS, **EXTRA}[name]()
+    if "evaluate" in problem:
+        problem["best"] = grid_best()
+    elif "reference" not in problem:
+        problem["reference"] = nuts_reference(name, problem, cache)
+    return problem
+
+
+def run_wrong(a, rows, done):
+    """The :data:`WRONG` cells of ``a.problems`` (``gaussian_1d``'s with ``conjugate``'s),
+    appended to ``a.out``; a ``step_x`` cell reads the adapted step of the problem's default
+    cell with 4 chains in ``a.out`` (run first)."""
+    loaded = {}
+    for name, label, settings in WRONG:
+        settings = dict(settings)
+        chains = settings.pop("chains", 4)
+        named = name in a.problems or (name == "gaussian_1d" and "conjugate" in a.problems)
+        if not named or (name, label, chains) in done:
+            continue
+        if "step_x" in settings:
+            base = [r for r in rows if r["problem"] == name and r.get("chains", 4) == 4
+                    and r["kernel"] == label.split("@")[0] and "step_size" in r]
+            if not base:
+                print(f"skipped {name} {label}: no default cell to read the step from")
+                continue
+            settings["step_size"] = settings.pop("step_x") * float(
+                np.median(base[-1]["step_size"]))
+        num_samples = settings.pop("num_samples", None)
+        if name not in loaded:
+            loaded[name] = load(name, a.cache)
+        row = {"problem": name, "wrong": True, "settings": settings,
+               **cell(label, loaded[name], chains, settings, num_samples)}
+        row["kernel"] = label
+        print(json.dumps(row), flush=True)
+        with a.out.open("a") as f:
+            f.write(json.dumps(row) + "\n")
 
 
 if __name__ == "__main__":
