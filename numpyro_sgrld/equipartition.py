@@ -117,6 +117,9 @@ class Temperatures(NamedTuple):
     - **overall**, **overall_se** – the average over all coordinates.
     - **steps** – the steps counted over all chains; **batches** – the batches (all chains)
       the errors come from.
+    - **chains** – with several chains, each chain's own :class:`Temperatures` (a chain
+      whose law differs from the others', e.g. one that adapted a larger step, is judged on
+      its own too).
     """
 
     names: tuple
@@ -126,6 +129,7 @@ class Temperatures(NamedTuple):
     overall_se: float
     steps: int
     batches: int = 0
+    chains: tuple = ()
 
 
 def _leaf_names(tree):
@@ -220,25 +224,29 @@ def summarize(acc, temperature=1.0):
     """The :class:`Temperatures` of one or more chains' :class:`Equipartition` (arrays with a
     leading chain axis, or one chain's), for a kernel at ``temperature``; ``None`` where no
     step was counted."""
-    sums = np.asarray(acc.sums, np.float64)
-    one_chain = sums.ndim == 2
+    one_chain = np.ndim(acc.count) == 0
     chains = [acc] if one_chain else [jax.tree.map(lambda x, c=c: np.asarray(x)[c], acc)
-                                      for c in range(sums.shape[0])]
-    rows, weights = [], []
-    for chain in chains:
-        r, c = _centred_rows(chain)
-        rows.append(r)
-        weights.append(c)
-    rows, counts = np.concatenate(rows), np.concatenate(weights)
+                                      for c in range(np.shape(acc.count)[0])]
+    names = group_names(chains[0].centre)
+    sizes = group_sizes(chains[0].centre) * float(temperature)
+    parts = [_centred_rows(chain) for chain in chains]
+    pooled = _readings(np.concatenate([r for r, _ in parts]),
+                       np.concatenate([c for _, c in parts]), names, sizes)
+    if pooled is None or one_chain:
+        return pooled
+    return pooled._replace(chains=tuple(_readings(r, c, names, sizes) for r, c in parts))
+
+
+def _readings(rows, counts, names, sizes):
+    """:class:`Temperatures` from centred batches ``rows`` ``(R, K)`` of ``counts`` steps."""
     keep = counts > 0
     if not keep.any():
         return None
     rows, counts = rows[keep], counts[keep]
-    sizes = group_sizes(chains[0].centre) * float(temperature)
     estimate, se = _ratio(rows, counts[:, None] * sizes)
     overall, overall_se = _ratio(rows.sum(1, keepdims=True), counts[:, None] * sizes.sum())
-    return Temperatures(group_names(chains[0].centre), estimate, se, float(overall[0]),
-                        float(overall_se[0]), int(counts.sum()), int(keep.sum()))
+    return Temperatures(names, estimate, se, float(overall[0]), float(overall_se[0]),
+                        int(counts.sum()), int(keep.sum()))
 
 
 def _centred_rows(acc):
@@ -281,17 +289,20 @@ def critical_z(num_groups, batches=None):
 
 def departures(t):
     """``[(name, estimate, se)]``: the readings of :class:`Temperatures` ``t`` (the groups
-    and the overall one) outside :data:`BAND` and more than :func:`critical_z` standard
-    errors from 1, worst first. A reading whose error could not be estimated is not
+    and the overall one, pooled over the chains and of each chain on its own) outside
+    :data:`BAND` and more than :func:`critical_z` standard errors from 1 (Bonferroni over
+    every reading judged), worst first. A reading whose error could not be estimated is not
     flagged."""
-    names = list(t.names) + ["all coordinates"]
-    estimate = np.append(t.estimate, t.overall)
-    se = np.append(t.se, t.overall_se)
-    z = critical_z(len(names), t.batches or None)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = (estimate < BAND[0]) | (estimate > BAND[1])
-        beyond = np.abs(estimate - 1.0) > z * se
-        flagged = out & beyond & np.isfinite(se)
-        severity = np.abs(np.log(np.where(estimate > 0, estimate, 1e-12)))
-    order = np.argsort(-np.where(flagged, severity, -np.inf))
-    return [(names[k], float(estimate[k]), float(se[k])) for k in order if flagged[k]]
+    sets = [(t, "")] + [(c, f" (chain {k})") for k, c in enumerate(t.chains) if c is not None]
+    tests = len(sets) * (len(t.names) + 1)
+    found = []
+    for r, label in sets:
+        names = [n + label for n in r.names] + ["all coordinates" + label]
+        estimate = np.append(r.estimate, r.overall)
+        se = np.append(r.se, r.overall_se)
+        z = critical_z(tests, r.batches or None)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out = (estimate < BAND[0]) | (estimate > BAND[1])
+            flagged = out & (np.abs(estimate - 1.0) > z * se) & np.isfinite(se)
+        found += [(names[k], float(estimate[k]), float(se[k])) for k in np.flatnonzero(flagged)]
+    return sorted(found, key=lambda f: -abs(np.log(f[1])) if f[1] > 0 else -np.inf)

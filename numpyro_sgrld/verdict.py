@@ -14,7 +14,8 @@ to do where they fail:
   (``num_rejected``); a chain that rejects steps is not sampling the target.
 - **chains that adapted different steps**: a ratio of the chains' adapted steps above
   :data:`MAX_STEP_SPREAD` (each chain's step holds the bias target where that chain was
-  during warm-up, not where the others were).
+  during warm-up, not where the others were), where no equipartition readings say otherwise:
+  with them, each chain's own readings judge whether its step inflated its law.
 - **the posterior's spread**: the equipartition check (:mod:`numpyro_sgrld.equipartition`),
   every reading within :data:`~numpyro_sgrld.equipartition.BAND` or within its noise: a chain
   that mixes well but samples a law too wide or too narrow (a step too large, an adaptive
@@ -198,8 +199,13 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
             "state): the step is too large somewhere the chains went, or the model is not "
             "finite there. Give a smaller step_size, or a longer warm-up."
         )
+    departed = [] if temperatures is None else equipartition.departures(temperatures)
     spread = _step_spread(kernel, step_size)
-    if spread > MAX_STEP_SPREAD:
+    if spread > MAX_STEP_SPREAD and temperatures is not None and not departed:
+        # measured: each chain's readings say whether its own step inflated its law
+        notes.append(f"The chains adapted steps {spread:.1f}x apart; each chain's "
+                     "equipartition readings are within the band.")
+    elif spread > MAX_STEP_SPREAD:
         problems.append(
             f"The chains adapted steps {spread:.1f}x apart: each chain's warm-up measured the "
             "curvature and gradient noise where it was, and the chains were in regions that "
@@ -209,10 +215,8 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
             "chains then adapt in the bulk), a non-centred parametrisation of the scales, or a "
             "smaller common step_size."
         )
-    if temperatures is not None:
-        departed = equipartition.departures(temperatures)
-        if departed:
-            problems.append(_temperature_problem(departed, temperatures, kernel))
+    if departed:
+        problems.append(_temperature_problem(departed, temperatures, kernel))
     if kernel is not None:
         notes.extend(_notes(kernel, step_size))
     trusted = not problems and bool(columns)

@@ -191,6 +191,15 @@ def test_the_verdict_refuses_chains_whose_adapted_steps_are_far_apart():
     assert verdict(draws, kernel=kernel, step_size=[1.0, MAX_STEP_SPREAD]).trusted
     fixed = ns.SGLD(model, step_size=1e-3)  # a given step is the user's: no spread to judge
     assert verdict(draws, kernel=fixed, step_size=[1.0, 100.0]).trusted
+    # measured instead: each chain's readings in the band make the spread a note; one chain
+    # outside it (its larger step inflated its law) is a problem, named by chain
+    steps = [1.0, 1.0, 1.0, 1.01 * MAX_STEP_SPREAD]
+    right = _readings(1.05)._replace(chains=(_readings(1.05),) * 4)
+    v = verdict(draws, kernel=kernel, step_size=steps, temperatures=right)
+    assert v.trusted and any("apart" in n for n in v.notes)
+    hot = right._replace(chains=(_readings(1.0),) * 3 + (_readings(1.5),))
+    v = verdict(draws, kernel=kernel, step_size=steps, temperatures=hot)
+    assert not v.trusted and any("(chain 3)" in p for p in v.problems)
 
 
 def _readings(value, se=0.01):
