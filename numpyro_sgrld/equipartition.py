@@ -91,8 +91,8 @@ class Equipartition(NamedTuple):
     - **shift**, **gradient** – the sums of :math:`\theta - c` and of
       :math:`\nabla\hat U` over the counted steps (trees like the position);
       **count** – counted steps.
-    - **sums** – ``(BATCHES, K)``: per batch and group, :math:`\sum (\theta_i - c_i)
-      \partial_i\hat U`; **counts** – ``(BATCHES,)``: the steps in each batch.
+    - **sums** – ``(BATCHES, K + 1)``: per batch and group, :math:`\sum (\theta_i - c_i)
+      \partial_i\hat U`, and in the last column the steps counted in the batch.
     - **row** – the current batch; **filled** – steps in it so far; **length** – steps per
       batch.
     """
@@ -103,7 +103,6 @@ class Equipartition(NamedTuple):
     gradient: Any
     count: Any
     sums: Any
-    counts: Any
     row: Any
     filled: Any
     length: Any
@@ -165,11 +164,10 @@ def init(z, start):
     leaves = jax.tree.leaves(z)
     dtype = jnp.result_type(*leaves) if leaves else jnp.float32
     zeros = jax.tree.map(jnp.zeros_like, z)
-    table = jnp.zeros((BATCHES, k), dtype)
+    table = jnp.zeros((BATCHES, k + 1), dtype)
     return Equipartition(
         start=jnp.asarray(start, jnp.int32), centre=z, shift=zeros, gradient=zeros,
-        count=jnp.zeros((), jnp.int32), sums=table, counts=jnp.zeros((BATCHES,), jnp.int32),
-        row=jnp.zeros((), jnp.int32),
+        count=jnp.zeros((), jnp.int32), sums=table, row=jnp.zeros((), jnp.int32),
         filled=jnp.zeros((), jnp.int32), length=jnp.asarray(FIRST_LENGTH, jnp.int32))
 
 
@@ -199,8 +197,8 @@ def update(acc, position, grad, ok, i):
     diff = jax.tree.map(jnp.subtract, position, centre)
     coordinates = per_coordinate(position)
     step = _group(jax.tree.leaves(jax.tree.map(jnp.multiply, diff, grad)), coordinates)
-    sums = acc.sums.at[acc.row].add(step * wf)
-    counts = acc.counts.at[acc.row].add(w.astype(jnp.int32))
+    # the steps counted ride in the table's last column: one table, one update
+    sums = acc.sums.at[acc.row].add(jnp.append(step, 1.0) * wf)
     shift = jax.tree.map(lambda s, d: s + d * wf, acc.shift, diff)
     gradient = jax.tree.map(lambda s, g: s + g * wf, acc.gradient, grad)
     filled = acc.filled + counted.astype(jnp.int32)
@@ -215,7 +213,7 @@ def update(acc, position, grad, ok, i):
         return jnp.where(full, jnp.concatenate([pairs, jnp.zeros_like(pairs)]), x)
 
     new = Equipartition(acc.start, centre, shift, gradient, acc.count + w, merged(sums),
-                        merged(counts), jnp.where(full, half, row),
+                        jnp.where(full, half, row),
                         filled, jnp.where(full, 2 * acc.length, acc.length))
     return new, step
 
@@ -253,8 +251,8 @@ def _centred_rows(acc):
     r"""One chain's batches ``(BATCHES, K)`` centred on the chain's mean (see the module's
     identity; each batch takes its steps' share of the centring term), and their step
     counts."""
-    counts = np.asarray(acc.counts, np.float64)
-    sums = np.asarray(acc.sums, np.float64)
+    table = np.asarray(acc.sums, np.float64)
+    sums, counts = table[:, :-1], table[:, -1]
     n = max(float(np.asarray(acc.count)), 1.0)
     offset = [np.asarray(s, np.float64) / n for s in jax.tree.leaves(acc.shift)]
     terms = [o * np.asarray(g, np.float64) for o, g in zip(offset, jax.tree.leaves(acc.gradient))]

@@ -84,15 +84,15 @@ def test_the_batches_merge_and_count_every_step_after_the_start():
     x = jax.random.normal(jax.random.PRNGKey(1), (n, d))
     acc = _run(x, x, start=start)
     counted = n - start
-    assert int(acc.counts.sum()) == int(acc.count) == counted
-    filled = int(np.sum(np.asarray(acc.counts) > 0))
+    assert int(acc.sums[:, -1].sum()) == int(acc.count) == counted
+    filled = int(np.sum(np.asarray(acc.sums[:, -1]) > 0))
     assert eq.BATCHES // 2 <= filled <= eq.BATCHES
     length = eq.FIRST_LENGTH
     while counted // length > eq.BATCHES - 1:
         length *= 2
     assert int(acc.length) == length
     # full batches hold exactly `length` steps
-    c = np.asarray(acc.counts)
+    c = np.asarray(acc.sums[:, -1])
     assert np.all(c[:filled - 1] == length) and c[filled - 1] == int(acc.filled) or (
         int(acc.filled) == 0 and c[filled - 1] == length)
     # the centre is the first counted position; the totals are the counted steps' sums
