@@ -107,6 +107,14 @@ def _step_used(stats):
     return float(np.exp(np.mean(np.log(h))))
 
 
+def _equipartition(stats):
+    """The chains' mean equipartition reading at the run's end (1 for a chain that samples
+    the posterior's spread; ``nan`` for a kernel without one)."""
+    if "equipartition_temperature" not in stats:
+        return float("nan")
+    return float(np.mean(np.asarray(stats["equipartition_temperature"])[:, -1]))
+
+
 def _summary_row(table, idata, seconds, energy, ksd):
     stats = _arviz.dataset(idata, "sample_stats")
     diverging = int(np.asarray(stats["diverging"]).sum()) if "diverging" in stats else 0
@@ -133,6 +141,7 @@ def _summary_row(table, idata, seconds, energy, ksd):
         "KSD": ksd,
         "min ESS": ess,
         "max R-hat": rhat,
+        "equipartition T": _equipartition(stats),
         "converged": "yes" if not problems else "NO: " + ", ".join(problems),
         "accurate": _accurate(table),
         "diverging": diverging,

@@ -216,7 +216,8 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
             "smaller common step_size."
         )
     if departed:
-        problems.append(_temperature_problem(departed, temperatures, kernel))
+        problems.append(_temperature_problem(departed, temperatures, kernel,
+                                             _duration(step_size, num_steps)))
     if kernel is not None:
         notes.extend(_notes(kernel, step_size))
     trusted = not problems and bool(columns)
@@ -294,7 +295,22 @@ def _site(site):
 ADAPTIVE_METRICS = ("monge", "shampoo")
 
 
-def _temperature_problem(departed, t, kernel):
+def _duration(step_size, num_steps):
+    """The sampling phase's length in time units, :math:`h` × steps (``None``: unknown)."""
+    if step_size is None or not num_steps:
+        return None
+    h = np.asarray(step_size, np.float64).ravel()
+    h = h[np.isfinite(h) & (h > 0)]
+    return float(np.median(h) * num_steps) if h.size else None
+
+
+#: Integrators whose friction is a thermostat that must first reach its equilibrium, and the
+#: time (h x steps) it takes: tens of time units (docs/benchmarks.md, "SGNHT when the
+#: gradient noise dominates").
+THERMOSTATS, THERMOSTAT_TIME = ("sgnht", "badodab"), 50.0
+
+
+def _temperature_problem(departed, t, kernel, duration=None):
     """The sentence for readings outside the band (:func:`~numpyro_sgrld.equipartition.
     departures`), with what to do for this kernel."""
     name, value, se = departed[0]
@@ -309,11 +325,21 @@ def _temperature_problem(departed, t, kernel):
         f"{np.sqrt(max(value, 0.0)):.2f}x the posterior's sd {'or wider ' if wide else ''}"
         f"in some directions."
     )
-    return f"{head} {_temperature_advice(kernel, wide)}"
+    return f"{head} {_temperature_advice(kernel, wide, duration)}"
 
 
-def _temperature_advice(kernel, wide):
-    """What to do about a reading above (``wide``) or below 1, for this kernel."""
+def _temperature_advice(kernel, wide, duration=None):
+    """What to do about a reading above (``wide``) or below 1, for this kernel (``duration``:
+    the sampling phase's length in time units)."""
+    integrator = getattr(kernel, "integrator", None)
+    if (integrator is not None and integrator.name in THERMOSTATS and duration is not None
+            and duration < THERMOSTAT_TIME):
+        return (f"The thermostat starts at the injected diffusion A and takes tens of time "
+                f"units (step_size x steps) to absorb the gradient noise; this run sampled for "
+                f"{duration:.3g}, and until the thermostat settles the positions are too "
+                f"{'wide' if wide else 'narrow'}. Run at least {THERMOSTAT_TIME:.0f} time "
+                "units (num_samples x step_size), or use step_size=None (a step chosen in "
+                "warm-up for a stated bias).")
     if not wide:
         return ("Below 1 the chains have not reached equilibrium in some directions (or a "
                 "thermostat runs cold): use a longer num_warmup and more steps, or SGLD/SGHMC "
@@ -321,7 +347,6 @@ def _temperature_advice(kernel, wide):
     if kernel is None:
         return "Use a smaller step_size."
     metric = getattr(kernel, "metric", None)
-    integrator = getattr(kernel, "integrator", None)
     advice = []
     if not getattr(kernel, "adapts_step_size", False):
         advice.append("give a smaller step_size, or step_size=None to have it chosen in "
