@@ -41,6 +41,7 @@ from numpyro_sgrld.report import (
     MIN_ESS,
     _write_report,
     _write_tables,
+    equipartition_reading,
     format_table,
     verdict_paragraph,
 )
@@ -107,14 +108,6 @@ def _step_used(stats):
     return float(np.exp(np.mean(np.log(h))))
 
 
-def _equipartition(stats):
-    """The chains' mean equipartition reading at the run's end (1 for a chain that samples
-    the posterior's spread; ``nan`` for a kernel without one)."""
-    if "equipartition_temperature" not in stats:
-        return float("nan")
-    return float(np.mean(np.asarray(stats["equipartition_temperature"])[:, -1]))
-
-
 def _summary_row(table, idata, seconds, energy, ksd):
     stats = _arviz.dataset(idata, "sample_stats")
     diverging = int(np.asarray(stats["diverging"]).sum()) if "diverging" in stats else 0
@@ -141,7 +134,7 @@ def _summary_row(table, idata, seconds, energy, ksd):
         "KSD": ksd,
         "min ESS": ess,
         "max R-hat": rhat,
-        "equipartition T": _equipartition(stats),
+        "equipartition T": equipartition_reading(stats),
         "converged": "yes" if not problems else "NO: " + ", ".join(problems),
         "accurate": _accurate(table),
         "diverging": diverging,
@@ -564,11 +557,9 @@ def gamma_demo(path=None, num_chains=2000, num_steps=20000, seed=0):
     "l1_predicted"}}`` (sd with ArviZ's MCSE over the chains; L1 distances of the histograms,
     :func:`~numpyro_sgrld.diagnostics.histogram_l1`) and draws the histograms to ``path``."""
     from numpyro.infer import init_to_sample
+    from scipy.stats import norm
 
     from numpyro_sgrld.models.gaussian import biased_density, standard_normal
-
-    def normal(t):
-        return np.exp(-np.square(t) / 2) / np.sqrt(2 * np.pi)
 
     predicted = biased_density("psgld", eps=1.0)
     rows, draws = {}, {}
@@ -584,7 +575,7 @@ def gamma_demo(path=None, num_chains=2000, num_steps=20000, seed=0):
         rows[name] = dict(
             sd=float(x.std()),
             sd_se=_arviz.mcse(x, method="sd"),
-            l1_normal=float(diagnostics.histogram_l1(x.ravel(), normal)),
+            l1_normal=float(diagnostics.histogram_l1(x.ravel(), norm.pdf)),
             l1_predicted=float(diagnostics.histogram_l1(x.ravel(), predicted)),
         )
     if path is not None:
@@ -594,7 +585,7 @@ def gamma_demo(path=None, num_chains=2000, num_steps=20000, seed=0):
         for ax, (name, x) in zip(axes, draws.items()):
             ax.hist(x, bins=np.arange(-4.5, 4.55, 0.1), density=True, color="0.75",
                     label=f"{name} draws")
-            ax.plot(grid, normal(grid), "k--", lw=1.2, label="N(0, 1), the target")
+            ax.plot(grid, norm.pdf(grid), "k--", lw=1.2, label="N(0, 1), the target")
             ax.plot(grid, predicted(grid), "r-", lw=1.0, label="φ(θ)(1 + |θ|), Γ dropped")
             ax.set_title(f"{name}: sd {rows[name]['sd']:.3f} ± {rows[name]['sd_se']:.3f}",
                          fontsize=9)

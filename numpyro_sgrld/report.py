@@ -21,6 +21,13 @@ ACCURATE_MEAN, ACCURATE_SD = 0.15, (0.87, 1.15)
 BASELINES = ("LMC", "BayesByBackprop", "ConstantSGD")
 
 
+
+def equipartition_reading(stats):
+    """The chains' mean equipartition reading at a run's end, from its ``sample_stats``
+    (``equipartition_temperature``; ``nan`` for a kernel without one: docs/diagnostics.md)."""
+    x = stats.get("equipartition_temperature")
+    return float("nan") if x is None else float(np.mean(np.asarray(x)[:, -1]))
+
 def _write_tables(out, rows, tables):
     import pandas as pd
 
