@@ -268,10 +268,9 @@ def _mixing_advice(kernel):
                 f"usually mixes (numpyro.handlers.reparam with config={{{site!r}: "
                 "LocScaleReparam(0)}), or compare against " + nuts.format(ratio=ratio) + ".")
     if centred is not None:
-        return ("Where that does not mix: the model is already non-centred (no latent "
-                "site's prior depends on another), so a reparametrisation will not help and "
-                "this sampler may not mix this posterior at all (a scale whose posterior "
-                "spans orders of magnitude): use " + nuts.format(ratio=ratio) + ".")
+        return ("Where more steps do not help, no reparametrisation will either (the model is "
+                "already non-centred: no latent site's prior depends on another): use "
+                + nuts.format(ratio=ratio) + ".")
     return ("Where that does not mix (a hierarchical model's funnel), a non-centred "
             "parametrisation of the scales usually does (numpyro.infer.reparam."
             "LocScaleReparam), or compare against " + nuts.format(ratio=ratio) + ".")

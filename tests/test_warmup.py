@@ -353,6 +353,7 @@ def test_the_advice_for_chains_that_have_not_mixed_fits_the_model():
         kernel.init(jax.random.PRNGKey(1), 0, None, (X, y), {})
         advice[name] = _mixing_advice(kernel)
     assert "already non-centred" in advice["non_centred"]
+    assert "no reparametrisation" in advice["non_centred"]
     assert "LocScaleReparam" not in advice["non_centred"]
     assert "'beta'" in advice["centred"] and "'tau'" in advice["centred"]
     assert "LocScaleReparam" in advice["centred"]
