@@ -164,7 +164,9 @@ def set_group(idata, group, data):
 def concat_draws(parts):
     """Runs of the same chains one after another (``parts``, each an ``InferenceData`` or a
     ``DataTree`` with the same groups) joined along ``draw``, draws renumbered; a group without
-    draws (the warm-up's ``adaptation``) is the first run's (``arviz.concat`` refuses it)."""
+    draws (the warm-up's ``adaptation``, the same in every continued run, and the
+    ``equipartition`` readings, which the last run's state holds for all of them) is the last
+    run's (``arviz.concat`` refuses it)."""
     if len(parts) == 1:
         return parts[0]
     import xarray as xr
@@ -176,7 +178,7 @@ def concat_draws(parts):
             ds = xr.concat(sets, dim="draw", join="outer")
             ds = ds.assign_coords(draw=np.arange(ds.sizes["draw"]))
         else:
-            ds = sets[0]
+            ds = sets[-1]
         joined[group] = ds
     return from_datasets(joined)
 

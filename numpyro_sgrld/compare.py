@@ -134,7 +134,7 @@ def _summary_row(table, idata, seconds, energy, ksd):
         "KSD": ksd,
         "min ESS": ess,
         "max R-hat": rhat,
-        "equipartition T": equipartition_reading(stats),
+        "equipartition T": equipartition_reading(idata),
         "converged": "yes" if not problems else "NO: " + ", ".join(problems),
         "accurate": _accurate(table),
         "diverging": diverging,

@@ -157,18 +157,15 @@ def _sample_stats(mcmc):
         shape = next(iter(stats.values())).shape[:2]
         inflation = np.broadcast_to(adapted["predicted_variance_inflation"][:, None], shape)
         stats["predicted_variance_inflation"] = np.array(inflation)
-    readings = equipartition_by_chain(mcmc)
-    if readings is not None and stats:
-        shape = next(iter(stats.values())).shape[:2]
-        stats["equipartition_temperature"] = np.array(np.broadcast_to(readings[:, None], shape))
     return stats
 
 
 def equipartition_by_chain(mcmc):
-    """Each chain's overall equipartition reading after warm-up
-    (:mod:`numpyro_sgrld.equipartition`: 1 for a chain that samples the posterior's spread),
-    ``(chains,)``; ``None`` for another kernel. :func:`to_inference_data` stores it in
-    ``sample_stats`` as ``equipartition_temperature`` (constant over a chain's draws)."""
+    """Each chain's equipartition readings after warm-up (:mod:`numpyro_sgrld.equipartition`:
+    1 for a chain that samples the posterior's spread): ``{"temperature": (chains,),
+    "reading": (chains, K), "reading_se": (chains, K)}`` and ``"group"``, the K names
+    (coordinates or layers); ``None`` for another kernel or before any step was counted.
+    :func:`to_inference_data` stores them in its group ``"equipartition"``."""
     state = getattr(mcmc, "last_state", None)
     acc = getattr(state, "equipartition", None)
     if not isinstance(mcmc.sampler, SGMCMC) or acc is None:
@@ -176,11 +173,13 @@ def equipartition_by_chain(mcmc):
     acc = jax.device_get(acc)
     chains = [acc] if np.ndim(acc.count) == 0 else [
         jax.tree.map(lambda x, c=c: np.asarray(x)[c], acc) for c in range(len(acc.count))]
-    out = []
-    for chain in chains:
-        t = summarize(chain, mcmc.sampler.temperature)
-        out.append(np.nan if t is None else t.overall)
-    return np.asarray(out)
+    readings = [summarize(chain, mcmc.sampler.temperature) for chain in chains]
+    if any(t is None for t in readings):
+        return None
+    return {"temperature": np.asarray([t.overall for t in readings]),
+            "reading": np.stack([t.estimate for t in readings]),
+            "reading_se": np.stack([t.se for t in readings]),
+            "group": np.asarray(readings[0].names)}
 
 
 def adaptation(mcmc):
@@ -275,6 +274,10 @@ def to_inference_data(
     - ``adaptation`` (a stochastic-gradient kernel with ``step_size=None``): per chain, the
       adapted step, its predicted variance inflation and the learnt preconditioner
       (:func:`adaptation`); the inflation is in ``sample_stats`` too.
+    - ``equipartition`` (a stochastic-gradient kernel): per chain, the equipartition check's
+      overall reading ``temperature`` and, per coordinate or layer (``group``), ``reading``
+      and ``reading_se`` (:func:`equipartition_by_chain`; 1 where a chain samples the
+      posterior's spread).
 
     ``model_args`` / ``model_kwargs`` are those given to ``MCMC.run``. Works for the SG
     kernels here and for NumPyro's kernels on ``full_batch(model)`` (or any model). Then
@@ -314,6 +317,14 @@ def to_inference_data(
         dataset = xr.Dataset({k: (("chain", *[f"{k}_dim_{j}" for j in range(np.ndim(v) - 1)]),
                                   np.asarray(v)) for k, v in adapted.items()})
         _arviz.set_group(idata, "adaptation", dataset)
+    readings = equipartition_by_chain(mcmc)
+    if readings is not None:
+        import xarray as xr
+
+        group = readings.pop("group")
+        dataset = xr.Dataset({k: (("chain",) if v.ndim == 1 else ("chain", "group"), v)
+                              for k, v in readings.items()}, coords={"group": group})
+        _arviz.set_group(idata, "equipartition", dataset)
     return idata if reference is None else add_reference(idata, reference)
 
 

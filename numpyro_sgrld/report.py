@@ -7,6 +7,7 @@ problem, which method reached the stated accuracy first (:mod:`numpyro_sgrld.tim
 
 import numpy as np
 
+from numpyro_sgrld import _arviz
 from numpyro_sgrld.kernels import KERNELS
 from numpyro_sgrld.verdict import MAX_RHAT, MIN_ESS
 
@@ -22,11 +23,12 @@ BASELINES = ("LMC", "BayesByBackprop", "ConstantSGD")
 
 
 
-def equipartition_reading(stats):
-    """The chains' mean equipartition reading at a run's end, from its ``sample_stats``
-    (``equipartition_temperature``; ``nan`` for a kernel without one: docs/diagnostics.md)."""
-    x = stats.get("equipartition_temperature")
-    return float("nan") if x is None else float(np.mean(np.asarray(x)[:, -1]))
+def equipartition_reading(idata):
+    """The chains' mean equipartition reading, from a run's ``equipartition`` group
+    (``nan`` for a kernel without one: docs/diagnostics.md)."""
+    if "equipartition" not in _arviz.group_names(idata):
+        return float("nan")
+    return float(np.mean(np.asarray(_arviz.dataset(idata, "equipartition")["temperature"])))
 
 def _write_tables(out, rows, tables):
     import pandas as pd

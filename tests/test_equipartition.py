@@ -201,6 +201,7 @@ def test_minibatch_noise_is_read_as_the_discretised_chains_exact_law():
 
 
 def test_the_readings_reach_arviz():
+    from numpyro_sgrld import _arviz
     from numpyro_sgrld.inference_data import SG_EXTRA_FIELDS, to_inference_data
 
     scales = np.array([0.5, 1.0, 2.0])
@@ -209,10 +210,12 @@ def test_the_readings_reach_arviz():
     with pytest.warns(UserWarning, match="equipartition"):
         mcmc.run(jax.random.PRNGKey(0), extra_fields=SG_EXTRA_FIELDS)
     idata = to_inference_data(mcmc)
-    stats = idata.sample_stats
-    per_draw = np.asarray(stats["configurational_temperature"])
-    per_chain = np.asarray(stats["equipartition_temperature"])[:, 0]
+    per_draw = np.asarray(idata.sample_stats["configurational_temperature"])
+    group = _arviz.dataset(idata, "equipartition")
+    per_chain = np.asarray(group["temperature"])
     assert per_draw.shape == (2, 4_000) and per_chain.shape == (2,)
+    assert list(np.asarray(group["group"])) == ["x[0]", "x[1]", "x[2]"]
+    assert np.asarray(group["reading"]).shape == np.asarray(group["reading_se"]).shape == (2, 3)
     # each chain's reading is its draws' own (the same steps, with thinning 1), moved from the
     # first draw's centre to the chain's mean by the module's identity
     acc = jax.device_get(mcmc.last_state.equipartition)
