@@ -55,12 +55,12 @@ def arm(kernel, state, num_warmup, vectorized):
     """With ``MCMC``'s own loop driving the kernel: moments in the state for the verdict
     at the run's end (:mod:`numpyro_sgrld.monitor`). ``MCMC`` passes the run's length to
     no kernel, so it is read from the ``MCMC`` that called the kernel's ``init``; without one,
-    or with the kernels' own loop (which judges the kept draws), or for a run of fewer than
-    two steps a batch, nothing is kept."""
+    or with the kernels' own loop (which judges the kept draws), or for a run of fewer than 4
+    steps, nothing is kept."""
     previous, kernel._run = kernel._run, None
     mcmc = _calling_mcmc()
     if (mcmc is None or fast_sampling_loop_enabled() or not _setup.concrete(state.i)
-            or mcmc.num_samples < 2 * monitor.BATCHES):
+            or mcmc.num_samples < 4):
         return state
     first = jax.tree.map(lambda x: x[0], state.z) if vectorized else state.z
     flat, _ = ravel_pytree(first)

@@ -100,7 +100,8 @@ def batch_sizes(num_steps):
 
 def judge(sums, squares, origin, num_steps):
     """Split R-hat and bulk ESS per coordinate, ``(K,)`` each, from moments ``(C, BATCHES, K)``
-    about ``origin`` ``(C, K)`` of ``C`` chains' runs of ``num_steps`` steps."""
+    about ``origin`` ``(C, K)`` of ``C`` chains' runs of ``num_steps`` steps (at least 4: a
+    shorter run's batches below :data:`BATCHES` are empty and left out)."""
     n = batch_sizes(num_steps)[None, :, None].astype(np.float64)
     o = np.asarray(origin, np.float64)[:, None, :]
     s = np.asarray(sums, np.float64)
@@ -122,7 +123,8 @@ def judge(sums, squares, origin, num_steps):
         total = sums.shape[0] * num_steps
         grand = sums.sum((0, 1)) / total
         sigma2 = (squares.sum((0, 1)) - total * grand**2) / (total - 1)
-        means = sums / n
+        # a run of fewer steps than batches leaves some empty: the others are its batches
+        means = (sums / n)[:, n[0, :, 0] > 0]
         sigma2_m = means.reshape(-1, means.shape[-1]).var(0, ddof=1)
         ess_m = np.asarray(effective_sample_size(means), np.float64)
         ess = np.minimum(ess_m * sigma2 / sigma2_m, total)

@@ -256,6 +256,17 @@ def test_the_fast_loop_warns_at_the_end_of_a_run_that_has_not_mixed():
     assert not ns.check(mcmc, warn=False).trusted
 
 
+@pytest.mark.parametrize("num_samples", [10, 100])
+def test_numpyros_own_loop_judges_a_short_run_too(num_samples):
+    """A run with fewer steps than the moments' batches (64) is judged on the batches it
+    filled: a chain of 10 or 100 steps cannot show an ESS of 100, and says so."""
+    model, X, y = _logistic(2000, 20)
+    mcmc = MCMC(ns.SGLD(model, step_size=1e-3), num_warmup=0, num_samples=num_samples,
+                num_chains=2, chain_method="vectorized", progress_bar=False)
+    with pytest.warns(UserWarning, match="cannot be trusted"):
+        mcmc.run(jax.random.PRNGKey(0), X, y)
+
+
 @pytest.mark.parametrize("chain_method", ["vectorized", "sequential"])
 def test_numpyros_own_loop_warns_at_the_end_with_the_verdict_of_the_draws(chain_method):
     """The streaming moments' split R-hat is the draws' exactly (every step kept), and the
