@@ -102,7 +102,7 @@ class Verdict(NamedTuple):
         reading = ("" if t is None else
                    f", equipartition T = {t.overall:.3f} ± {t.overall_se:.3f}")
         body = [f"{head}: max split R-hat {self.max_rhat:.3f} ({self.worst_rhat_site[0]}), "
-                f"min bulk ESS {self.min_ess:.0f} ({self.worst_ess_site[0]}){reading}."]
+                f"min bulk ESS {np.floor(self.min_ess):.0f} ({self.worst_ess_site[0]}){reading}."]
         return " ".join(body + list(self.problems) + list(self.notes))
 
 
@@ -187,7 +187,8 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
                           f"(trusted: <= {bound:.3f} with {num_chains} chain"
                           f"{'s' if num_chains != 1 else ''})")
         if not min_ess >= MIN_ESS:
-            failed.append(f"bulk ESS {min_ess:.0f} at {_site(ess_site)} (trusted: >= {MIN_ESS})")
+            failed.append(f"bulk ESS {np.floor(min_ess):.0f} at {_site(ess_site)} "
+                          f"(trusted: >= {MIN_ESS})")
         problems.append(
             f"The chains have not mixed: {' and '.join(failed)}. "
             f"Run about {more:.1f}x as many steps{steps}, or use more chains. "
