@@ -61,7 +61,8 @@ import numpy as np
 from scipy.stats import t as student_t
 
 __all__ = ["BAND", "BATCHES", "FAMILY_ERROR", "FIRST_LENGTH", "PER_COORDINATE", "Equipartition",
-           "Temperatures", "departures", "init", "summarize", "update"]
+           "Temperatures", "critical_z", "departures", "group_names", "group_sizes", "init",
+           "summarize", "update"]
 
 #: The batches of a run's steps (even: neighbours merge in pairs).
 BATCHES = 16
@@ -178,15 +179,10 @@ def _group(parts, coordinates):
     return jnp.stack([jnp.sum(p) for p in parts])
 
 
-def products(position, grad, centre):
-    r"""``(K,)``: :math:`\sum_{i \in G}(\theta_i - c_i)\,\partial_i\hat U` for each group."""
-    parts = jax.tree.leaves(jax.tree.map(lambda x, g, c: (x - c) * g, position, grad, centre))
-    return _group(parts, per_coordinate(position))
-
-
 def update(acc, position, grad, ok, i):
     r"""``(sums, products)``: the sums after step ``i`` evaluated :math:`\nabla\hat U`
-    (``grad``) at the chain's ``position``, and that step's :func:`products`; ``ok``: whether
+    (``grad``) at the chain's ``position``, and that step's ``(K,)`` products
+    :math:`\sum_{i \in G}(\theta_i - c_i)\,\partial_i\hat U`; ``ok``: whether
     the step used them (a rejected start is not counted). Steps before ``acc.start`` leave the
     sums as they are; the first counted position becomes the centre."""
     counted = i >= acc.start
