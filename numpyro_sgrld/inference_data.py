@@ -170,10 +170,8 @@ def equipartition_by_chain(mcmc):
     acc = getattr(state, "equipartition", None)
     if not isinstance(mcmc.sampler, SGMCMC) or acc is None:
         return None
-    acc = jax.device_get(acc)
-    chains = [acc] if np.ndim(acc.count) == 0 else [
-        jax.tree.map(lambda x, c=c: np.asarray(x)[c], acc) for c in range(len(acc.count))]
-    readings = [summarize(chain, mcmc.sampler.temperature) for chain in chains]
+    pooled = summarize(jax.device_get(acc), mcmc.sampler.temperature)
+    readings = [pooled] if pooled is None or not pooled.chains else list(pooled.chains)
     if any(t is None for t in readings):
         return None
     return {"temperature": np.asarray([t.overall for t in readings]),
