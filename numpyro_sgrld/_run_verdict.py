@@ -3,8 +3,8 @@
 :mod:`numpyro_sgrld._loop`): streaming moments of a few coordinates in the kernel state
 (:mod:`numpyro_sgrld.monitor`), sent to the host on the run's last step, and a warning with the
 :func:`~numpyro_sgrld.verdict.judgement` when the draws cannot be trusted (mixing, rejections,
-the equipartition readings of :mod:`numpyro_sgrld.equipartition`). The kernel keeps the run's :class:`_RunInfo` as
-``kernel._run``."""
+the equipartition readings of :mod:`numpyro_sgrld.equipartition`). The kernel keeps the
+run's :class:`_RunInfo` as ``kernel._run``."""
 
 import sys
 import warnings
