@@ -4,7 +4,8 @@ integrators share."""
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-__all__ = ["Integrator", "StepSetting", "BiasLaw", "StepHint", "Rescale", "TakesMetrics"]
+__all__ = ["Integrator", "StepSetting", "BiasLaw", "StepHint", "Rescale", "Settle",
+           "TakesMetrics"]
 
 
 class Integrator(NamedTuple):
@@ -69,6 +70,16 @@ class Rescale(NamedTuple):
     SGHMC's momentum, in units of position per step, scales with :math:`\sqrt h`."""
 
     fn: Callable
+
+
+class Settle(NamedTuple):
+    r"""An integrator's trait: ``fn(state, temperature)``, its state at the end of warm-up,
+    and ``restart(state)``, its state halfway through (absent: nothing to settle); a
+    thermostat is set to the equilibrium it measured over the second half of warm-up, which
+    its own dynamics would reach only after many relaxation times."""
+
+    fn: Callable
+    restart: Callable
 
 
 class TakesMetrics(NamedTuple):

@@ -479,7 +479,7 @@ def collect(
 def _judge(collection, kept, val, body_fun, num_steps):
     """The run's :func:`~numpyro_sgrld.verdict.verdict` on its kept draws, warned when they
     cannot be trusted."""
-    from numpyro_sgrld.verdict import _leaves_by_chain, temperatures_of, verdict
+    from numpyro_sgrld.verdict import _leaves_by_chain, temperatures_of, thermostat_of, verdict
 
     draws = collection[0] if isinstance(collection, (list, tuple)) else collection
     state = _state_of(val)
@@ -489,7 +489,7 @@ def _judge(collection, kept, val, body_fun, num_steps):
     draws = _leaves_by_chain({k: np.asarray(x)[:kept] for k, x in draws.items()}, chain_axis)
     kernel = getattr(body_fun, "keywords", {}).get("sampler")
     v = verdict(draws, None, num_steps, kernel, np.asarray(state.step_size),
-                temperatures_of(state, kernel))
+                temperatures_of(state, kernel), thermostat_of(state))
     if not v.trusted:
         warnings.warn(str(v), UserWarning, stacklevel=_caller_level())
 

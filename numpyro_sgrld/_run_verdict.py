@@ -103,13 +103,19 @@ def observe(kernel, state, new):
         offset == run.num_samples - 1,
         lambda: jax.debug.callback(partial(report, kernel), moments.sums, moments.squares,
                                    moments.origin, new.num_rejected - moments.rejected,
-                                   new.step_size, new.equipartition),
+                                   new.step_size, new.equipartition, _thermostat(new)),
         lambda: None,
     )
     return new._replace(monitor=moments)
 
 
-def report(kernel, sums, squares, origin, rejected, step_size, equipartition_sums=None):
+def _thermostat(state):
+    r"""The state's thermostat :math:`\xi` (SGNHT's, BADODAB's), ``None`` for any other."""
+    return getattr(getattr(state.sampler_state, "integrator", None), "thermostat", None)
+
+
+def report(kernel, sums, squares, origin, rejected, step_size, equipartition_sums=None,
+           thermostat=None):
     """Host side: collect the chains' moments and equipartition sums; once every chain of
     the run has reported, warn with the :func:`~numpyro_sgrld.verdict.judgement` when the
     draws cannot be trusted."""
@@ -124,11 +130,15 @@ def report(kernel, sums, squares, origin, rejected, step_size, equipartition_sum
         equipartition_sums = jax.tree.map(
             lambda x: np.asarray(x)[None] if one else np.asarray(x), equipartition_sums)
     run.reports.append((sums, squares, origin, np.atleast_1d(rejected),
-                        np.atleast_1d(step_size), equipartition_sums))
+                        np.atleast_1d(step_size),
+                        None if thermostat is None else np.atleast_1d(thermostat),
+                        equipartition_sums))
     if sum(r[0].shape[0] for r in run.reports) < run.num_chains:
         return
-    *moments, readings = zip(*run.reports)
+    *moments, thermostats, readings = zip(*run.reports)
     sums, squares, origin, rejected, step = (np.concatenate(x) for x in moments)
+    thermostat = (None if any(x is None for x in thermostats)
+                  else np.concatenate(thermostats))
     run.reports.clear()
     temperatures = None
     if all(r is not None for r in readings):
@@ -136,7 +146,7 @@ def report(kernel, sums, squares, origin, rejected, step_size, equipartition_sum
         temperatures = equipartition.summarize(pooled, kernel.temperature)
     rhat, ess = monitor.judge(sums, squares, origin, run.num_samples)
     v = judgement(rhat, ess, run.names, int(rejected.sum()), run.num_samples, kernel, step,
-                  temperatures, sums.shape[0])
+                  temperatures, sums.shape[0], thermostat)
     if not v.trusted:
         # sent from XLA's host callback: no user frame to point at
         warnings.warn_explicit(str(v), UserWarning, "numpyro_sgrld verdict", 0)

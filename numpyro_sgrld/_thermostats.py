@@ -7,7 +7,13 @@ import jax
 import jax.numpy as jnp
 
 from numpyro_sgrld._checks import real
-from numpyro_sgrld._integrator_base import BiasLaw, Integrator, TakesMetrics, _time_step_law
+from numpyro_sgrld._integrator_base import (
+    BiasLaw,
+    Integrator,
+    Settle,
+    TakesMetrics,
+    _time_step_law,
+)
 from numpyro_sgrld._tree import tree_normal
 
 __all__ = ["sgnht", "badodab", "SGNHTState", "BADODABState", "CONSTANT_METRICS"]
@@ -30,10 +36,54 @@ def _root_t(preconditioner):
     return preconditioner.noise_transpose or preconditioner.noise
 
 class SGNHTState(NamedTuple):
-    """SGNHT's momentum ``p`` (tree of the position) and thermostat ``xi`` (a scalar)."""
+    r"""SGNHT's momentum ``p`` (tree of the position) and thermostat ``xi`` (a scalar); the
+    last kinetic temperature ``kinetic``, the running mean ``heat`` over ``heated`` steps of
+    the variance that each step adds to the momentum, and the ``equilibrium`` friction it
+    calls for (:func:`settle`)."""
 
     momentum: Any
     thermostat: Any
+    kinetic: Any = None
+    heat: Any = None
+    heated: Any = None
+    equilibrium: Any = None
+
+
+#: The steps over which the heating is averaged (a running mean over the first ones).
+HEAT_MEMORY = 500
+
+
+def _heating(state, xi, kinetic, step_size, temperature):
+    r"""``(kinetic, heat, heated, equilibrium)`` after a step whose momentum has the kinetic
+    temperature ``kinetic`` (:math:`K_t`), the friction having been ``xi``: the step added
+    :math:`S_t = K_t - e^{-2\xi h}K_{t-1}` per coordinate (the injected noise's
+    :math:`2AhT`, the gradient noise's :math:`h^2\sigma^2`), averaged over the steps so far
+    (since :func:`restart`) and then over about the last :data:`HEAT_MEMORY`; the friction
+    that holds :math:`K = T` against it is :math:`-\log(1 - \bar S/T)/(2h)`
+    (:math:`A + h\sigma^2/(2T)` to first order), capped where :math:`\bar S \ge T` (no
+    friction can: the step is too large)."""
+    w = jnp.maximum(1.0 / (state.heated + 1.0), 1.0 / HEAT_MEMORY)
+    added = kinetic - jnp.exp(-2.0 * xi * step_size) * state.kinetic
+    heat = state.heat + w * (added - state.heat)
+    share = jnp.clip(heat / temperature, 0.0, 0.99)
+    return kinetic, heat, state.heated + 1, -jnp.log1p(-share) / (2.0 * step_size)
+
+
+def restart(state):
+    """The heating's running mean started afresh (halfway through warm-up: a chain's way in
+    from its initial point heats the momentum far more than its equilibrium does)."""
+    return state._replace(heated=jnp.zeros_like(state.heated))
+
+
+def settle(state, temperature):
+    r"""The thermostat set to the friction its measured heating calls for (the
+    :class:`~numpyro_sgrld.integrators.Settle` of warm-up). The thermostat's own dynamics,
+    :math:`\dot\xi = K - T` with :math:`K \approx T\xi^*/\xi`, reach their equilibrium
+    :math:`\xi^*` only over several relaxation times :math:`\xi^*/T` (hundreds of time units
+    when the gradient noise dominates), and a chain started far from the posterior heats
+    :math:`\xi` far above :math:`\xi^*` on its way in: until it settles the positions are
+    too narrow (or, below :math:`\xi^*`, too wide)."""
+    return state._replace(thermostat=state.equilibrium)
 
 
 def _kinetic_temperature(p):
@@ -83,8 +133,10 @@ def sgnht(diffusion=1.0) -> Integrator:
                      hint="It is the injected noise A of Ding et al.; 1 is typical.")
 
     def init(position, key, step_size, temperature):
-        return SGNHTState(jax.tree.map(jnp.zeros_like, position),
-                          jnp.asarray(diffusion, jnp.result_type(float)))
+        xi = jnp.asarray(diffusion, jnp.result_type(float))
+        zero = jnp.zeros((), xi.dtype)
+        return SGNHTState(jax.tree.map(jnp.zeros_like, position), xi, zero, zero,
+                          jnp.zeros((), jnp.int32), xi)
 
     def step(key, position, state, grad, preconditioner, setting):
         step_size, temperature, context, oracle = setting
@@ -96,11 +148,13 @@ def sgnht(diffusion=1.0) -> Integrator:
                          state.momentum, _root_t(preconditioner)(grad), noise)
         position = jax.tree.map(lambda x, u: x + step_size * u, position,
                                 preconditioner.noise(p))
-        xi = xi + (_kinetic_temperature(p) - temperature) * step_size
-        return position, SGNHTState(p, xi)
+        kinetic = _kinetic_temperature(p)
+        heating = _heating(state, xi, kinetic, step_size, temperature)
+        xi = xi + (kinetic - temperature) * step_size
+        return position, SGNHTState(p, xi, *heating)
 
     return Integrator(init, step, name="sgnht", traits=(
-        TakesMetrics(CONSTANT_METRICS, _THERMOSTAT_METRICS),
+        TakesMetrics(CONSTANT_METRICS, _THERMOSTAT_METRICS), Settle(settle, restart),
         BiasLaw(_time_step_law(diffusion),
                 max_step=lambda target_bias: min(target_bias, 0.25) / diffusion)))
 

@@ -18,6 +18,7 @@ trait                                        read by
 ``integrators.BiasLaw``                      step-size adaptation (the bias law, a cap)
 ``integrators.StepHint``                     step-size adaptation (where there is no law)
 ``integrators.Rescale``                      warm-up (the state when the step changes)
+``integrators.Settle``                       warm-up's end (a thermostat's equilibrium)
 ``integrators.TakesMetrics``                 the composition (the metrics it can take)
 ==========================================  ===============================================
 """

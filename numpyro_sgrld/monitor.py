@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro.diagnostics import effective_sample_size
 
-from numpyro_sgrld.verdict import MAX_COORDINATES
+from numpyro_sgrld.verdict import MAX_COORDINATES, capped_ess
 
 __all__ = ["BATCHES", "RunMonitor", "coordinates", "init_monitor", "judge", "update_monitor"]
 
@@ -127,7 +127,8 @@ def judge(sums, squares, origin, num_steps):
         means = (sums / n)[:, n[0, :, 0] > 0]
         sigma2_m = means.reshape(-1, means.shape[-1]).var(0, ddof=1)
         ess_m = np.asarray(effective_sample_size(means), np.float64)
-        ess = np.minimum(ess_m * sigma2 / sigma2_m, total)
+        ess = np.minimum(capped_ess(ess_m, means.shape[0] * means.shape[1]) * sigma2 / sigma2_m,
+                         total)
     flat = ~(sigma2 > 0)
     rhat = np.where(flat | ~np.isfinite(rhat), np.inf, rhat)
     ess = np.where(flat | ~np.isfinite(ess), 0.0, ess)

@@ -3,13 +3,17 @@ r"""The verdict at the end of a run: can the kept draws be trusted?
 :func:`verdict` judges the draws of a run by what a statistician checks first, and says what
 to do where they fail:
 
-- **mixing**: split :math:`\hat R` (Gelman et al. 2013, as ``numpyro.diagnostics``) at most
-  :func:`max_rhat` and bulk effective sample size at least :data:`MIN_ESS` in every coordinate
-  of every latent site. Where a coordinate fails, the run is predicted to need
-  :math:`\max(\mathrm{MIN\_ESS}/\mathrm{ESS}, (\hat R - 1)/0.01)` times as many steps (the
-  ESS of a chain in stationarity grows linearly with its length, and :math:`\hat R - 1`
-  shrinks about as its inverse; the prediction is a lower bound where the chains have not
-  yet reached the posterior's bulk).
+- **mixing**: split :math:`\hat R` (Gelman et al. 2013, as ``numpyro.diagnostics``) and bulk
+  effective sample size in every coordinate of every latent site. A coordinate fails where
+  its :math:`\hat R` is above both :func:`max_rhat` (the accuracy promise) and
+  :func:`rhat_noise` (what a mixed run of its ESS shows by chance, at a family error of 1 %
+  over the coordinates, as the equipartition check), or where its ESS is below
+  :data:`MIN_ESS`. Where a
+  coordinate fails, the run is predicted to need
+  :math:`\max(\mathrm{MIN\_ESS}/\mathrm{ESS}, (\hat R - 1)/(\text{bound} - 1))` times as
+  many steps (the ESS of a chain in stationarity grows linearly with its length, and
+  :math:`\hat R - 1` shrinks about as its inverse; the prediction is a lower bound where the
+  chains have not yet reached the posterior's bulk).
 - **rejections after warm-up**: steps whose potential, gradient or state was not finite
   (``num_rejected``); a chain that rejects steps is not sampling the target.
 - **chains that adapted different steps**: a ratio of the chains' adapted steps above
@@ -42,8 +46,9 @@ from numpyro_sgrld import equipartition
 from numpyro_sgrld._traits import trait
 from numpyro_sgrld.correction import Lag
 
-__all__ = ["MAX_RHAT", "MAX_STEP_SPREAD", "MEAN_ERROR", "MIN_ESS", "Verdict", "check",
-           "judgement", "max_rhat", "verdict"]
+__all__ = ["MAX_RHAT", "MAX_STEP_SPREAD", "MEAN_ERROR", "MIN_ESS", "Verdict",
+           "capped_ess", "check", "judgement", "max_rhat", "rhat_noise", "thermostat_of",
+           "thermostat_relaxation", "verdict"]
 
 #: The largest split R-hat a trusted run of one chain may have (Vehtari et al. 2021 recommend
 #: 1.01); with more chains :func:`max_rhat`.
@@ -125,12 +130,13 @@ def _coordinates(draws_by_chain):
 
 
 def verdict(draws_by_chain, rejected=None, num_steps=None, kernel=None, step_size=None,
-            temperatures=None):
+            temperatures=None, thermostat=None):
     """The :class:`Verdict` of draws grouped by chain (a dict of arrays ``(chains, draws,
     ...)``, as ``mcmc.get_samples(group_by_chain=True)``); ``rejected``, the steps rejected
     after warm-up; ``num_steps``, the steps the draws came from (for the advice); ``kernel``
     and ``step_size`` (per chain) for the notes; ``temperatures``, the run's equipartition
-    readings (:func:`numpyro_sgrld.equipartition.summarize`)."""
+    readings (:func:`numpyro_sgrld.equipartition.summarize`); ``thermostat``, the chains'
+    last thermostat values (:func:`thermostat_of`)."""
     columns = _coordinates(draws_by_chain)
     rhats, esss = [], []
     for _, _, x in columns:
@@ -139,10 +145,10 @@ def verdict(draws_by_chain, rejected=None, num_steps=None, kernel=None, step_siz
             esss.append(0.0)
         else:
             rhats.append(float(split_gelman_rubin(x)))
-            esss.append(float(effective_sample_size(x)))
+            esss.append(capped_ess(float(effective_sample_size(x)), x.size))
     chains = columns[0][2].shape[0] if columns else 1
     return judgement(rhats, esss, [(name, j) for name, j, _ in columns], rejected,
-                     num_steps, kernel, step_size, temperatures, chains)
+                     num_steps, kernel, step_size, temperatures, chains, thermostat)
 
 
 def max_rhat(num_chains=1):
@@ -158,12 +164,38 @@ def max_rhat(num_chains=1):
     return max(MAX_RHAT, float(np.sqrt(1 + m * (MEAN_ERROR / 2) ** 2)))
 
 
+def capped_ess(ess, total):
+    r"""A bulk ESS estimate of ``total`` draws as ArviZ caps it: the autocorrelation time
+    :math:`\hat\tau = \mathrm{total}/\mathrm{ESS}` at least :math:`1/\log_{10}(\mathrm{total})`.
+    Geyer's initial sequence gives :math:`\hat\tau < 0` (a negative ESS) where lag-1
+    autocorrelations are below :math:`-1/2`, as in an underdamped chain whose oscillations
+    alias with the lags; that is read as the cap."""
+    cap = total * np.log10(max(total, 10))
+    ess = np.asarray(ess, np.float64)
+    capped = np.where(np.isnan(ess) | ((ess > 0) & (ess <= cap)), ess, cap)
+    return capped if capped.ndim else float(capped)
+
+
+def rhat_noise(ess, num_chains=1, num_tests=1):
+    r"""The split :math:`\hat R` that a mixed run of ``num_chains`` chains with bulk ESS
+    ``ess`` exceeds by chance with probability :data:`~numpyro_sgrld.equipartition.
+    FAMILY_ERROR` over ``num_tests`` coordinates (Bonferroni). The :math:`m = 2C` half-chains'
+    means each have variance :math:`\sigma^2 m/\mathrm{ESS}`, so :math:`\hat R^2 - 1
+    \approx (m/\mathrm{ESS})\,\chi^2_{m-1}/(m - 1)`."""
+    from scipy.stats import chi2
+
+    m = 2 * max(int(num_chains or 1), 1)
+    q = chi2.ppf(1 - equipartition.FAMILY_ERROR / max(num_tests, 1), m - 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.sqrt(1 + m * q / ((m - 1) * max(float(ess), 1e-12))))
+
+
 def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
-              step_size=None, temperatures=None, num_chains=1):
+              step_size=None, temperatures=None, num_chains=1, thermostat=None):
     """The :class:`Verdict` from each judged coordinate's split R-hat and bulk ESS, with its
     ``sites`` (``(name, flat index)`` each); the other arguments as :func:`verdict`'s."""
     problems, notes = [], []
-    max_rhat_, min_ess = 1.0, np.inf
+    max_rhat_, min_ess = -np.inf, np.inf
     rhat_site = ess_site = ("", 0)
     for r, e, site in zip(rhats, esss, sites):
         if not r <= max_rhat_:
@@ -172,22 +204,31 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
             min_ess, ess_site = float(e), site
     columns = sites
     if not columns:
-        min_ess = np.nan
+        max_rhat_ = min_ess = np.nan
     more = 1.0
     bound = max_rhat(num_chains)
-    if columns and (max_rhat_ > bound or min_ess < MIN_ESS):
+    # a coordinate fails where its R-hat is beyond the promise's bound and beyond what a
+    # mixed run of its ESS shows by chance, or where its ESS is below MIN_ESS
+    rhat_fail = [(float(r), site, max(bound, rhat_noise(e, num_chains, len(sites))))
+                 for r, e, site in zip(rhats, esss, sites)
+                 if not r <= max(bound, rhat_noise(e, num_chains, len(sites)))]
+    ess_fail = [(float(e), site) for e, site in zip(esss, sites) if not e >= MIN_ESS]
+    if columns and (rhat_fail or ess_fail):
+        worst_r = max(rhat_fail, key=lambda f: f[0], default=None)
+        worst_e = min(ess_fail, key=lambda f: f[0], default=None)
         # R-hat's excess over 1 shrinks about as 1/ESS (Vehtari et al. 2021)
-        more = max(MIN_ESS / max(min_ess, 1.0),
-                   (max_rhat_ - 1.0) / (bound - 1.0) if np.isfinite(max_rhat_) else 10.0)
+        more = max(MIN_ESS / max(worst_e[0], 1.0) if worst_e else 1.0,
+                   ((worst_r[0] - 1.0) / (worst_r[2] - 1.0) if np.isfinite(worst_r[0])
+                    else 10.0) if worst_r else 1.0)
         steps = (f" (num_samples of at least {int(np.ceil(more * num_steps)):,})"
                  if num_steps else "")
         failed = []
-        if not max_rhat_ <= bound:
-            failed.append(f"split R-hat {max_rhat_:.3g} at {_site(rhat_site)} "
-                          f"(trusted: <= {bound:.3f} with {num_chains} chain"
-                          f"{'s' if num_chains != 1 else ''})")
-        if not min_ess >= MIN_ESS:
-            failed.append(f"bulk ESS {np.floor(min_ess):.0f} at {_site(ess_site)} "
+        if worst_r:
+            failed.append(f"split R-hat {worst_r[0]:.3g} at {_site(worst_r[1])} "
+                          f"(trusted: <= {worst_r[2]:.3f} with {num_chains} chain"
+                          f"{'s' if num_chains != 1 else ''} at its ESS)")
+        if worst_e:
+            failed.append(f"bulk ESS {np.floor(worst_e[0]):.0f} at {_site(worst_e[1])} "
                           f"(trusted: >= {MIN_ESS})")
         problems.append(
             f"The chains have not mixed: {' and '.join(failed)}. "
@@ -218,7 +259,7 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
         )
     if departed:
         problems.append(_temperature_problem(departed, temperatures, kernel,
-                                             _duration(step_size, num_steps)))
+                                             _duration(step_size, num_steps), thermostat))
     if kernel is not None:
         notes.extend(_notes(kernel, step_size))
     trusted = not problems and bool(columns)
@@ -304,13 +345,35 @@ def _duration(step_size, num_steps):
     return float(np.median(h) * num_steps) if h.size else None
 
 
-#: Integrators whose friction is a thermostat that must first reach its equilibrium, and the
-#: time (h x steps) it takes: tens of time units (docs/benchmarks.md, "SGNHT when the
-#: gradient noise dominates").
-THERMOSTATS, THERMOSTAT_TIME = ("sgnht", "badodab"), 50.0
+#: Integrators whose friction is a thermostat :math:`\xi` that must first reach its
+#: equilibrium, and how many of its relaxation times a run must last to be past it
+#: (:math:`e^{-5} < 1\,\%` of the initial offset left).
+THERMOSTATS, RELAXATIONS = ("sgnht", "badodab"), 5.0
 
 
-def _temperature_problem(departed, t, kernel, duration=None):
+def thermostat_of(state):
+    r"""The chains' thermostat values :math:`\xi` in a stochastic-gradient kernel's state
+    (SGNHT's and BADODAB's), ``None`` for any other."""
+    sampler_state = getattr(state, "sampler_state", None)
+    xi = getattr(getattr(sampler_state, "integrator", None), "thermostat", None)
+    return None if xi is None else np.atleast_1d(np.asarray(jax.device_get(xi), np.float64))
+
+
+def thermostat_relaxation(thermostat, temperature=1.0):
+    r"""The thermostat's relaxation time in time units (:math:`h` × steps): with the
+    momentum at its equilibrium for the friction :math:`\xi`, the kinetic temperature is
+    :math:`T\xi^*/\xi` (:math:`\xi^* = A + h\sigma^2/(2T)` the equilibrium that the injected
+    and the gradient noise set), so :math:`\dot\xi = T(\xi^*/\xi - 1)`, which relaxes at
+    the rate :math:`T/\xi^*`: the time is about :math:`\xi/T` at the chains' last
+    :math:`\xi` (the largest), ``None`` without one."""
+    if thermostat is None:
+        return None
+    xi = np.asarray(thermostat, np.float64)
+    xi = xi[np.isfinite(xi)]
+    return float(xi.max() / temperature) if xi.size else None
+
+
+def _temperature_problem(departed, t, kernel, duration=None, thermostat=None):
     """The sentence for readings outside the band (:func:`~numpyro_sgrld.equipartition.
     departures`), with what to do for this kernel."""
     name, value, se = departed[0]
@@ -325,21 +388,26 @@ def _temperature_problem(departed, t, kernel, duration=None):
         f"{np.sqrt(max(value, 0.0)):.2f}x the posterior's sd {'or wider ' if wide else ''}"
         f"in some directions."
     )
-    return f"{head} {_temperature_advice(kernel, wide, duration)}"
+    return f"{head} {_temperature_advice(kernel, wide, duration, thermostat)}"
 
 
-def _temperature_advice(kernel, wide, duration=None):
-    """What to do about a reading above (``wide``) or below 1, for this kernel (``duration``:
-    the sampling phase's length in time units)."""
+def _temperature_advice(kernel, wide, duration=None, thermostat=None):
+    r"""What to do about a reading above (``wide``) or below 1, for this kernel (``duration``:
+    the sampling phase's length in time units; ``thermostat``: the chains' last
+    :math:`\xi`)."""
     integrator = getattr(kernel, "integrator", None)
+    relaxation = thermostat_relaxation(thermostat, getattr(kernel, "temperature", 1.0))
     if (integrator is not None and integrator.name in THERMOSTATS and duration is not None
-            and duration < THERMOSTAT_TIME):
-        return (f"The thermostat starts at the injected diffusion A and takes tens of time "
-                f"units (step_size x steps) to absorb the gradient noise; this run sampled for "
-                f"{duration:.3g}, and until the thermostat settles the positions are too "
-                f"{'wide' if wide else 'narrow'}. Run at least {THERMOSTAT_TIME:.0f} time "
-                "units (num_samples x step_size), or use step_size=None (a step chosen in "
-                "warm-up for a stated bias).")
+            and relaxation is not None and duration < RELAXATIONS * relaxation):
+        steps = duration and RELAXATIONS * relaxation / duration
+        return (f"The thermostat ends at ξ = {relaxation:.3g} (it absorbs the gradient noise: "
+                f"its equilibrium is A + hσ²/2), and it moves towards its equilibrium at a "
+                f"rate of about T/ξ per time unit: it needs {RELAXATIONS:.0f} x "
+                f"{relaxation:.3g} time units (step_size x steps) to settle and this run "
+                f"sampled for {duration:.3g}; until it settles the positions are too "
+                f"{'wide' if wide else 'narrow'}. Use step_size=None (a step chosen in "
+                f"warm-up), a friction that is not a thermostat (SGHMC, BAOAB), or about "
+                f"{steps:.0f}x as many warm-up and sampling steps.")
     if not wide:
         return ("Below 1 the chains have not reached equilibrium in some directions (or a "
                 "thermostat runs cold): use a longer num_warmup and more steps, or SGLD/SGHMC "
@@ -398,7 +466,8 @@ def check(mcmc, warn=True):
     if "diverging" in fields:
         rejected = int(np.sum(np.asarray(fields["diverging"])))
     v = verdict(draws, rejected, mcmc.num_samples, kernel,
-                getattr(state, "step_size", None), temperatures_of(state, kernel))
+                getattr(state, "step_size", None), temperatures_of(state, kernel),
+                thermostat_of(state))
     if warn and not v.trusted:
         warnings.warn(str(v), UserWarning, stacklevel=2)
     return v

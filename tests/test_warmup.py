@@ -228,15 +228,19 @@ def test_the_verdict_judges_what_the_run_measured_not_the_kernels_name():
     assert "correction='exact'" not in advice[kernels[4]] and "target_bias" in advice[kernels[4]]
     assert "smaller step_size" in advice[kernels[5]]
     assert "SGLD or SGHMC" in advice[kernels[2]] and "SGLD or SGHMC" in advice[kernels[3]]
-    # a thermostat that had too little time to settle is told so, with the time it needs
+    # a thermostat that had too little time to settle is told so, with the time it needs: its
+    # relaxation time xi/T from the chains' last thermostat value
     sgnht = verdict({"x": rng.normal(size=(4, 500))}, num_steps=20_000,
                     kernel=ns.SGNHT(model, step_size=1e-3), step_size=[1e-3] * 4,
-                    temperatures=_readings(1.5))
-    assert "thermostat" in sgnht.problems[0] and "sampled for 20" in sgnht.problems[0]
-    settled = verdict({"x": rng.normal(size=(4, 500))}, num_steps=200_000,
-                      kernel=ns.SGNHT(model, step_size=1e-3), step_size=[1e-3] * 4,
-                      temperatures=_readings(1.5))
-    assert "thermostat" not in settled.problems[0] and "smaller step_size" in settled.problems[0]
+                    temperatures=_readings(1.5), thermostat=[150.0, 190.0, 120.0, 170.0])
+    assert "thermostat ends at ξ = 190" in sgnht.problems[0]
+    assert "sampled for 20" in sgnht.problems[0] and "48x as many" in sgnht.problems[0]
+    for steps, xi in ((200_000, [19.0] * 4), (20_000, None)):
+        settled = verdict({"x": rng.normal(size=(4, 500))}, num_steps=steps,
+                          kernel=ns.SGNHT(model, step_size=1e-3), step_size=[1e-3] * 4,
+                          temperatures=_readings(1.5), thermostat=xi)
+        assert "thermostat" not in settled.problems[0]
+        assert "smaller step_size" in settled.problems[0]
     cold = verdict({"x": rng.normal(size=(4, 500))}, kernel=kernels[0], step_size=[1e-3],
                    temperatures=_readings(0.5))
     assert not cold.trusted and "equilibrium" in cold.problems[0]

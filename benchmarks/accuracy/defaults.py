@@ -243,8 +243,26 @@ def errors(samples, reference):
     mean_err, ratios = np.concatenate(mean_err), np.concatenate(ratios)
     return dict(max_mean_error_sd=float(mean_err.max()), sd_ratio_min=float(ratios.min()),
                 sd_ratio_max=float(ratios.max()),
+                mean_error_sd=np.round(mean_err, 4).tolist(), sd_ratio=np.round(ratios, 4).tolist(),
                 accurate=bool(mean_err.max() <= MAX_MEAN_ERROR and np.all(
                     (ratios >= SD_RATIO[0]) & (ratios <= SD_RATIO[1]))))
+
+
+def per_coordinate(mcmc, problem):
+    """Each reference coordinate's split R-hat and bulk ESS from the kept draws (in the order
+    of :func:`errors`' lists), so that the verdict's rules can be studied on the record."""
+    from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
+
+    draws = mcmc.get_samples(group_by_chain=True)
+    rhat, ess = [], []
+    for k in problem["reference"]:
+        x = np.asarray(draws[k], np.float64)
+        x = x.reshape(x.shape[0], x.shape[1], -1)
+        for j in range(x.shape[2]):
+            ok = x.shape[1] >= 4 and np.all(np.isfinite(x[:, :, j])) and np.ptp(x[:, :, j]) > 0
+            rhat.append(round(float(split_gelman_rubin(x[:, :, j])), 5) if ok else None)
+            ess.append(round(float(effective_sample_size(x[:, :, j])), 1) if ok else None)
+    return dict(rhat=rhat, ess=ess)
 
 
 def build(kernel_name, model, settings=None):
@@ -288,7 +306,7 @@ def cell(kernel_name, problem, chains=4, settings=None, num_samples=None):
     else:
         row.update(errors(mcmc.get_samples(), problem["reference"]))
         v = ns.check(mcmc, warn=False)
-        row.update(max_rhat=v.max_rhat, min_ess=v.min_ess)
+        row.update(max_rhat=v.max_rhat, min_ess=v.min_ess, **per_coordinate(mcmc, problem))
     t = ns.verdict.temperatures_of(mcmc.last_state, kernel)
     if t is not None:
         departed = ns.equipartition.departures(t)
@@ -296,7 +314,9 @@ def cell(kernel_name, problem, chains=4, settings=None, num_samples=None):
                    temperature_min=float(np.min(t.estimate)),
                    temperature_max=float(np.max(t.estimate)),
                    temperature_departures=[(n, round(x, 4), round(e, 4))
-                                           for n, x, e in departed[:3]])
+                                           for n, x, e in departed[:3]],
+                   readings=np.round(t.estimate, 4).tolist(),
+                   readings_se=np.round(t.se, 4).tolist())
     row["chains"] = chains
     row["silent_failure"] = not row["accurate"] and not row["warned"]
     return row

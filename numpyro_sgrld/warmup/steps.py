@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from jax import random
 from jax.flatten_util import ravel_pytree
 
-from numpyro_sgrld._integrator_base import BiasLaw, Rescale
+from numpyro_sgrld._integrator_base import BiasLaw, Rescale, Settle
 from numpyro_sgrld._step import StepInputs, context, start, step
 from numpyro_sgrld._traits import trait
 from numpyro_sgrld.adaptation import (
@@ -40,7 +40,7 @@ from numpyro_sgrld.warmup.preconditioner import (
 from numpyro_sgrld.warmup.schedule import final_window_start, first_window_start
 
 __all__ = ["adapt", "capped", "hvp", "init_adaptation", "init_warmup", "learn",
-           "learns_metric", "transition"]
+           "learns_metric", "settled", "transition"]
 
 
 def adapt(spec, state, est, target, idx, batch_state, key, preconditioner, ok):
@@ -205,7 +205,8 @@ def transition(spec, state, target, adapting=None):
         state.rng_key, 3 if state.adaptation is None else 5)
     idx, batch_state = spec.draw(key_idx, state.batch_state)
     if state.adaptation is None:
-        return step(spec, state, StepInputs(target, idx, batch_state, key_step, key_next))[0]
+        new = step(spec, state, StepInputs(target, idx, batch_state, key_step, key_next))[0]
+        return settled(spec, new)
     if adapting is False:  # after warm-up, known when traced: none of its branches
         new = step(spec, state, StepInputs(target, idx, batch_state, key_step, key_next))[0]
         return new._replace(step_size=spec.step_size(state.i + 1, state.adaptation))
@@ -235,6 +236,22 @@ def transition(spec, state, target, adapting=None):
             lambda: (adaptation, warmup, sampler_state, gradient_state),
         )
     # the next step's: after warm-up the frozen one (a cyclical preset's, its cosine)
-    return new._replace(sampler_state=sampler_state, gradient_state=gradient_state,
-                        step_size=spec.step_size(state.i + 1, adaptation),
-                        adaptation=adaptation, warmup=warmup)
+    return settled(spec, new._replace(sampler_state=sampler_state,
+                                      gradient_state=gradient_state,
+                                      step_size=spec.step_size(state.i + 1, adaptation),
+                                      adaptation=adaptation, warmup=warmup))
+
+
+def settled(spec, new):
+    """``new`` with the integrator's state restarted halfway through warm-up and settled at
+    its end (:class:`~numpyro_sgrld.integrators.Settle`): in the state from which the
+    equipartition check starts counting."""
+    settle, acc = trait(spec.sampler.integrator, Settle), new.equipartition
+    if settle is None or acc is None:
+        return new
+    integrator = new.sampler_state.integrator
+    for at, fn in ((acc.start // 2, settle.restart),
+                   (acc.start, lambda s: settle.fn(s, spec.temperature))):
+        integrator = jax.tree.map(lambda a, b, at=at: jnp.where(new.i == at, a, b),
+                                  fn(integrator), integrator)
+    return new._replace(sampler_state=new.sampler_state._replace(integrator=integrator))
