@@ -299,6 +299,9 @@ class SGMCMC(MCMCKernel):
         self._axis_name = None  # CHAIN_AXIS with vectorised chains: the kernel's own vmap's
         self._jitted = {}
         self._run = None  # the run MCMC's own loop drives, for the verdict at its end
+        #: the latent sites a network bridge sampled (set up with the model): the verdict
+        #: judges a network in function space
+        self.network_sites = frozenset()
         self._settled = {}  # settled gradient estimator -> _AfterWarmup
 
     @property

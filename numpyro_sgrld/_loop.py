@@ -489,7 +489,8 @@ def _judge(collection, kept, val, body_fun, num_steps):
     draws = _leaves_by_chain({k: np.asarray(x)[:kept] for k, x in draws.items()}, chain_axis)
     kernel = getattr(body_fun, "keywords", {}).get("sampler")
     v = verdict(draws, None, num_steps, kernel, np.asarray(state.step_size),
-                temperatures_of(state, kernel), thermostat_of(state))
+                temperatures_of(state, kernel), thermostat_of(state),
+                getattr(kernel, "network_sites", None))
     if not v.trusted:
         warnings.warn(str(v), UserWarning, stacklevel=_caller_level())
 

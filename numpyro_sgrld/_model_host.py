@@ -29,6 +29,7 @@ from numpyro_sgrld._setup import (
     find_valid_batched,
     indices_in_bounds_fn,
     infer_num_data,
+    network_sites,
     observed_ok_fn,
     raise_if_bad_data,
     raise_if_out_of_bounds,
@@ -92,6 +93,7 @@ def trace(kernel, model_args, model_kwargs):
     check_observed_shapes(model_trace)
     kernel._inferred_num_data = infer_num_data(model_trace, declared)
     kernel._model_trace = model_trace
+    kernel.network_sites = network_sites(model_trace)
     return model_trace
 
 

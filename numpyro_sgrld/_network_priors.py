@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
 
+from numpyro_sgrld._setup import NETWORK
 from numpyro_sgrld.gradients import auxiliary
 from numpyro_sgrld.metrics.bnp import layer_inputs_name
 
@@ -69,12 +70,21 @@ def resolve(prior, path, alias, shape, *, alias_label, available=()):
     )
 
 
+def _mark(site):
+    """``infer`` entries for a site sampled inside a network bridge."""
+    return {NETWORK: True} if site["type"] == "sample" else {}
+
+
 def sample_parameter(prior, path, alias, shape, *, alias_label, available=()):
     """The parameter's value: a sample site ``path`` of its prior, or, for a value returned by a
-    callable prior, that value (reshaped to ``shape``) recorded as a deterministic site."""
-    resolved = resolve(prior, path, alias, shape, alias_label=alias_label, available=available)
-    if isinstance(resolved, dist.Distribution):
-        return numpyro.sample(path, resolved)
+    callable prior, that value (reshaped to ``shape``) recorded as a deterministic site. Every
+    sample site, the prior's own included, is marked as a network's
+    (:data:`~numpyro_sgrld._setup.NETWORK`)."""
+    with numpyro.handlers.infer_config(config_fn=_mark):
+        resolved = resolve(prior, path, alias, shape, alias_label=alias_label,
+                           available=available)
+        if isinstance(resolved, dist.Distribution):
+            return numpyro.sample(path, resolved)
     return numpyro.deterministic(path, jnp.reshape(resolved, shape))
 
 

@@ -19,7 +19,7 @@ from numpyro.infer.mcmc import MCMC
 
 from numpyro_sgrld import _setup, equipartition, monitor
 from numpyro_sgrld._compat import fast_sampling_loop_enabled
-from numpyro_sgrld.verdict import judgement
+from numpyro_sgrld.verdict import POTENTIAL, judgement
 
 __all__ = ["arm", "observe", "report"]
 
@@ -27,7 +27,8 @@ __all__ = ["arm", "observe", "report"]
 class _RunInfo(NamedTuple):
     """What the verdict on ``MCMC``'s own loop needs of the run: its warm-up and sampling
     steps, its chains, the judged flat coordinates and their ``(site, index)``, the chains'
-    reports received so far, and the ``id`` of the ``MCMC``."""
+    reports received so far, the ``id`` of the ``MCMC``, and whether the potential energy is
+    judged too (after the coordinates: a network's chains are judged on it)."""
 
     num_warmup: int
     num_samples: int
@@ -36,6 +37,7 @@ class _RunInfo(NamedTuple):
     names: list
     reports: list
     owner: int
+    potential: bool = False
 
 
 def _calling_mcmc(depth=8):
@@ -70,9 +72,13 @@ def arm(kernel, state, num_warmup, vectorized):
                  ("z", j) for j in range(flat.size)]
     # MCMC's sequential chains each call init: their reports join the earlier chains'
     reports = previous.reports if previous is not None and previous.owner == id(mcmc) else []
+    names = [names[k] for k in index]
+    network = bool(getattr(kernel, "network_sites", None))
+    if network:  # a network's chains are judged on the potential energy too
+        names.append((POTENTIAL, 0))
     kernel._run = _RunInfo(int(num_warmup), int(mcmc.num_samples), int(mcmc.num_chains),
-                         index, [names[k] for k in index], reports, id(mcmc))
-    fresh = monitor.init_monitor(index.size, flat.dtype)
+                         index, names, reports, id(mcmc), network)
+    fresh = monitor.init_monitor(len(names), flat.dtype)
     if vectorized:
         fresh = jax.tree.map(lambda x: jnp.broadcast_to(x, (state.i.shape[0], *x.shape)),
                              fresh)
@@ -91,14 +97,17 @@ def observe(kernel, state, new):
     offset = jnp.where(offset >= 0, offset % run.num_samples, -1)
     index = jnp.asarray(run.index)
 
-    def update(m, z, rejected, diverging):
+    def update(m, z, rejected, diverging, potential):
         x = ravel_pytree(z)[0][index]
+        if run.potential:
+            x = jnp.append(x, potential.astype(x.dtype))
         return monitor.update_monitor(m, x, offset, run.num_samples,
                                       rejected - diverging.astype(jnp.int32))
 
     if vectorized:
         update = jax.vmap(update)
-    moments = update(state.monitor, new.z, new.num_rejected, new.diverging)
+    moments = update(state.monitor, new.z, new.num_rejected, new.diverging,
+                     new.potential_energy)
     jax.lax.cond(
         offset == run.num_samples - 1,
         lambda: jax.debug.callback(partial(report, kernel), moments.sums, moments.squares,
@@ -146,7 +155,8 @@ def report(kernel, sums, squares, origin, rejected, step_size, equipartition_sum
         temperatures = equipartition.summarize(pooled, kernel.temperature)
     rhat, ess = monitor.judge(sums, squares, origin, run.num_samples)
     v = judgement(rhat, ess, run.names, int(rejected.sum()), run.num_samples, kernel, step,
-                  temperatures, sums.shape[0], thermostat)
+                  temperatures, sums.shape[0], thermostat,
+                  getattr(kernel, "network_sites", None))
     if not v.trusted:
         # sent from XLA's host callback: no user frame to point at
         warnings.warn_explicit(str(v), UserWarning, "numpyro_sgrld verdict", 0)

@@ -23,6 +23,7 @@ from numpyro_sgrld.metrics import Aux
 from numpyro_sgrld.subsample import full_batch_opaque, placeholder_plates, seeded
 
 __all__ = [
+    "NETWORK",
     "ModelSetupError",
     "check_aux",
     "check_init_params",
@@ -37,6 +38,7 @@ __all__ = [
     "find_valid_batched",
     "indices_in_bounds_fn",
     "infer_num_data",
+    "network_sites",
     "observed_ok_fn",
     "raise_if_bad_data",
     "raise_if_out_of_bounds",
@@ -477,3 +479,18 @@ def check_initial_density(state, vectorized, prepared_model, model_args, model_k
         "Give `init_params` (unconstrained values) or an init strategy "
         "(e.g. numpyro.infer.init_to_median) where every site has a positive density."
     )
+
+
+#: The key a network bridge sets in the ``infer`` dict of every sample site of a network's
+#: parameters and of their priors' own sites (a horseshoe's scales): the verdict judges these
+#: in function space (:func:`network_sites`).
+NETWORK = "network_parameter"
+
+
+def network_sites(model_trace):
+    """The latent sites of a model trace that a network bridge sampled (:data:`NETWORK`): a
+    network's weights and their priors' sites, whose posterior has many equivalent modes
+    (permuted units, flipped signs)."""
+    return frozenset(name for name, site in model_trace.items()
+                     if site["type"] == "sample" and not site.get("is_observed")
+                     and (site.get("infer") or {}).get(NETWORK))

@@ -46,7 +46,7 @@ from numpyro_sgrld import equipartition
 from numpyro_sgrld._traits import trait
 from numpyro_sgrld.correction import Lag
 
-__all__ = ["MAX_RHAT", "MAX_STEP_SPREAD", "MEAN_ERROR", "MIN_ESS", "Verdict",
+__all__ = ["MAX_RHAT", "MAX_STEP_SPREAD", "MEAN_ERROR", "MIN_ESS", "POTENTIAL", "Verdict",
            "capped_ess", "check", "judgement", "max_rhat", "rhat_noise", "thermostat_of",
            "thermostat_relaxation", "verdict"]
 
@@ -130,13 +130,15 @@ def _coordinates(draws_by_chain):
 
 
 def verdict(draws_by_chain, rejected=None, num_steps=None, kernel=None, step_size=None,
-            temperatures=None, thermostat=None):
+            temperatures=None, thermostat=None, network_sites=None):
     """The :class:`Verdict` of draws grouped by chain (a dict of arrays ``(chains, draws,
     ...)``, as ``mcmc.get_samples(group_by_chain=True)``); ``rejected``, the steps rejected
     after warm-up; ``num_steps``, the steps the draws came from (for the advice); ``kernel``
     and ``step_size`` (per chain) for the notes; ``temperatures``, the run's equipartition
     readings (:func:`numpyro_sgrld.equipartition.summarize`); ``thermostat``, the chains'
-    last thermostat values (:func:`thermostat_of`)."""
+    last thermostat values (:func:`thermostat_of`); ``network_sites``, the sites a network
+    bridge sampled (judged in function space: their R-hat is information, and a site
+    :data:`POTENTIAL` of the draws is judged instead)."""
     columns = _coordinates(draws_by_chain)
     rhats, esss = [], []
     for _, _, x in columns:
@@ -148,7 +150,8 @@ def verdict(draws_by_chain, rejected=None, num_steps=None, kernel=None, step_siz
             esss.append(capped_ess(float(effective_sample_size(x)), x.size))
     chains = columns[0][2].shape[0] if columns else 1
     return judgement(rhats, esss, [(name, j) for name, j, _ in columns], rejected,
-                     num_steps, kernel, step_size, temperatures, chains, thermostat)
+                     num_steps, kernel, step_size, temperatures, chains, thermostat,
+                     network_sites)
 
 
 def max_rhat(num_chains=1):
@@ -191,10 +194,18 @@ def rhat_noise(ess, num_chains=1, num_tests=1):
 
 
 def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
-              step_size=None, temperatures=None, num_chains=1, thermostat=None):
+              step_size=None, temperatures=None, num_chains=1, thermostat=None,
+              network_sites=None):
     """The :class:`Verdict` from each judged coordinate's split R-hat and bulk ESS, with its
     ``sites`` (``(name, flat index)`` each); the other arguments as :func:`verdict`'s."""
     problems, notes = [], []
+    network = frozenset(network_sites or ())
+    if network:
+        rows = list(zip(rhats, esss, sites))
+        weights = [row for row in rows if row[2][0] in network]
+        kept = [row for row in rows if row[2][0] not in network]
+        rhats, esss, sites = ([list(x) for x in zip(*kept)] if kept else ([], [], []))
+        notes.append(_network_note(weights, num_chains, POTENTIAL in {s[0] for s in sites}))
     max_rhat_, min_ess = -np.inf, np.inf
     rhat_site = ess_site = ("", 0)
     for r, e, site in zip(rhats, esss, sites):
@@ -262,11 +273,38 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
                                              _duration(step_size, num_steps), thermostat))
     if kernel is not None:
         notes.extend(_notes(kernel, step_size))
-    trusted = not problems and bool(columns)
-    if not columns:
+    trusted = not problems and (bool(columns) or bool(network))
+    if not columns and not network:
         problems.append("No floating-point draws to judge.")
     return Verdict(trusted, max_rhat_, min_ess, rhat_site, ess_site, rejected, more,
                    tuple(problems), tuple(notes), temperatures)
+
+
+#: The name under which the potential energy of each step (the minibatch potential the step
+#: evaluated) is judged like a site: a network's chains are judged on it, not on its weights.
+POTENTIAL = "potential energy"
+
+
+def _network_note(weights, num_chains, judged_on_potential):
+    """The note for a network's weights (``(rhat, ess, site)`` rows): their R-hat as
+    information, what the chains are judged on instead, and what widens the ensemble."""
+    finite = [w for w in weights if np.isfinite(w[0])]
+    worst = max(finite or weights, key=lambda w: w[0], default=None)
+    head = ("" if worst is None else
+            f"Weight-space split R-hat reaches {worst[0]:.3g} at {_site(worst[2])}: "
+            "information only (a network's posterior has many equivalent modes, permuted "
+            "units and flipped signs, and each chain settles in its own). ")
+    judged = ("The chains are judged on the potential energy and on the equipartition "
+              "readings per layer." if judged_on_potential else
+              "The chains are judged on the equipartition readings per layer (collect "
+              "extra_fields=('potential_energy',) and call numpyro_sgrld.check(mcmc) to judge "
+              "their agreement on the potential energy too).")
+    chains = int(num_chains or 1)
+    ensemble = (f" The predictive ensemble averages {chains} chains' modes: more chains, not "
+                "more steps, widen it." if chains > 1 else
+                " The predictive ensemble holds one chain's mode: more chains, not more steps, "
+                "widen it.")
+    return head + judged + ensemble
 
 
 def centred_sites(kernel):
@@ -465,9 +503,12 @@ def check(mcmc, warn=True):
         pass
     if "diverging" in fields:
         rejected = int(np.sum(np.asarray(fields["diverging"])))
+    network = getattr(kernel, "network_sites", None)
+    if network and "potential_energy" in fields:
+        draws = {**draws, POTENTIAL: fields["potential_energy"]}
     v = verdict(draws, rejected, mcmc.num_samples, kernel,
                 getattr(state, "step_size", None), temperatures_of(state, kernel),
-                thermostat_of(state))
+                thermostat_of(state), network)
     if warn and not v.trusted:
         warnings.warn(str(v), UserWarning, stacklevel=2)
     return v

@@ -64,6 +64,40 @@ def test_sites_are_named_and_shaped_like_the_haiku_parameters():
     )
 
 
+def test_a_network_is_judged_in_function_space():
+    """The bridge marks a network's sites (its weights and their prior's own scales); the
+    verdict reads their R-hat as information only and judges the chains on the potential
+    energy: chains in different modes with the same potential are trusted, chains whose
+    potentials disagree are not."""
+    from numpyro_sgrld import SGLD
+    from numpyro_sgrld._setup import network_sites
+    from numpyro_sgrld.priors import horseshoe
+    from numpyro_sgrld.verdict import POTENTIAL, judgement
+
+    def model(x, y):
+        logits = random_haiku_module("net", NET, (2, 5), horseshoe("layer"))(x)
+        numpyro.sample("sigma", dist.HalfNormal(1.0))
+        numpyro.sample("y", dist.Categorical(logits=logits), obs=y)
+
+    x, y = jnp.ones((2, 5)), jnp.zeros(2, jnp.int32)
+    sites = network_sites(_trace(model, x, y))
+    assert "net/mlp/linear_0/w" in sites and "net/mlp/linear_0/w_scale" in sites
+    assert "sigma" not in sites
+    kernel = SGLD(model, step_size=1e-3)
+    kernel.init(random.PRNGKey(0), 10, None, (x, y), {})
+    assert kernel.network_sites == sites
+    weights = [("net/mlp/linear_0/w", j) for j in range(20)]
+    agree = judgement([300.0] * 20 + [1.001], [2.0] * 20 + [4000.0],
+                      weights + [(POTENTIAL, 0)], num_chains=4, network_sites=sites)
+    assert agree.trusted and "information only" in agree.notes[0]
+    assert "more chains, not more steps" in agree.notes[0]
+    apart = judgement([300.0] * 20 + [1.5], [2.0] * 20 + [8.0],
+                      weights + [(POTENTIAL, 0)], num_chains=4, network_sites=sites)
+    assert not apart.trusted and POTENTIAL in apart.problems[0]
+    plain = judgement([300.0] * 20, [2.0] * 20, weights, num_chains=4)
+    assert not plain.trusted
+
+
 def test_dict_and_callable_priors():
     prior = {
         "net/mlp/linear_0/w": dist.Normal(0, 2.0),
