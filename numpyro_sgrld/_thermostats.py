@@ -121,7 +121,10 @@ def sgnht(diffusion=1.0) -> Integrator:
     gradients the joint law :math:`\propto e^{-U/T - p^\top p/(2T) - d(\xi - A)^2/(2T)}` is
     invariant (so :math:`E[\xi] = A`); a gradient noise of variance :math:`\sigma^2` per
     coordinate adds :math:`h\sigma^2/2` to the diffusion, and :math:`E[\xi]` becomes
-    :math:`A + h\sigma^2/(2T)` (``tests/test_sgnht.py`` checks both).
+    :math:`A + h\sigma^2/(2T)` (``tests/test_sgnht.py`` checks both). The thermostat relaxes
+    towards that equilibrium only at the rate :math:`T/\xi` per time unit, and a chain's way
+    in from its initial point heats it far above; so warm-up ends by setting :math:`\xi` to
+    the friction that the heating it measured calls for (:func:`settle`).
 
     With a constant metric :math:`D = RR^\top` the dynamics run in the coordinates
     :math:`R^{-1}\theta`: the kick is :math:`R^\top\nabla\hat U`, the drift

@@ -443,9 +443,11 @@ def _temperature_advice(kernel, wide, duration=None, thermostat=None):
                 f"rate of about T/ξ per time unit: it needs {RELAXATIONS:.0f} x "
                 f"{relaxation:.3g} time units (step_size x steps) to settle and this run "
                 f"sampled for {duration:.3g}; until it settles the positions are too "
-                f"{'wide' if wide else 'narrow'}. Use step_size=None (a step chosen in "
-                f"warm-up), a friction that is not a thermostat (SGHMC, BAOAB), or about "
-                f"{steps:.0f}x as many warm-up and sampling steps.")
+                f"{'wide' if wide else 'narrow'}. Warm-up sets the thermostat from the heating "
+                f"it measures in its second half, once the chains are past their way in: use "
+                f"a longer num_warmup, step_size=None (a step chosen in warm-up), a friction "
+                f"that is not a thermostat (SGHMC, BAOAB), or about {steps:.0f}x as many "
+                f"sampling steps.")
     if not wide:
         return ("Below 1 the chains have not reached equilibrium in some directions (or a "
                 "thermostat runs cold): use a longer num_warmup and more steps, or SGLD/SGHMC "

@@ -64,6 +64,9 @@ def test_the_grid_holds_right_and_wrong_runs_of_both_chain_counts(rows):
     assert {r.get("chains") for r in rows} >= {1, 4}
 
 
-def test_every_deliberately_wrong_run_warns(rows):
-    quiet = [(r["problem"], r["kernel"]) for r in rows if r.get("wrong") and not r["warned"]]
+def test_every_deliberately_wrong_run_that_is_inaccurate_warns(rows):
+    """A deliberately wrong setting that the library now gets right (SGNHT at a small given
+    step, whose thermostat warm-up settles) counts as an accurate run."""
+    quiet = [(r["problem"], r["kernel"]) for r in rows
+             if r.get("wrong") and not _accurate(r) and not r["warned"]]
     assert quiet == []
