@@ -37,42 +37,56 @@ def _root_t(preconditioner):
 
 class SGNHTState(NamedTuple):
     r"""SGNHT's momentum ``p`` (tree of the position) and thermostat ``xi`` (a scalar); the
-    last kinetic temperature ``kinetic``, the running mean ``heat`` over ``heated`` steps of
-    the variance that each step adds to the momentum, and the ``equilibrium`` friction it
-    calls for (:func:`settle`)."""
+    mean ``heat`` over ``heated`` steps of the variance that each step adds to the momentum,
+    the momentum's relaxation times those steps span (``relaxations``), and the
+    ``equilibrium`` friction the heat calls for (:func:`settle`)."""
 
     momentum: Any
     thermostat: Any
-    kinetic: Any = None
     heat: Any = None
     heated: Any = None
+    relaxations: Any = None
     equilibrium: Any = None
 
 
-#: The steps over which the heating is averaged (a running mean over the first ones).
-HEAT_MEMORY = 500
+#: Warm-up sets the thermostat to the equilibrium it measured (:func:`settle`) where that
+#: measurement's relative error is at most ``SETTLE_ERROR`` and the thermostat is more than
+#: ``SETTLE_Z`` such errors from it.
+SETTLE_ERROR, SETTLE_Z = 0.25, 2.0
 
 
-def _heating(state, xi, kinetic, step_size, temperature):
-    r"""``(kinetic, heat, heated, equilibrium)`` after a step whose momentum has the kinetic
-    temperature ``kinetic`` (:math:`K_t`), the friction having been ``xi``: the step added
-    :math:`S_t = K_t - e^{-2\xi h}K_{t-1}` per coordinate (the injected noise's
-    :math:`2AhT`, the gradient noise's :math:`h^2\sigma^2`), averaged over the steps so far
-    (since :func:`restart`) and then over about the last :data:`HEAT_MEMORY`; the friction
-    that holds :math:`K = T` against it is :math:`-\log(1 - \bar S/T)/(2h)`
+def _heating(state, xi, new_xi, kinetic, size, step_size, temperature):
+    r"""``(heat, heated, relaxations, equilibrium)`` after a step whose momentum of ``size``
+    coordinates has the kinetic temperature ``kinetic`` (:math:`K`), the friction having
+    been ``xi``. With the momentum at its equilibrium for the friction :math:`\xi`,
+    :math:`E[K] = S/(1 - e^{-2\xi h})`, :math:`S` the variance a step adds per coordinate
+    (the injected noise's :math:`2AhT`, the gradient noise's :math:`h^2\sigma^2`); so
+    :math:`(1 - e^{-2\xi h})K` is averaged (since :func:`restart`), and the friction that
+    holds :math:`K = T` against it is :math:`-\log(1 - \bar S/T)/(2h)`
     (:math:`A + h\sigma^2/(2T)` to first order), capped where :math:`\bar S \ge T` (no
-    friction can: the step is too large)."""
-    w = jnp.maximum(1.0 / (state.heated + 1.0), 1.0 / HEAT_MEMORY)
-    added = kinetic - jnp.exp(-2.0 * xi * step_size) * state.kinetic
-    heat = state.heat + w * (added - state.heat)
+    friction can: the step is too large). :math:`K` has relative sd :math:`\sqrt{2/d}` and
+    decorrelates over a relaxation time :math:`1/(2\xi h)` steps, so the mean's relative error
+    is about :math:`\sqrt{2/(d\,n)}` over :math:`n` relaxation times. Where that error is
+    above :data:`SETTLE_ERROR` (a short warm-up at a small step measures little) or the
+    thermostat is within :data:`SETTLE_Z` errors of the measured equilibrium, the equilibrium
+    is the thermostat's own next value ``new_xi`` (nothing to settle)."""
+    w = 1.0 / (state.heated + 1.0)
+    decay = -jnp.expm1(-2.0 * xi * step_size)
+    heat = state.heat + w * (decay * kinetic - state.heat)
+    relaxations = state.relaxations + jnp.minimum(decay, 1.0)
     share = jnp.clip(heat / temperature, 0.0, 0.99)
-    return kinetic, heat, state.heated + 1, -jnp.log1p(-share) / (2.0 * step_size)
+    target = -jnp.log1p(-share) / (2.0 * step_size)
+    relative = jnp.sqrt(2.0 / (size * jnp.maximum(relaxations, 1e-12)))
+    settles = (relative <= SETTLE_ERROR) & (jnp.abs(target - xi) > SETTLE_Z * relative * target)
+    equilibrium = jnp.where(settles, target, new_xi)
+    return heat, state.heated + 1, relaxations, equilibrium
 
 
 def restart(state):
-    """The heating's running mean started afresh (halfway through warm-up: a chain's way in
-    from its initial point heats the momentum far more than its equilibrium does)."""
-    return state._replace(heated=jnp.zeros_like(state.heated))
+    """The heat's mean started afresh (halfway through warm-up: a chain's way in from its
+    initial point heats the momentum far more than its equilibrium does)."""
+    return state._replace(heated=jnp.zeros_like(state.heated),
+                          relaxations=jnp.zeros_like(state.relaxations))
 
 
 def settle(state, temperature):
@@ -138,8 +152,8 @@ def sgnht(diffusion=1.0) -> Integrator:
     def init(position, key, step_size, temperature):
         xi = jnp.asarray(diffusion, jnp.result_type(float))
         zero = jnp.zeros((), xi.dtype)
-        return SGNHTState(jax.tree.map(jnp.zeros_like, position), xi, zero, zero,
-                          jnp.zeros((), jnp.int32), xi)
+        return SGNHTState(jax.tree.map(jnp.zeros_like, position), xi, zero,
+                          jnp.zeros((), jnp.int32), zero, xi)
 
     def step(key, position, state, grad, preconditioner, setting):
         step_size, temperature, context, oracle = setting
@@ -152,9 +166,10 @@ def sgnht(diffusion=1.0) -> Integrator:
         position = jax.tree.map(lambda x, u: x + step_size * u, position,
                                 preconditioner.noise(p))
         kinetic = _kinetic_temperature(p)
-        heating = _heating(state, xi, kinetic, step_size, temperature)
-        xi = xi + (kinetic - temperature) * step_size
-        return position, SGNHTState(p, xi, *heating)
+        size = sum(u.size for u in jax.tree.leaves(p))
+        new_xi = xi + (kinetic - temperature) * step_size
+        heating = _heating(state, xi, new_xi, kinetic, size, step_size, temperature)
+        return position, SGNHTState(p, new_xi, *heating)
 
     return Integrator(init, step, name="sgnht", traits=(
         TakesMetrics(CONSTANT_METRICS, _THERMOSTAT_METRICS), Settle(settle, restart),
