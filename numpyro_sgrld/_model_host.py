@@ -30,6 +30,7 @@ from numpyro_sgrld._setup import (
     indices_in_bounds_fn,
     infer_num_data,
     network_sites,
+    note_full_data,
     observed_ok_fn,
     raise_if_bad_data,
     raise_if_out_of_bounds,
@@ -91,6 +92,7 @@ def trace(kernel, model_args, model_kwargs):
     check_latent_sites(model_trace, kernel._plates)
     check_aux(model_trace, kernel.metric)
     check_observed_shapes(model_trace)
+    note_full_data(model_trace, kernel._plates, declared)
     kernel._inferred_num_data = infer_num_data(model_trace, declared)
     kernel._model_trace = model_trace
     kernel.network_sites = network_sites(model_trace)

@@ -5,6 +5,7 @@ wrong posterior without a word, or crash deep inside JAX or NumPyro; each error 
 site, argument or data point, the value, and what to do.
 """
 
+import warnings
 from functools import partial
 
 import jax
@@ -39,6 +40,7 @@ __all__ = [
     "indices_in_bounds_fn",
     "infer_num_data",
     "network_sites",
+    "note_full_data",
     "observed_ok_fn",
     "raise_if_bad_data",
     "raise_if_out_of_bounds",
@@ -494,3 +496,19 @@ def network_sites(model_trace):
     return frozenset(name for name, site in model_trace.items()
                      if site["type"] == "sample" and not site.get("is_observed")
                      and (site.get("infer") or {}).get(NETWORK))
+
+
+def note_full_data(model_trace, plates, declared):
+    """A note (a ``UserWarning``) when the model observes data but has no plate given a
+    ``subsample_size``: no minibatch is ever drawn, so the kernel runs on the full data."""
+    observed = [name for name, site in model_trace.items()
+                if site["type"] == "sample" and site.get("is_observed")]
+    if plates or declared or not observed:
+        return
+    warnings.warn(
+        f"The model observes {observed[0]!r} but has no plate with a subsample_size: every "
+        "step evaluates the full data, so this kernel runs full-data Langevin dynamics (exact "
+        "gradients, no minibatch). To draw minibatches, give the data plate one, e.g. "
+        "numpyro.plate('data', N, subsample_size=100); subsample_size=N keeps the full data "
+        "without this note.",
+        UserWarning, stacklevel=2)

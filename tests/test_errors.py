@@ -110,3 +110,32 @@ def test_no_valid_initial_parameters_is_an_error():
                     num_chains=chains, chain_method="vectorized", progress_bar=False)
         with pytest.raises(RuntimeError, match="valid initial parameters"):
             mcmc.run(random.PRNGKey(0), X)
+
+
+def test_a_model_without_a_subsampled_plate_is_noted_at_set_up():
+    """No plate with a subsample_size: a note that the kernel runs on the full data; a plate
+    with subsample_size=N (the full data, chosen) or a subsampled one: no note."""
+    import warnings
+
+    import jax
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    from numpyro_sgrld import SGLD
+
+    y = jnp.zeros(50)
+
+    def model(y, subsample_size=-1):
+        mu = numpyro.sample("mu", dist.Normal(0.0, 1.0))
+        size = {} if subsample_size == -1 else {"subsample_size": subsample_size}
+        with numpyro.plate("data", 50, **size) as idx:
+            numpyro.sample("y", dist.Normal(mu, 1.0), obs=y[idx])
+
+    with pytest.warns(UserWarning, match="no plate with a subsample_size.*full-data Langevin"):
+        SGLD(model, step_size=1e-3).init(jax.random.PRNGKey(0), 10, None, (y,), {})
+    for size in (50, 10):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)
+            SGLD(model, step_size=1e-3).init(jax.random.PRNGKey(0), 10, None, (y,),
+                                             {"subsample_size": size})
