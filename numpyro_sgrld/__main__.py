@@ -139,8 +139,8 @@ def _add_compare_options(p):
         metavar="KERNEL",
         help=f"kernels and baselines to run on it, or 'all', from: {', '.join(names)} "
         f"(default: {' '.join(DEFAULT_KERNELS)}; BNPSGLD only on a network model, "
-        "digits_mlp; baselines: LMC = MALA on the full data, BayesByBackprop = mean-field VI, "
-        "ConstantSGD = Mandt et al.'s constant-rate SGD)",
+        "digits_mlp; baselines: MALA on the full data (also accepted as LMC), "
+        "BayesByBackprop = mean-field VI, ConstantSGD = Mandt et al.'s constant-rate SGD)",
     )
     p.add_argument(
         "--step-size",

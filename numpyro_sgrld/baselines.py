@@ -1,8 +1,8 @@
 r"""Non-stochastic-gradient-MCMC baselines on the same NumPyro model, for ``sgrld compare``.
 
-- **Langevin Monte Carlo** (:func:`lmc_kernel`): NumPyro's ``HMC`` with one leapfrog step per
-  proposal and the Metropolis–Hastings test, on the **full data** (``full_batch(model)``): the
-  Metropolis-adjusted Langevin algorithm (MALA; one leapfrog step from a fresh momentum is the
+- **MALA**, the Metropolis-adjusted Langevin algorithm (:func:`mala_kernel`): NumPyro's
+  ``HMC`` with one leapfrog step per proposal and the Metropolis–Hastings test, on the **full
+  data** (``full_batch(model)``; one leapfrog step from a fresh momentum is the
   Langevin proposal :math:`\theta' = \theta - \tfrac{\epsilon^2}2\nabla U + \epsilon\xi`). Its
   step is adapted by NumPyro's dual averaging during warm-up to an acceptance rate of 0.574,
   MALA's optimum (Roberts & Rosenthal 1998). Exact (no bias) and full-data: the baseline that
@@ -40,20 +40,20 @@ from numpyro_sgrld.gradients import minibatch_potential
 from numpyro_sgrld.kernels import SGLD
 from numpyro_sgrld.subsample import draw_indices, find_subsample_plates, full_batch
 
-__all__ = ["lmc_kernel", "bayes_by_backprop", "constant_sgd", "mandt_step_size", "find_map",
-           "LMC_EXTRA_FIELDS"]
+__all__ = ["mala_kernel", "run_mala", "bayes_by_backprop", "constant_sgd", "mandt_step_size",
+           "find_map", "MALA_EXTRA_FIELDS"]
 
 #: MALA's optimal acceptance rate (Roberts & Rosenthal 1998), the dual-averaging target.
 MALA_ACCEPT = 0.574
 
-#: Extra fields recorded for the LMC baseline (ArviZ's names: diverging, step_size,
+#: Extra fields recorded for the MALA baseline (ArviZ's names: diverging, step_size,
 #: acceptance_rate, lp).
-LMC_EXTRA_FIELDS = ("diverging", "adapt_state.step_size", "accept_prob", "potential_energy")
+MALA_EXTRA_FIELDS = ("diverging", "adapt_state.step_size", "accept_prob", "potential_energy")
 
 
-def lmc_kernel(model, init_strategy=None):
-    """Langevin Monte Carlo with Metropolis–Hastings (MALA): NumPyro's ``HMC`` with one
-    leapfrog step, on the full data, step adapted during warm-up, no mass matrix adaptation."""
+def mala_kernel(model, init_strategy=None):
+    """The Metropolis-adjusted Langevin algorithm (MALA): NumPyro's ``HMC`` with one leapfrog
+    step, on the full data, step adapted during warm-up, no mass matrix adaptation."""
     kwargs = {} if init_strategy is None else {"init_strategy": init_strategy}
     return HMC(full_batch(model), num_steps=1, trajectory_length=None, adapt_step_size=True,
                adapt_mass_matrix=False, target_accept_prob=MALA_ACCEPT, **kwargs)
@@ -149,11 +149,16 @@ def constant_sgd(model, args, num_map_steps=5000, seed=0, init_strategy=None):
     return SGLD(model, h, temperature=0.0, init_strategy=start), h, trace_c
 
 
-def run_lmc(model, args, num_warmup, num_samples, thinning, num_chains, seed,
-            init_strategy=None):
-    """A plain run of :func:`lmc_kernel` (vectorised chains); returns the ``MCMC``."""
-    mcmc = MCMC(lmc_kernel(model, init_strategy), num_warmup=num_warmup,
+def run_mala(model, args, num_warmup, num_samples, thinning, num_chains, seed,
+             init_strategy=None):
+    """A plain run of :func:`mala_kernel` (vectorised chains); returns the ``MCMC``."""
+    mcmc = MCMC(mala_kernel(model, init_strategy), num_warmup=num_warmup,
                 num_samples=num_samples, thinning=thinning, num_chains=num_chains,
                 chain_method="vectorized", progress_bar=False)
-    mcmc.run(random.PRNGKey(seed), *args, extra_fields=LMC_EXTRA_FIELDS)
+    mcmc.run(random.PRNGKey(seed), *args, extra_fields=MALA_EXTRA_FIELDS)
     return mcmc
+
+
+#: The same as :func:`mala_kernel`, :func:`run_mala` and :data:`MALA_EXTRA_FIELDS`, under the
+#: name Langevin Monte Carlo (LMC).
+lmc_kernel, run_lmc, LMC_EXTRA_FIELDS = mala_kernel, run_mala, MALA_EXTRA_FIELDS

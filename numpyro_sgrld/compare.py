@@ -22,7 +22,7 @@ import jax
 import numpy as np
 from numpyro.infer import MCMC
 
-from numpyro_sgrld import _arviz, diagnostics, plots
+from numpyro_sgrld import _arviz, _rows, diagnostics, plots
 from numpyro_sgrld._parallel import run_all
 from numpyro_sgrld.adaptation import MIN_WARMUP
 from numpyro_sgrld.inference_data import (
@@ -36,16 +36,15 @@ from numpyro_sgrld.problems import NETWORK_KERNELS, NETWORK_PROBLEMS, PROBLEMS, 
 from numpyro_sgrld.report import (
     ACCURATE_MEAN,
     ACCURATE_SD,
+    BASELINE_ALIASES,
     BASELINES,
     MAX_RHAT,
     MIN_ESS,
     _write_report,
     _write_tables,
-    equipartition_reading,
     format_table,
     verdict_paragraph,
 )
-from numpyro_sgrld.subsample import full_batch
 
 __all__ = ["PROBLEMS", "KERNELS", "BASELINES", "DEFAULT_KERNELS", "Problem", "run_compare",
            "format_table", "verdict_paragraph"]
@@ -55,104 +54,10 @@ __all__ = ["PROBLEMS", "KERNELS", "BASELINES", "DEFAULT_KERNELS", "Problem", "ru
 #: (constant, RMSprop, Monge and Shampoo preconditioners, Γ-corrected, adaptive drift,
 #: underdamped), and MALA; ``kernels="all"`` (``--kernels all``) runs every one.
 DEFAULT_KERNELS = ("SGLD", "SGHMC", "PSGLD", "PSGLD+Γ", "MongeSGLD", "ShampooSGLD", "AdamSGLD",
-                   "BAOAB", "LMC")
+                   "BAOAB", "MALA")
 #: The cyclical kernels' cycles per first run (``cycle_length = num_steps // CYCLES``; their
 #: continuations keep cycling) and exploration fraction.
 CYCLES, EXPLORATION = 4, 0.5
-
-
-def _pooled(draws, max_draws=2000):
-    """Draws ``{site: (n, ...)}`` as one (n, d) array (at most ``max_draws``, evenly spaced)."""
-    x = np.concatenate([v.reshape(len(v), -1) for v in draws.values()], axis=1)
-    idx = np.linspace(0, len(x) - 1, min(len(x), max_draws)).astype(int)
-    return x[idx]
-
-
-def _latent_only(idata, model, args):
-    """Posterior dict of the latent sites only (no deterministic ones), draws pooled."""
-    chains = diagnostics.as_chains(idata)
-    flat = {k: v.reshape((-1,) + v.shape[2:]) for k, v in chains.items()}
-    latent = diagnostics.latent_sites(full_batch(model), flat, *args)
-    return {k: flat[k] for k in latent}
-
-
-def _reference_noise(ref, problem):
-    """The energy distance between the first and the second half of the reference's chains:
-    what two exact samples of this size are apart, the noise level against which the SG
-    kernels' energy distances are read."""
-    chains = diagnostics.as_chains(ref)
-    half = next(iter(chains.values())).shape[0] // 2
-    if half < 1:
-        return float("nan")
-    parts = []
-    for sl in (slice(0, half), slice(half, None)):
-        flat = {k: v[sl].reshape((-1,) + v.shape[2:]) for k, v in chains.items()}
-        latent = diagnostics.latent_sites(full_batch(problem.model), flat, *problem.args)
-        parts.append(_pooled({k: flat[k] for k in latent}))  # as many draws as the SG rows
-    return diagnostics.energy_distance(*parts)
-
-
-def _ksd(scores, draws, max_draws=1000):
-    """KSD of at most ``max_draws`` evenly spaced ``draws`` (``scores``: the problem's
-    :func:`~numpyro_sgrld.diagnostics.score_function`)."""
-    n = len(next(iter(draws.values())))
-    idx = np.linspace(0, n - 1, min(n, max_draws)).astype(int)
-    x, s = scores({k: v[idx] for k, v in draws.items()})
-    return diagnostics.kernel_stein_discrepancy(x, s)
-
-
-def _step_used(stats):
-    """The step size of a run: the chains' geometric mean of the recorded (after warm-up:
-    the adapted and frozen, or the given) step."""
-    h = np.asarray(stats["step_size"], np.float64)
-    return float(np.exp(np.mean(np.log(h))))
-
-
-def _summary_row(table, idata, seconds, energy, ksd):
-    stats = _arviz.dataset(idata, "sample_stats")
-    diverging = int(np.asarray(stats["diverging"]).sum()) if "diverging" in stats else 0
-    worst = table["std_mean_error"].abs().idxmax()
-    off = (table["sd_ratio"] - 1).abs().idxmax()
-    rhat, ess = float(table["r_hat"].max()), float(table["ess_bulk"].min())
-    problems = []
-    if np.isfinite(rhat) and rhat > MAX_RHAT:
-        problems.append(f"R-hat {rhat:.3f}")
-    if ess < MIN_ESS:
-        problems.append(f"ESS {ess:.0f}")
-    return {
-        "step size": _step_used(stats) if "step_size" in stats else float("nan"),
-        "max abs mean err/sd": float(abs(table.loc[worst, "std_mean_error"])),
-        "± se": float(table.loc[worst, "std_mean_error_se"]),
-        "worst sd ratio": float(table.loc[off, "sd_ratio"]),
-        "± se (sd)": float(
-            np.hypot(table.loc[off, "mcse_sd"], table.loc[off, "ref_mcse_sd"])
-            / table.loc[off, "ref_sd"]
-        ),
-        "off beyond noise": f"{int(table['resolved'].sum())}/{len(table)}",
-        "mean W1/sd": float(table["w1_sd"].mean()),
-        "energy dist": energy,
-        "KSD": ksd,
-        "min ESS": ess,
-        "max R-hat": rhat,
-        "equipartition T": equipartition_reading(idata),
-        "converged": "yes" if not problems else "NO: " + ", ".join(problems),
-        "accurate": _accurate(table),
-        "diverging": diverging,
-        "seconds": seconds,
-    }
-
-
-def _accurate(table):
-    """``"yes"`` when the worst standardised mean error is at most :data:`ACCURATE_MEAN` and
-    every sd ratio inside :data:`ACCURATE_SD`; else what is off."""
-    err = float(table["std_mean_error"].abs().max())
-    lo, hi = float(table["sd_ratio"].min()), float(table["sd_ratio"].max())
-    off = []
-    if not err <= ACCURATE_MEAN:
-        off.append(f"mean error {err:.2f} sd")
-    if not (ACCURATE_SD[0] <= lo and hi <= ACCURATE_SD[1]):
-        off.append(f"sd ratios {lo:.2f}–{hi:.2f}")
-    return "yes" if not off else "NO: " + ", ".join(off)
 
 
 def _progress_of(target_ess, joined, parts):
@@ -205,17 +110,17 @@ def _run_kernel(kernel, problem, num_warmup, num_steps, thinning, num_chains, se
 
 def _run_baseline(name, problem, num_warmup, num_steps, thinning, num_chains, seed,
                   target_ess, max_steps):
-    """A baseline's run as ``(idata, seconds, steps)`` (:mod:`numpyro_sgrld.baselines`): LMC
+    """A baseline's run as ``(idata, seconds, steps)`` (:mod:`numpyro_sgrld.baselines`): MALA
     and constant SGD run through ``MCMC`` like the kernels (continued to the ESS target);
     Bayes by Backprop fits its guide by ``num_steps`` SVI steps and gives ``num_chains`` x
     ``num_steps // thinning`` independent draws of it."""
     from numpyro_sgrld import baselines
 
     init = problem.init_strategy
-    if name == "LMC":
-        kernel = baselines.lmc_kernel(problem.model, init)
+    if name == "MALA":
+        kernel = baselines.mala_kernel(problem.model, init)
         return _run_kernel(kernel, problem, num_warmup, num_steps, thinning, num_chains, seed,
-                           target_ess, max_steps, extra_fields=baselines.LMC_EXTRA_FIELDS)
+                           target_ess, max_steps, extra_fields=baselines.MALA_EXTRA_FIELDS)
     if name == "ConstantSGD":
         kernel, _, _ = baselines.constant_sgd(problem.model, problem.args, seed=seed,
                                               init_strategy=init)
@@ -242,12 +147,12 @@ def check_options(
             k for k in DEFAULT_KERNELS if k in BASELINES]
     elif list(kernels) == ["all"]:
         kernels = [k for k in KERNELS if network or k not in NETWORK_KERNELS] + list(BASELINES)
-    kernels = list(kernels)
+    kernels = list(dict.fromkeys(BASELINE_ALIASES.get(k, k) for k in kernels))
     unknown = [k for k in kernels if k not in KERNELS and k not in BASELINES]
     if unknown:
         raise ValueError(
             f"Unknown kernels {unknown}; choose from {list(KERNELS)} or the baselines "
-            f"{list(BASELINES)}."
+            f"{list(BASELINES)} (LMC is accepted for MALA)."
         )
     misplaced = [k for k in kernels if k in NETWORK_KERNELS and not network]
     if misplaced:
@@ -277,9 +182,10 @@ def check_options(
     if num_steps // thinning < 2:
         raise ValueError("`num_steps // thinning` must be at least 2 draws per chain.")
     for name, h in (step_sizes or {}).items():
+        name = BASELINE_ALIASES.get(name, name)
         if name in BASELINES:
             raise ValueError(
-                f"{name} is a baseline that chooses its own step (LMC by dual averaging, "
+                f"{name} is a baseline that chooses its own step (MALA by dual averaging, "
                 "ConstantSGD by Mandt et al.'s rule) or has none (BayesByBackprop): drop its "
                 "step size."
             )
@@ -385,9 +291,11 @@ def run_compare(
             log(f"{stamp()} Reference ready: NUTS took {ref_seconds:.1f} s"
                 + (" when it was computed" if cached else ""))
             save_netcdf(ref, out / "reference.nc")
-            ref_draws = _latent_only(ref, problem.model, problem.args)
-            ref_pooled = _pooled(ref_draws)
-            rows[reference] = _reference_row(ref, ref_seconds, ref_draws, problem, scores)
+            ref_draws = _rows.latent_only(ref, problem.model, problem.args)
+            ref_pooled = _rows.pooled(ref_draws)
+            rows[reference] = _rows.reference_row(ref, ref_seconds,
+                                                  _rows.reference_noise(ref, problem),
+                                                  _rows.ksd(scores, ref_draws))
         else:
             waiting[label] = result
         if ref is None:
@@ -396,11 +304,10 @@ def run_compare(
             idata, seconds, taken[name] = waiting.pop(name)
             save_netcdf(idata, out / f"{_file_name(name)}.nc")
             table = diagnostics.compare_to_reference(idata, ref)
-            draws = _latent_only(idata, problem.model, problem.args)
-            energy = diagnostics.energy_distance(_pooled(draws), ref_pooled)
-            rows[name] = _summary_row(
-                table, idata, seconds, energy, _ksd(scores, draws)
-            )
+            draws = _rows.latent_only(idata, problem.model, problem.args)
+            energy = _rows.energy_distance_with_error(_rows.pooled(draws), ref_pooled)
+            rows[name] = _rows.summary_row(table, idata, seconds, energy,
+                                           _rows.ksd(scores, draws))
             tables[name], idatas[name] = table, idata
             used[name] = rows[name]["step size"]
             r = rows[name]
@@ -414,14 +321,10 @@ def run_compare(
 
     log(f"{stamp()} Plots: errors.png, marginals.png")
     plots.plot_errors(tables, ACCURATE_MEAN, ACCURATE_SD, path=out / "errors.png")
-    worst = _worst_parameters(tables, 8)
+    worst = _rows.worst_parameters(tables, 8)
     plots.plot_marginals(idatas, ref, params=worst, path=out / "marginals.png")
     log(f"{stamp()} Plots: a trace and rank plot per kernel (trace_<kernel>.png)")
-    for name in kernels:
-        plots.plot_trace_rank(idatas[name], params=worst[:4], title=name,
-                              path=out / f"trace_{_file_name(name)}.png")
-    plots.plot_trace_rank(ref, params=worst[:4], title="NUTS (reference)",
-                          path=out / "trace_reference.png")
+    _trace_plots(out, tables, idatas, ref)
     curves = {}
     # (the cyclical kernels' step is a schedule: no bias curve over a constant step)
     for name in [k for k in bias_kernels if k in kernels and k in KERNELS
@@ -483,22 +386,6 @@ def run_compare(
     return rows
 
 
-def _reference_row(ref, seconds, ref_draws, problem, scores):
-    """The reference's row of the table: its own errors (zero by construction) left blank."""
-    ref_row = _summary_row(
-        diagnostics.compare_to_reference(ref, ref),
-        ref,
-        seconds,
-        _reference_noise(ref, problem),
-        _ksd(scores, ref_draws),
-    )
-    for key in ("max abs mean err/sd", "± se", "worst sd ratio", "± se (sd)", "mean W1/sd"):
-        ref_row[key] = float("nan")
-    ref_row["off beyond noise"] = "—"
-    ref_row["accurate"] = "—"
-    return ref_row
-
-
 def _reference_task(model, settings, progress_bar):
     """NUTS's reference on problem ``model`` (cached): ``(idata, seconds)``."""
     problem = PROBLEMS[model]()
@@ -530,13 +417,16 @@ def _run_one(name, problem, step_size, num_warmup, num_steps, thinning, num_chai
                            target_ess, max_steps)
 
 
-def _worst_parameters(tables, n):
-    """The ``n`` parameters whose sd ratio or mean error is farthest off over all rows."""
-    import pandas as pd
-
-    score = pd.concat([(t["sd_ratio"] - 1).abs() + t["std_mean_error"].abs()
-                       for t in tables.values()], axis=1).max(axis=1)
-    return list(score.sort_values(ascending=False).index[:n])
+def _trace_plots(out, tables, idatas, ref):
+    """A trace and rank plot per run of its own 4 parameters farthest off; the reference's of
+    the 4 farthest off over all runs."""
+    for name, table in tables.items():
+        plots.plot_trace_rank(idatas[name], params=_rows.worst_parameters({name: table}, 4),
+                              title=f"{name}: its 4 parameters farthest off",
+                              path=out / f"trace_{_file_name(name)}.png")
+    plots.plot_trace_rank(ref, params=_rows.worst_parameters(tables, 4),
+                          title="NUTS (reference): the 4 parameters farthest off over all runs",
+                          path=out / "trace_reference.png")
 
 
 def _init(problem):

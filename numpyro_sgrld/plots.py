@@ -2,6 +2,8 @@
 and ArviZ trace and rank plots. Every function returns the matplotlib figure and, given
 ``path``, saves it there (and closes it)."""
 
+import itertools
+
 import numpy as np
 
 from numpyro_sgrld import _arviz
@@ -49,7 +51,8 @@ def _density(ax, x, grid, **kw):
 
 def plot_marginals(draws, reference, params=None, max_params=12, ncols=4, path=None):
     """Marginal densities (Gaussian KDE) of each sampler's draws over the reference's, one
-    panel per scalar parameter, in the style of Rensmeyer & Niggemann's Figure 1.
+    panel per scalar parameter, in the style of Rensmeyer & Niggemann's Figure 1: each sampler
+    a colour and a line style of its own, named in the legend below the panels.
 
     ``draws``: ``{sampler name: draws}`` (anything :func:`~numpyro_sgrld.diagnostics.as_chains`
     accepts); ``reference``: draws. ``params``: labels such as ``"w[3]"`` (default: the first
@@ -69,21 +72,28 @@ def plot_marginals(draws, reference, params=None, max_params=12, ncols=4, path=N
         pad = 0.5 * (hi - lo) + 1e-12
         grid = np.linspace(lo - pad, hi + pad, 200)
         ax.fill_between(grid, 0, _kde(r, grid), color="0.8", label="reference")
-        for (name, run), color in zip(runs.items(), _colors(len(runs))):
+        for (name, run), color, style in zip(runs.items(), _colors(len(runs)),
+                                               itertools.cycle(_STYLES)):
             if label in run:
-                _density(ax, run[label], grid, label=name, lw=1.2, color=color)
+                _density(ax, run[label], grid, label=name, lw=1.3, color=color, ls=style)
         ax.set_title(label, fontsize=9)
         ax.tick_params(labelsize=7)
     for row in axes:
         row[0].set_ylabel("density", fontsize=8)
     for ax in axes.ravel()[len(params) :]:
         ax.axis("off")
-    handles, labels = axes.ravel()[0].get_legend_handles_labels()
-    ncol = min(len(labels), 4)
+    legend = {}
+    for ax in axes.ravel():
+        for handle, text in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(text, handle)
     fig.tight_layout()
-    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=ncol,
-               fontsize=8, frameon=False)
+    fig.legend(legend.values(), legend.keys(), loc="upper center", bbox_to_anchor=(0.5, 0.0),
+               ncol=min(len(legend), 4), fontsize=8, frameon=False, handlelength=3)
     return _finish(fig, path)
+
+
+#: Line styles, cycled: with the colours, they tell curves apart where they overlap.
+_STYLES = ["-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3))]
 
 
 def _colors(n):
@@ -343,44 +353,83 @@ def plot_reliability(probs, labels, num_bins=10, ax=None, title=None, path=None)
     return _finish(fig if fig is not None else ax.figure, path)
 
 
-def plot_errors(tables, mean_tol=0.15, sd_band=(0.87, 1.15), path=None):
-    """Every parameter's error against the reference, one row per sampler: the standardised
-    mean error (left) and the sd ratio (right), each parameter a dot with its ±2 standard
-    error bar, the accuracy band shaded. ``tables``: ``{name: compare_to_reference table}``
-    (columns ``std_mean_error``, ``std_mean_error_se``, ``sd_ratio``, ``mcse_sd``,
-    ``ref_mcse_sd``, ``ref_sd``)."""
+def _farthest_off(tables, n):
+    """The ``n`` parameters farthest off over every table (largest |mean error| + |sd ratio -
+    1|), in the first table's order."""
+    import pandas as pd
+
+    score = pd.concat([(t["sd_ratio"] - 1).abs() + t["std_mean_error"].abs()
+                       for t in tables.values()], axis=1).max(axis=1)
+    kept = set(score.sort_values(ascending=False, na_position="last").index[:n])
+    return [p for p in score.index if p in kept]
+
+
+def _error_limits(ax, low, high, band, centre, share=0.6):
+    """x limits from the data (``low``, ``high``: each dot's value -/+ 2 standard errors),
+    widened where needed so that the accuracy ``band`` fills at most ``share`` of the axis."""
+    low, high = (np.asarray(a, np.float64) for a in (low, high))
+    low, high = low[np.isfinite(low)], high[np.isfinite(high)]
+    lo = min(np.min(low, initial=centre), centre - (centre - band[0]) / share)
+    hi = max(np.max(high, initial=centre), centre + (band[1] - centre) / share)
+    pad = 0.04 * (hi - lo)
+    ax.set_xlim(lo - pad, hi + pad)
+
+
+def plot_errors(tables, mean_tol=0.15, sd_band=(0.87, 1.15), max_params=40, path=None):
+    """Every parameter's error against the reference: the standardised mean error (left) and
+    the sd ratio (right), one labelled row per parameter, in it each sampler a dot of its own
+    colour (the legend names them) with its ±2 standard error bar; the accuracy band shaded.
+    The x limits follow the data, widened where needed so that the band fills at most 60 % of
+    the axis. At most ``max_params`` parameters, the farthest off over all samplers.
+    ``tables``: ``{name: compare_to_reference table}`` (columns ``std_mean_error``,
+    ``std_mean_error_se``, ``sd_ratio``, ``mcse_sd``, ``ref_mcse_sd``, ``ref_sd``)."""
     plt = _pyplot()
     names = list(tables)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 0.42 * len(names) + 1.4), sharey=True)
-    rng = np.random.default_rng(0)
-    for row, name in enumerate(names):
-        t = tables[name]
-        jitter = rng.uniform(-0.25, 0.25, len(t))
+    params = _farthest_off(tables, max_params)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 0.3 * len(params) + 1.6), sharey=True)
+    offsets = (np.arange(len(names)) - (len(names) - 1) / 2) * 0.7 / max(len(names), 1)
+    spans = [([], []), ([], [])]
+    for name, offset, color in zip(names, offsets, _colors(len(names))):
+        t = tables[name].reindex(params)
         sd_se = np.hypot(t["mcse_sd"], t["ref_mcse_sd"]) / t["ref_sd"]
-        for ax, value, se in ((axes[0], t["std_mean_error"], t["std_mean_error_se"]),
-                              (axes[1], t["sd_ratio"], sd_se)):
-            ax.errorbar(np.asarray(value), row + jitter, xerr=2 * np.asarray(se), fmt="o",
-                        ms=2.5, lw=0.6, color="C0", alpha=0.8)
-    axes[0].axvspan(-mean_tol, mean_tol, color="0.9", zorder=0)
-    axes[0].axvline(0, color="k", lw=0.6)
-    axes[1].axvspan(*sd_band, color="0.9", zorder=0)
-    axes[1].axvline(1, color="k", lw=0.6)
+        for k, (value, se) in enumerate(((t["std_mean_error"], t["std_mean_error_se"]),
+                                         (t["sd_ratio"], sd_se))):
+            value, se = np.asarray(value, np.float64), 2 * np.asarray(se, np.float64)
+            axes[k].errorbar(value, np.arange(len(params)) + offset, xerr=se, fmt="o", ms=3,
+                             lw=0.7, color=color, label=name)
+            se = np.where(np.isfinite(se), se, 0.0)
+            spans[k][0].append(value - se)
+            spans[k][1].append(value + se)
+    for ax, band, centre, (low, high) in zip(axes, ((-mean_tol, mean_tol), sd_band), (0, 1),
+                                             spans):
+        ax.axvspan(*band, color="0.9", zorder=0)
+        ax.axvline(centre, color="k", lw=0.6)
+        _error_limits(ax, np.concatenate(low), np.concatenate(high), band, centre)
+        for row in range(len(params) - 1):
+            ax.axhline(row + 0.5, color="0.85", lw=0.4)
+        ax.tick_params(labelsize=8)
     axes[0].set_xlabel("(mean − reference mean) / reference sd", fontsize=9)
     axes[1].set_xlabel("sd / reference sd", fontsize=9)
-    axes[0].set_yticks(range(len(names)), names, fontsize=8)
-    axes[0].invert_yaxis()
-    for ax in axes:
-        ax.tick_params(labelsize=8)
-        ax.grid(axis="x", lw=0.3)
-    fig.suptitle("Each dot a parameter (±2 standard errors); shaded: accurate", fontsize=9)
+    axes[0].set_yticks(range(len(params)), params, fontsize=7)
+    axes[0].set_ylim(len(params) - 0.5, -0.5)
+    total = len(next(iter(tables.values()))) if tables else 0
+    which = (f"the {len(params)} of {total} parameters farthest off" if len(params) < total
+             else "each parameter")
+    fig.suptitle(f"Errors of {which}, one colour per sampler (±2 standard errors); "
+                 "shaded: accurate", fontsize=9)
     fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+               ncol=min(len(labels), 5), fontsize=8, frameon=False)
     return _finish(fig, path)
 
 
 def plot_trace_rank(draws, params=None, max_params=4, title=None, path=None):
     """Trace (left) and rank histogram per chain (right), one row per scalar parameter:
-    ``params`` (labels such as ``"w[3]"``; default the first ``max_params``). Chains that
-    sample the same law have flat rank histograms."""
+    ``params`` (labels such as ``"w[3]"``; default the first ``max_params``). The traces are
+    thin and translucent, so that no chain hides the others; each rank histogram is drawn as
+    its outline's top (the count per bin of ranks), against the flat count (dashed) that
+    chains sampling the same law share."""
     plt = _pyplot()
     chains = scalar_draws(draws, group_by_chain=not isinstance(draws, dict))
     params = list(params) if params is not None else list(chains)[:max_params]
@@ -389,24 +438,32 @@ def plot_trace_rank(draws, params=None, max_params=4, title=None, path=None):
     for (ax_t, ax_r), label in zip(axes, params):
         x = np.asarray(chains[label], np.float64)
         x = x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1)
-        ranks = np.argsort(np.argsort(x.ravel())).reshape(x.shape)
-        bins = np.linspace(0, x.size, 21)
-        for c, color in zip(range(x.shape[0]), _colors(x.shape[0])):
-            ax_t.plot(x[c], lw=0.4, color=color, alpha=0.8)
-            ax_r.hist(ranks[c], bins=bins, histtype="step", color=color, lw=1.0)
-        ax_r.axhline(x.shape[1] / 20, color="k", lw=0.6, ls="--")
+        _trace_and_ranks(ax_t, ax_r, x)
         ax_t.set_ylabel(label, fontsize=8)
-        ax_t.tick_params(labelsize=7)
-        ax_r.tick_params(labelsize=7)
-        ax_r.set_yticks([])
     axes[-1][0].set_xlabel("draw", fontsize=8)
     axes[-1][1].set_xlabel("rank (all chains)", fontsize=8)
     axes[0][0].set_title("trace, one colour per chain", fontsize=9)
-    axes[0][1].set_title("rank histogram per chain", fontsize=9)
+    axes[0][1].set_title("draws per rank bin, per chain", fontsize=9)
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return _finish(fig, path)
+
+
+def _trace_and_ranks(ax_t, ax_r, x):
+    """One parameter's chains ``x`` (chains, draws): their traces on ``ax_t``, their rank
+    histograms (20 bins) on ``ax_r``."""
+    ranks = np.argsort(np.argsort(x.ravel())).reshape(x.shape)
+    bins = np.linspace(0, x.size, 21)
+    alpha = min(0.8, max(0.25, 2.0 / x.shape[0]))
+    for c, color in zip(range(x.shape[0]), _colors(x.shape[0])):
+        ax_t.plot(x[c], lw=0.4, color=color, alpha=alpha)
+        counts, _ = np.histogram(ranks[c], bins=bins)
+        ax_r.stairs(counts, bins, baseline=None, color=color, lw=1.0)
+    ax_r.axhline(x.shape[1] / 20, color="k", lw=0.6, ls="--")
+    ax_r.set_ylim(bottom=0)
+    ax_t.tick_params(labelsize=7)
+    ax_r.tick_params(labelsize=7)
 
 
 def plot_time_to_accuracy(results, path=None):

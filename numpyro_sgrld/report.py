@@ -11,16 +11,21 @@ from numpyro_sgrld import _arviz
 from numpyro_sgrld.kernels import KERNELS
 from numpyro_sgrld.verdict import MAX_RHAT, MIN_ESS
 
-__all__ = ["format_table", "verdict_paragraph"]
+__all__ = ["format_table", "distance_cell", "verdict_paragraph"]
 
 #: A row is accurate when its worst standardised mean error and every sd ratio are inside
 #: these bounds (max |mean error| <= 0.15 sd, sd ratios in [0.87, 1.15]).
 ACCURATE_MEAN, ACCURATE_SD = 0.15, (0.87, 1.15)
 #: Baselines that are not SG-MCMC kernels (:mod:`numpyro_sgrld.baselines`), run on the same
-#: model and reported like the kernels: Langevin Monte Carlo with Metropolis–Hastings on the
-#: full data, Bayes by Backprop (mean-field VI), constant SGD (Mandt et al. 2017).
-BASELINES = ("LMC", "BayesByBackprop", "ConstantSGD")
-
+#: model and reported like the kernels: MALA (the Metropolis-adjusted Langevin algorithm) on
+#: the full data, Bayes by Backprop (mean-field VI), constant SGD (Mandt et al. 2017).
+BASELINES = ("MALA", "BayesByBackprop", "ConstantSGD")
+#: Other names accepted for a baseline where kernels are named (``--kernels LMC``).
+BASELINE_ALIASES = {"LMC": "MALA"}
+#: Columns of distance estimates that can come out negative through Monte Carlo noise, and
+#: the columns of their Monte Carlo errors: the table prints each pair as one cell
+#: (:func:`distance_cell`).
+DISTANCE_ERRORS = {"energy dist": "± se (energy)"}
 
 
 def equipartition_reading(idata):
@@ -45,10 +50,33 @@ def _fmt(v):
     return str(v)
 
 
+def distance_cell(value, se):
+    """A distance estimate as printed: ``"value ± se"``; ``"within noise (± se)"`` where it is
+    below two Monte Carlo standard errors (negative ones included: an unbiased estimate of a
+    distance that is zero comes out negative half the time); ``"—"`` where there is none."""
+    if not np.isfinite(value):
+        return "—"
+    if not np.isfinite(se):
+        return "within noise" if value <= 0 else _fmt(float(value))
+    if value < 2 * se or value <= 0:
+        return f"within noise (± {se:.2g})"
+    return f"{_fmt(float(value))} ± {se:.2g}"
+
+
+def _cells(row):
+    """A row's printed cells, keyed by column: each distance and its error in one cell."""
+    errors = set(DISTANCE_ERRORS.values())
+    return {key: (distance_cell(v, row.get(DISTANCE_ERRORS[key], float("nan")))
+                  if key in DISTANCE_ERRORS else _fmt(v))
+            for key, v in row.items() if key not in errors}
+
+
 def format_table(rows, markdown=False):
-    """The summary rows as a plain-text (or Markdown) table."""
-    headers = ["kernel", *next(iter(rows.values()))]
-    cells = [[name, *(_fmt(v) for v in row.values())] for name, row in rows.items()]
+    """The summary rows as a plain-text (or Markdown) table: no ``inf`` or ``nan`` (``"—"``
+    where there is no number), distances as :func:`distance_cell` prints them."""
+    printed = {name: _cells(row) for name, row in rows.items()}
+    headers = ["kernel", *next(iter(printed.values()))]
+    cells = [[name, *row.values()] for name, row in printed.items()]
     if markdown:
         lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
         return "\n".join(lines + ["| " + " | ".join(c) + " |" for c in cells])
@@ -72,15 +100,39 @@ def _gamma_text(gamma):
         "|---|---|---|---|",
     ]
     for name, r in gamma.items():
-        lines.append(f"| {name} | {r['sd']:.3f} ± {r['sd_se']:.3f} | {r['l1_normal']:.3f} "
-                     f"| {r['l1_predicted']:.3f} |")
+        lines.append(f"| {name} | {_number(r['sd'], '.3f')} ± {_number(r['sd_se'], '.3f')} | "
+                     f"{_number(r['l1_normal'], '.3f')} | {_number(r['l1_predicted'], '.3f')} |")
     return lines + ["", "![gamma](gamma.png)", ""]
 
 
 def _score(row):
     """How far a row is off: the larger of its worst mean error and its worst sd ratio's
-    distance from 1 (both in reference sds)."""
-    return max(row["max abs mean err/sd"], abs(row["worst sd ratio"] - 1))
+    distance from 1 (both in reference sds); ``inf`` for a row without finite numbers."""
+    score = max(row["max abs mean err/sd"], abs(row["worst sd ratio"] - 1))
+    return score if np.isfinite(score) else float("inf")
+
+
+def _off_words(name, row):
+    """How a row that is not accurate is off, in words."""
+    pct = 100 * (row["worst sd ratio"] - 1)
+    if not np.isfinite([pct, row["max abs mean err/sd"]]).all():
+        return f"{name} (no finite draws)"
+    return (f"{name} (sds {'too wide' if pct > 0 else 'too narrow'} by up to "
+            f"{abs(pct):.0f} ± {100 * row['± se (sd)']:.0f} %, worst mean off "
+            f"by {row['max abs mean err/sd']:.2f} ± {row['± se']:.2f} sd)")
+
+
+def _best_sentence(sg):
+    """The sentence naming the most accurate of the SG rows ``sg`` (none where no row has
+    finite numbers)."""
+    if not any(np.isfinite(_score(r)) for r in sg.values()):
+        return []
+    best = min(sg, key=lambda k: _score(sg[k]))
+    b = sg[best]
+    return [f"On German credit the most accurate SG kernel is **{best}**: its worst parameter "
+            f"mean is off by {b['max abs mean err/sd']:.3f} ± {b['± se']:.3f} posterior sd and "
+            f"its sd ratio farthest from 1 is {b['worst sd ratio']:.3f} ± {b['± se (sd)']:.3f} "
+            "(NUTS on the full data is the reference; ± one Monte Carlo standard error)."]
 
 
 def verdict_paragraph(rows, race=None):
@@ -91,13 +143,7 @@ def verdict_paragraph(rows, race=None):
     sg = {k: r for k, r in rows.items() if k in KERNELS}
     text = []
     if sg:
-        best = min(sg, key=lambda k: _score(sg[k]))
-        b = sg[best]
-        text.append(
-            f"On German credit the most accurate SG kernel is **{best}**: its worst parameter "
-            f"mean is off by {b['max abs mean err/sd']:.3f} ± {b['± se']:.3f} posterior sd and "
-            f"its sd ratio farthest from 1 is {b['worst sd ratio']:.3f} ± {b['± se (sd)']:.3f} "
-            "(NUTS on the full data is the reference; ± one Monte Carlo standard error).")
+        text += _best_sentence(sg)
         good = [k for k, r in rows.items() if r.get("accurate") == "yes"]
         bad = [k for k, r in rows.items() if str(r.get("accurate", "")).startswith("NO")]
         if good:
@@ -106,14 +152,8 @@ def verdict_paragraph(rows, race=None):
                 f"{ACCURATE_MEAN} sd, every sd within {ACCURATE_SD[0]}–{ACCURATE_SD[1]} times "
                 f"the reference's): {', '.join(good)}.")
         if bad:
-            parts = []
-            for k in bad:
-                r = rows[k]
-                pct = 100 * (r["worst sd ratio"] - 1)
-                parts.append(f"{k} (sds {'too wide' if pct > 0 else 'too narrow'} by up to "
-                             f"{abs(pct):.0f} ± {100 * r['± se (sd)']:.0f} %, worst mean off "
-                             f"by {r['max abs mean err/sd']:.2f} ± {r['± se']:.2f} sd)")
-            text.append("**Not accurate**: " + "; ".join(parts) + ".")
+            text.append("**Not accurate**: " + "; ".join(_off_words(k, rows[k]) for k in bad)
+                        + ".")
         ratios = [r["worst sd ratio"] for r in sg.values() if np.isfinite(r["worst sd ratio"])]
         wide = all(r["worst sd ratio"] - 1 > 2 * r["± se (sd)"] for r in sg.values())
         if ratios and wide:  # every SG row's sd beyond 2 standard errors above the reference's
@@ -203,21 +243,37 @@ def _race_text(race):
         "`MCMC` gets the data as arguments (`jit_model_args=True`).",
         "",
         f"Reference: importance sampling from the Laplace approximation ({ref.num_draws} "
-        f"draws; Pareto k̂ = {ref.khat:.2f}, reliable below 0.7; importance ESS {ref.ess:.0f}; "
-        f"Monte Carlo error of its means ≤ {np.max(ref.mean_se / ref.sd):.3f} sd and of its "
-        f"sds ≤ {100 * np.max(ref.sd_se / ref.sd):.1f} %); computing it took "
+        f"draws; Pareto k̂ = {_number(ref.khat, '.2f')}, reliable below 0.7; importance ESS "
+        f"{_number(ref.ess, '.0f')}; "
+        f"Monte Carlo error of its means ≤ {_number(np.max(ref.mean_se / ref.sd), '.3f')} sd "
+        f"and of its sds ≤ {_number(100 * np.max(ref.sd_se / ref.sd), '.1f')} %); computing "
+        "it took "
         f"{ref.seconds:.1f} s, and it is cached for later runs.",
         "",
         r"| method | seconds to target | reached | draws | max \|mean error\| (sd) | "
         "worst sd ratio | note |",
         "|---|---|---|---|---|---|---|",
     ]
-    for r in race.results:
-        secs = f"{r.seconds_to_target:.1f}" if r.reached else f"> {r.seconds_to_target:.1f}"
-        lines.append(f"| {r.method} | {secs} | {'yes' if r.reached else 'no'} | {r.draws:,} | "
-                     f"{r.max_mean_error:.3f} | {r.worst_sd_ratio:.3f} | {r.note} |")
+    lines += [_race_row(r) for r in race.results]
     return lines + ["", "![time to accuracy](time_to_accuracy.png)", "",
                     "The same numbers: `time_to_accuracy.csv`.", ""]
+
+
+def _number(value, spec):
+    """``value`` formatted by ``spec``, or ``"—"`` where it is not a finite number."""
+    return format(value, spec) if np.isfinite(value) else "—"
+
+
+def _race_row(r):
+    """A method's row of the race's table; ``"no draws"`` for the errors of a method that
+    gave none (or too few to have a spread)."""
+    secs = f"{r.seconds_to_target:.1f}" if r.reached else f"> {r.seconds_to_target:.1f}"
+    if r.draws < 2:
+        err = ratio = "no draws"
+    else:
+        err, ratio = _number(r.max_mean_error, ".3f"), _number(r.worst_sd_ratio, ".3f")
+    return (f"| {r.method} | {secs} | {'yes' if r.reached else 'no'} | {r.draws:,} | {err} | "
+            f"{ratio} | {r.note} |")
 
 
 def _write_report(out, problem, rows, curves, gamma, settings, race=None):
@@ -262,7 +318,10 @@ def _write_report(out, problem, rows, curves, gamma, settings, race=None):
         "steps computed, 1 for a chain that samples the posterior, about the sd ratio squared "
         "for one that is too wide or too narrow (docs/diagnostics.md). "
         "The energy distance is between pooled draws and the reference (the NUTS row: between "
-        "two halves of its own chains, the distance two exact samples of this size are apart). "
+        "two halves of its own chains, the distance two exact samples of this size are apart), "
+        "± its Monte Carlo standard error (a jackknife over blocks of consecutive draws); "
+        "*within noise* where it is below two of them (its estimate is unbiased, so where the "
+        "laws agree it comes out negative half the time). "
         "KSD is the IMQ kernel Stein discrepancy from the model's full-data score, which needs "
         f"no reference: exact draws of this size give about {_fmt(ksd_ref)} (the NUTS row); "
         "larger values mean draws from another law. *seconds* is each run's wall time, "
@@ -299,14 +358,15 @@ def _write_report(out, problem, rows, curves, gamma, settings, race=None):
         for name, table in curves.items():
             text += [f"{name}:", "", _frame_markdown(table), ""]
     text += ["## Traces and rank plots", "",
-             "The 4 parameters farthest off, per run: traces by chain and rank histograms by "
-             "chain (flat when the chains sample the same law).", ""]
+             "Each run's own 4 parameters farthest off (the reference: the 4 farthest off over "
+             "all runs): traces by chain and rank histograms by chain (flat when the chains "
+             "sample the same law).", ""]
     text += [f"![{p.stem}]({p.name})" for p in sorted(out.glob("trace_*.png"))]
     (out / "report.md").write_text("\n".join(text) + "\n")
 
 
 _BASELINE_NOTES = {
-    "LMC": "LMC: Langevin Monte Carlo with Metropolis–Hastings (MALA) on the full data: "
+    "MALA": "MALA: the Metropolis-adjusted Langevin algorithm on the full data: "
     "NumPyro's `HMC` with one leapfrog step, its step ε adapted by dual averaging to an "
     "acceptance rate of 0.574 (the Langevin step is h = ε²/2). Exact up to Monte Carlo error; "
     "each step costs a full-data gradient.",

@@ -361,7 +361,7 @@ class Setting(NamedTuple):
 def _runner(method, setting, X, y):
     from numpyro.infer import NUTS
 
-    from numpyro_sgrld.baselines import lmc_kernel
+    from numpyro_sgrld.baselines import mala_kernel
     from numpyro_sgrld.kernels import KERNELS
     from numpyro_sgrld.models import logistic_regression as lr
     from numpyro_sgrld.subsample import full_batch
@@ -371,7 +371,7 @@ def _runner(method, setting, X, y):
         return mcmc_runner(NUTS(full_batch(lr.model)), args, setting.exact_warmup, 50,
                            num_chains=setting.chains)
     if method == "MALA":
-        return mcmc_runner(lmc_kernel(lr.model), args, setting.exact_warmup, 500,
+        return mcmc_runner(mala_kernel(lr.model), args, setting.exact_warmup, 500,
                            num_chains=setting.chains)
     if method == "HMCECS":
         from functools import partial

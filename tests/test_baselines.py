@@ -1,5 +1,5 @@
 """The non-SG baselines of ``sgrld compare`` (numpyro_sgrld.baselines): Mandt et al.'s step
-against its closed form on the conjugate regression, LMC's law, and their place in compare."""
+against its closed form on the conjugate regression, MALA's law, and their place in compare."""
 
 from functools import partial
 
@@ -48,7 +48,7 @@ def test_lmc_is_mala_and_samples_its_target():
     def model():
         numpyro.sample("x", dist.Normal(1.0, 2.0))
 
-    mcmc = baselines.run_lmc(model, (), 500, 4000, 1, 2, 0)
+    mcmc = baselines.run_mala(model, (), 500, 4000, 1, 2, 0)
     assert mcmc.sampler._num_steps == 1
     draws = np.asarray(mcmc.get_samples(group_by_chain=True)["x"])
     assert_moments(draws, 1.0, 2.0)
@@ -57,33 +57,39 @@ def test_lmc_is_mala_and_samples_its_target():
 def test_compare_refuses_a_step_for_a_baseline():
     from numpyro_sgrld.compare import check_options
 
-    with pytest.raises(ValueError, match="LMC is a baseline that chooses its own step"):
+    with pytest.raises(ValueError, match="MALA is a baseline that chooses its own step"):
+        check_options("linear_regression", ["SGLD", "MALA"], {"MALA": 1e-3}, 100, 200, 1, 2, 10)
+    # LMC, the other name of MALA, is accepted where kernels are named
+    with pytest.raises(ValueError, match="MALA is a baseline that chooses its own step"):
         check_options("linear_regression", ["SGLD", "LMC"], {"LMC": 1e-3}, 100, 200, 1, 2, 10)
+    assert check_options("linear_regression", ["SGLD", "LMC"], None, 100, 200, 1, 2,
+                         10) == ["SGLD", "MALA"]
     assert check_options("linear_regression", ["all"], None, 100, 200, 1, 2, 10)[-3:] == [
-        "LMC", "BayesByBackprop", "ConstantSGD"]
+        "MALA", "BayesByBackprop", "ConstantSGD"]
 
 
 @pytest.mark.slow
 def test_compare_reports_the_baselines(tmp_path):
     """The three baselines through ``sgrld compare`` on the conjugate regression: rows, the
-    report's notes, and LMC and constant SGD within their Monte Carlo error of the reference
-    (LMC is exact; Mandt's Gaussian is right for a Gaussian posterior with isotropic noise,
+    report's notes, and MALA and constant SGD within their Monte Carlo error of the reference
+    (MALA is exact; Mandt's Gaussian is right for a Gaussian posterior with isotropic noise,
     here within the run's error), Bayes by Backprop's draws iid (ESS = draws)."""
     from numpyro_sgrld.compare import run_compare
 
     rows = run_compare("linear_regression",
-                       kernels=["LMC", "BayesByBackprop", "ConstantSGD", "SGNHT", "CyclicalSGLD"],
+                       kernels=["MALA", "BayesByBackprop", "ConstantSGD", "SGNHT", "CyclicalSGLD"],
                        step_sizes={"SGNHT": 1e-3, "CyclicalSGLD": 2e-6},
                        num_steps=4000, num_warmup=500, thinning=2, num_chains=2,
                        reference_samples=500, bias_kernels=("CyclicalSGLD",), out=tmp_path,
                        progress_bar=False, log=lambda *a: None, gamma_panel=False)
     report = (tmp_path / "report.md").read_text()
-    for name in ("LMC", "BayesByBackprop", "ConstantSGD"):
+    for name in ("MALA", "BayesByBackprop", "ConstantSGD"):
         assert f"| {name} |" in report and f"- {name}: " in report
     # the fixed-step kernels run with their given steps (no bias curve for a cyclical step)
     assert "| SGNHT | 0.001 |" in report and "| CyclicalSGLD |" in report
     assert "## Bias against the step size" not in report
-    assert rows["LMC"]["converged"] == "yes" and rows["LMC"]["off beyond noise"] == "0/5"
+    assert "LMC" not in report
+    assert rows["MALA"]["converged"] == "yes" and rows["MALA"]["off beyond noise"] == "0/5"
     assert rows["BayesByBackprop"]["min ESS"] > 0.5 * 2 * 2000
 
 

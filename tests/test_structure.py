@@ -32,7 +32,8 @@ LAYERS = [
     ("analysis", {"diagnostics", "inference_data", "_arviz", "plots", "predictive",
                   "streaming", "accumulators", "checkpoint", "baselines"}),
     ("the command and its problems", {"models", "__main__", "quickstart", "problems",
-                                      "compare", "time_to_accuracy", "report", "_parallel"}),
+                                      "compare", "_rows", "time_to_accuracy", "report",
+                                      "_parallel"}),
 ]
 
 

@@ -1,0 +1,142 @@
+"""The report of ``sgrld compare`` on small synthetic runs: what it prints (no negative
+distance, no ``inf`` or ``nan``, one name per method), the energy distance's Monte Carlo error,
+and the trace plots' parameters, each run's own."""
+
+import re
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from numpyro_sgrld import _arviz, _rows, diagnostics
+from numpyro_sgrld import time_to_accuracy as tta
+from numpyro_sgrld.report import _write_report, distance_cell, format_table
+
+D = 5
+
+
+def _idata(rng, shift=0.0, scale=1.0, chains=4, draws=200):
+    w = shift + scale * rng.standard_normal((chains, draws, D))
+    return _arviz.from_dict(posterior={"w": w},
+                            sample_stats={"diverging": np.zeros((chains, draws), bool)})
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """A reference and three runs of D parameters: SGLD off in w[1], PSGLD in w[3] (wider),
+    MALA exact."""
+    rng = np.random.default_rng(0)
+    ref = _idata(rng, draws=400)
+    shifts = {"SGLD": np.eye(D)[1] * 0.4, "PSGLD": np.zeros(D), "MALA": np.zeros(D)}
+    scales = {"SGLD": 1.0, "PSGLD": 1.0 + 0.5 * np.eye(D)[3], "MALA": 1.0}
+    idatas = {k: _idata(rng, shifts[k], scales[k]) for k in shifts}
+    tables = {k: diagnostics.compare_to_reference(v, ref) for k, v in idatas.items()}
+    return ref, idatas, tables
+
+
+def _rows_of(runs):
+    ref, idatas, tables = runs
+    ref_draws = _arviz.dataset(ref, "posterior")["w"].values.reshape(-1, D)
+    rows = {"NUTS (reference)": _rows.reference_row(ref, 3.0, (-0.004, 0.003), 0.05)}
+    for name, idata in idatas.items():
+        draws = _arviz.dataset(idata, "posterior")["w"].values.reshape(-1, D)
+        energy = _rows.energy_distance_with_error(draws, ref_draws)
+        rows[name] = _rows.summary_row(tables[name], idata, 1.0, energy, 0.1)
+    rows["MALA"]["energy dist"] = -0.002  # unbiased, the estimate is often negative for equal laws
+    # a method that produced no draws: every number missing
+    empty = tables["MALA"].copy()
+    empty[[c for c in empty.columns if c != "resolved"]] = np.nan
+    rows["BayesByBackprop"] = _rows.summary_row(empty, idatas["MALA"], 1.0,
+                                                (np.nan, np.nan), np.nan)
+    return rows
+
+
+def _race():
+    results = [tta.RaceResult("SGLD", 10.0, True, 10.0, 4000, 0.05, 1.05),
+               tta.RaceResult("NUTS", 50.0, False, 50.0, 0, np.inf, np.nan, "cap"),
+               tta.RaceResult("MALA", 10.0, False, 10.0, 500, 0.3, 1.4)]
+    ref = tta.Reference(np.zeros(3), np.ones(3), np.zeros(3), np.zeros(3), np.nan, 1e4, 10000,
+                        1.0, False)
+    return tta.LargeRace(tta.Setting(), ref, results, 90.0, 50.0, 10.0, 5.0)
+
+
+def _settings(kernels):
+    return dict(kernels=kernels, steps={k: 1e-3 for k in kernels}, adapted=["SGLD"],
+                num_steps=100, num_warmup=200, thinning=1, num_chains=4, reference_samples=400,
+                seed=0, target_ess=200, max_steps=500, taken={k: 100 for k in kernels},
+                latent_sites=["w"], ref_cached=False)
+
+
+def _column(report, header):
+    """The cells of column ``header`` of the report's table of runs (the one headed
+    ``| kernel |``)."""
+    lines = report.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| kernel |"))
+    end = next(i for i in range(start, len(lines)) if not lines[i].startswith("|"))
+    heads = [c.strip() for c in lines[start].strip("|").split(" | ")]
+    at = heads.index(header)
+    return [[c.strip() for c in line.strip("|").split(" | ")][at]
+            for line in lines[start + 2 : end]]
+
+
+def test_the_report_prints_no_negative_distance_no_inf_or_nan_and_one_name_per_method(
+        runs, tmp_path):
+    rows = _rows_of(runs)
+    kernels = [k for k in rows if k != "NUTS (reference)"]
+    problem = SimpleNamespace(description="A synthetic problem")
+    _write_report(tmp_path, problem, rows, {}, None, _settings(kernels), _race())
+    report = (tmp_path / "report.md").read_text()
+    printed = report + "\n" + format_table(rows)
+    assert not re.search(r"\b(inf|nan)\b", printed, re.IGNORECASE)
+    assert "LMC" not in printed
+    assert "| MALA |" in report and "- MALA: " in report  # the row and the baseline's note
+    energy = _column(report, "energy dist")
+    assert len(energy) == len(rows)
+    for cell in energy:
+        assert cell == "—" or cell.startswith("within noise (± ") or re.fullmatch(
+            r"\d[\d.e+-]* ± [\d.e-]+", cell), cell
+    assert energy[list(rows).index("MALA")].startswith("within noise (± ")
+    assert energy[list(rows).index("SGLD")][0].isdigit()  # a shift of 0.4 sd: above the noise
+    # the method without draws: a word, not a number
+    assert "NO: no finite draws" in report
+    assert "| NUTS | > 50.0 | no | 0 | no draws | no draws | cap |" in report
+
+
+def test_distance_cells():
+    assert distance_cell(-0.01, 0.02) == "within noise (± 0.02)"
+    assert distance_cell(0.03, 0.02) == "within noise (± 0.02)"
+    assert distance_cell(0.5, 0.02) == "0.5 ± 0.02"
+    assert distance_cell(float("nan"), 0.02) == "—"
+    assert distance_cell(-0.01, float("nan")) == "within noise"
+
+
+def test_the_energy_distance_error_follows_its_spread():
+    """The block jackknife's standard error against the estimate's spread over replicates,
+    where the laws agree (spread of order 1/n) and where they differ (1/sqrt(n)); the estimate
+    is :func:`~numpyro_sgrld.diagnostics.energy_distance`'s."""
+    rng = np.random.default_rng(2)
+    n, d = 300, 3
+    for shift in (0.0, 0.3):
+        values, errors = [], []
+        for _ in range(40):
+            x, y = rng.standard_normal((n, d)) + shift, rng.standard_normal((n, d))
+            value, se = _rows.energy_distance_with_error(x, y)
+            values.append(value)
+            errors.append(se)
+        assert value == pytest.approx(diagnostics.energy_distance(x, y), abs=1e-12)
+        ratio = np.mean(errors) / np.std(values, ddof=1)
+        assert 0.7 < ratio < 1.6, (shift, ratio)
+    assert np.isnan(_rows.energy_distance_with_error(np.zeros((3, 2)), np.ones((5, 2)))[1])
+
+
+def test_each_trace_plot_shows_its_runs_own_worst_parameters(runs, tmp_path, monkeypatch):
+    from numpyro_sgrld import compare, plots
+
+    ref, idatas, tables = runs
+    shown = {}
+    monkeypatch.setattr(plots, "plot_trace_rank",
+                        lambda draws, params, title, path: shown.update({path.name: params}))
+    compare._trace_plots(tmp_path, tables, idatas, ref)
+    assert shown["trace_SGLD.png"][0] == "w[1]" and shown["trace_PSGLD.png"][0] == "w[3]"
+    assert shown["trace_SGLD.png"] != shown["trace_PSGLD.png"]
+    assert set(shown["trace_reference.png"]) <= set().union(*shown.values())
