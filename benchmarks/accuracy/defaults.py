@@ -261,7 +261,8 @@ def per_coordinate(mcmc, problem):
         for j in range(x.shape[2]):
             ok = x.shape[1] >= 4 and np.all(np.isfinite(x[:, :, j])) and np.ptp(x[:, :, j]) > 0
             rhat.append(round(float(split_gelman_rubin(x[:, :, j])), 5) if ok else None)
-            ess.append(round(float(effective_sample_size(x[:, :, j])), 1) if ok else None)
+            ess.append(round(float(ns.verdict.capped_ess(effective_sample_size(x[:, :, j]),
+                                                         x[:, :, j].size)), 1) if ok else None)
     return dict(rhat=rhat, ess=ess)
 
 
