@@ -302,6 +302,8 @@ class SGMCMC(MCMCKernel):
         #: the latent sites a network bridge sampled (set up with the model): the verdict
         #: judges a network in function space
         self.network_sites = frozenset()
+        # a network's function-space reading (numpyro_sgrld._evaluation.loglik_fn), or None
+        self._evaluation = None
         self._settled = {}  # settled gradient estimator -> _AfterWarmup
 
     @property
@@ -480,13 +482,14 @@ class SGMCMC(MCMCKernel):
         return num_warmup
 
     def sample(self, state, model_args, model_kwargs):
-        return self._observed(state, self._sample_fn(state, model_args, model_kwargs))
+        return self._observed(state, self._sample_fn(state, model_args, model_kwargs),
+                              model_args, model_kwargs)
 
-    def _observed(self, state, new):
+    def _observed(self, state, new, model_args, model_kwargs):
         """``new`` with the run's moments updated when ``MCMC``'s own loop drives the kernel
         (:func:`~numpyro_sgrld._run_verdict.observe`)."""
         if state.monitor is not None and self._run is not None:
-            new = run_verdict.observe(self, state, new)
+            new = run_verdict.observe(self, state, new, model_args, model_kwargs)
         return new
 
     def postprocess_fn(self, model_args, model_kwargs):
@@ -551,5 +554,5 @@ class _AfterWarmup:
         kernel = self.kernel
         new = kernel._sample_fn(state, model_args, model_kwargs, adapting=False,
                                 gradient=self.gradient)
-        return kernel._observed(state, new)
+        return kernel._observed(state, new, model_args, model_kwargs)
 

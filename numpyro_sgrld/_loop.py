@@ -479,7 +479,13 @@ def collect(
 def _judge(collection, kept, val, body_fun, num_steps):
     """The run's :func:`~numpyro_sgrld.verdict.verdict` on its kept draws, warned when they
     cannot be trusted."""
-    from numpyro_sgrld.verdict import _leaves_by_chain, temperatures_of, thermostat_of, verdict
+    from numpyro_sgrld.verdict import (
+        _leaves_by_chain,
+        temperatures_of,
+        thermostat_of,
+        verdict,
+        with_evaluation,
+    )
 
     draws = collection[0] if isinstance(collection, (list, tuple)) else collection
     state = _state_of(val)
@@ -488,6 +494,7 @@ def _judge(collection, kept, val, body_fun, num_steps):
     chain_axis = 1 if np.ndim(state.i) == 1 else None
     draws = _leaves_by_chain({k: np.asarray(x)[:kept] for k, x in draws.items()}, chain_axis)
     kernel = getattr(body_fun, "keywords", {}).get("sampler")
+    draws = with_evaluation(draws, kernel, constrained=False)
     v = verdict(draws, None, num_steps, kernel, np.asarray(state.step_size),
                 temperatures_of(state, kernel), thermostat_of(state),
                 getattr(kernel, "network_sites", None))

@@ -14,6 +14,7 @@ from numpyro import handlers
 from numpyro.infer.util import ParamInfo
 from numpyro.util import is_prng_key, not_jax_tracer
 
+from numpyro_sgrld._evaluation import loglik_fn
 from numpyro_sgrld._loop import _under_transform
 from numpyro_sgrld._setup import (
     ModelSetupError,
@@ -54,6 +55,8 @@ def setup_model(kernel, rng_key, init_params, model_args, model_kwargs):
         handlers.substitute(kernel._model, data=fixed) if fixed else kernel._model
     )
     kernel._inv_transforms, kernel._replay = constraining_transforms(model_trace)
+    kernel._evaluation = (loglik_fn(kernel._prepared_model, kernel._plates)
+                          if kernel.network_sites else None)
     with evaluate_now():
         prototype = {
             name: transform.inv(model_trace[name]["value"])

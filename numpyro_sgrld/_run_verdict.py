@@ -17,9 +17,9 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from numpyro.infer.mcmc import MCMC
 
-from numpyro_sgrld import _setup, equipartition, monitor
+from numpyro_sgrld import _evaluation, _setup, equipartition, monitor
 from numpyro_sgrld._compat import fast_sampling_loop_enabled
-from numpyro_sgrld.verdict import POTENTIAL, judgement
+from numpyro_sgrld.verdict import judgement
 
 __all__ = ["arm", "observe", "report"]
 
@@ -27,8 +27,9 @@ __all__ = ["arm", "observe", "report"]
 class _RunInfo(NamedTuple):
     """What the verdict on ``MCMC``'s own loop needs of the run: its warm-up and sampling
     steps, its chains, the judged flat coordinates and their ``(site, index)``, the chains'
-    reports received so far, the ``id`` of the ``MCMC``, and whether the potential energy is
-    judged too (after the coordinates: a network's chains are judged on it)."""
+    reports received so far, the ``id`` of the ``MCMC``, and whether a network's evaluation
+    batch log-likelihood is judged too (:mod:`numpyro_sgrld._evaluation`, after the
+    coordinates)."""
 
     num_warmup: int
     num_samples: int
@@ -37,7 +38,7 @@ class _RunInfo(NamedTuple):
     names: list
     reports: list
     owner: int
-    potential: bool = False
+    evaluation: bool = False
 
 
 def _calling_mcmc(depth=8):
@@ -73,21 +74,23 @@ def arm(kernel, state, num_warmup, vectorized):
     # MCMC's sequential chains each call init: their reports join the earlier chains'
     reports = previous.reports if previous is not None and previous.owner == id(mcmc) else []
     names = [names[k] for k in index]
-    network = bool(getattr(kernel, "network_sites", None))
-    if network:  # a network's chains are judged on the potential energy too
-        names.append((POTENTIAL, 0))
+    evaluation = getattr(kernel, "_evaluation", None) is not None
+    if evaluation:  # a network's chains are judged in function space
+        names.append((_evaluation.NAME, 0))
     kernel._run = _RunInfo(int(num_warmup), int(mcmc.num_samples), int(mcmc.num_chains),
-                         index, names, reports, id(mcmc), network)
-    fresh = monitor.init_monitor(len(names), flat.dtype)
+                         index, names, reports, id(mcmc), evaluation)
+    fresh = monitor.init_monitor(len(names), flat.dtype, held=int(evaluation))
     if vectorized:
         fresh = jax.tree.map(lambda x: jnp.broadcast_to(x, (state.i.shape[0], *x.shape)),
                              fresh)
     return state._replace(monitor=fresh)
 
 
-def observe(kernel, state, new):
+def observe(kernel, state, new, model_args=(), model_kwargs=None):
     """The new state with the run's moments updated; on the run's last step, the moments
-    go to the host for the verdict (:func:`report`)."""
+    go to the host for the verdict (:func:`report`). A network's evaluation batch
+    log-likelihood is evaluated every :data:`~numpyro_sgrld._evaluation.EVERY` post-warm-up
+    steps (at the model's arguments) and held in between."""
     run = kernel._run
     vectorized = jnp.ndim(new.i) == 1
     # the transition's index (not the step counter i: a cyclical preset's exploration
@@ -97,17 +100,25 @@ def observe(kernel, state, new):
     offset = jnp.where(offset >= 0, offset % run.num_samples, -1)
     index = jnp.asarray(run.index)
 
-    def update(m, z, rejected, diverging, potential):
+    # the same offset for every chain: a branch, not a select, under vmap
+    evaluate = (offset >= 0) & (offset % _evaluation.EVERY == 0)
+
+    def update(m, z, rejected, diverging):
         x = ravel_pytree(z)[0][index]
-        if run.potential:
-            x = jnp.append(x, potential.astype(x.dtype))
+        if run.evaluation:
+            held = jax.lax.cond(
+                evaluate,
+                lambda: jnp.atleast_1d(kernel._evaluation(
+                    z, model_args, model_kwargs or {}, constrained=False)).astype(x.dtype),
+                lambda: m.held)
+            x = jnp.concatenate([x, held])
+            m = m._replace(held=held)
         return monitor.update_monitor(m, x, offset, run.num_samples,
                                       rejected - diverging.astype(jnp.int32))
 
     if vectorized:
         update = jax.vmap(update)
-    moments = update(state.monitor, new.z, new.num_rejected, new.diverging,
-                     new.potential_energy)
+    moments = update(state.monitor, new.z, new.num_rejected, new.diverging)
     jax.lax.cond(
         offset == run.num_samples - 1,
         lambda: jax.debug.callback(partial(report, kernel), moments.sums, moments.squares,

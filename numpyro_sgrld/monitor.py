@@ -56,6 +56,9 @@ class RunMonitor(NamedTuple):
     - **rejected** – rejected steps before the run's first post-warm-up step.
     - **transitions** – the transitions observed since the kernel's ``init`` (one per
       ``MCMC`` draw, warm-up included; a cyclical preset's transition may run many steps).
+    - **held** – ``(H,)``: the last values of readings evaluated every few steps only (a
+      network's :mod:`numpyro_sgrld._evaluation`), judged as the last ``H`` coordinates;
+      ``None`` without such readings.
     """
 
     sums: Any
@@ -63,6 +66,7 @@ class RunMonitor(NamedTuple):
     origin: Any
     rejected: Any
     transitions: Any = 0
+    held: Any = None
 
 
 def coordinates(size):
@@ -73,11 +77,13 @@ def coordinates(size):
     return np.unique(np.linspace(0, size - 1, MAX_COORDINATES).round().astype(int))
 
 
-def init_monitor(num_coordinates, dtype=jnp.float32):
-    """Zero moments over ``num_coordinates`` coordinates."""
+def init_monitor(num_coordinates, dtype=jnp.float32, held=0):
+    """Zero moments over ``num_coordinates`` coordinates, the last ``held`` of them
+    readings held between evaluations."""
     zeros = jnp.zeros((BATCHES, num_coordinates), dtype)
     return RunMonitor(zeros, zeros, jnp.zeros((num_coordinates,), dtype),
-                      jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
+                      jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32),
+                      jnp.zeros((held,), dtype) if held else None)
 
 
 def update_monitor(monitor, x, offset, num_steps, rejected_before):
@@ -96,7 +102,7 @@ def update_monitor(monitor, x, offset, num_steps, rejected_before):
     y = (x - origin) * weight
     return RunMonitor(sums.at[batch].add(y), squares.at[batch].add(y * y), origin,
                       jnp.where(first, rejected_before, monitor.rejected),
-                      monitor.transitions + 1)
+                      monitor.transitions + 1, monitor.held)
 
 
 def batch_sizes(num_steps):

@@ -42,11 +42,11 @@ import jax
 import numpy as np
 from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
 
-from numpyro_sgrld import equipartition
+from numpyro_sgrld import _evaluation, equipartition
 from numpyro_sgrld._traits import trait
 from numpyro_sgrld.correction import Lag
 
-__all__ = ["MAX_RHAT", "MAX_STEP_SPREAD", "MEAN_ERROR", "MIN_ESS", "POTENTIAL", "Verdict",
+__all__ = ["MAX_RHAT", "MAX_STEP_SPREAD", "MEAN_ERROR", "MIN_ESS", "Verdict",
            "capped_ess", "check", "judgement", "max_rhat", "rhat_noise", "thermostat_of",
            "thermostat_relaxation", "verdict"]
 
@@ -138,7 +138,8 @@ def verdict(draws_by_chain, rejected=None, num_steps=None, kernel=None, step_siz
     readings (:func:`numpyro_sgrld.equipartition.summarize`); ``thermostat``, the chains'
     last thermostat values (:func:`thermostat_of`); ``network_sites``, the sites a network
     bridge sampled (judged in function space: their R-hat is information, and a site
-    :data:`POTENTIAL` of the draws is judged instead)."""
+    :data:`numpyro_sgrld._evaluation.NAME` of the draws, the log-likelihood of a fixed
+    evaluation batch, is judged instead)."""
     columns = _coordinates(draws_by_chain)
     rhats, esss = [], []
     for _, _, x in columns:
@@ -205,7 +206,8 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
         weights = [row for row in rows if row[2][0] in network]
         kept = [row for row in rows if row[2][0] not in network]
         rhats, esss, sites = ([list(x) for x in zip(*kept)] if kept else ([], [], []))
-        notes.append(_network_note(weights, num_chains, POTENTIAL in {s[0] for s in sites}))
+        notes.append(_network_note(weights, num_chains,
+                                   _evaluation.NAME in {s[0] for s in sites}))
     max_rhat_, min_ess = -np.inf, np.inf
     rhat_site = ess_site = ("", 0)
     for r, e, site in zip(rhats, esss, sites):
@@ -244,7 +246,7 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
         problems.append(
             f"The chains have not mixed: {' and '.join(failed)}. "
             f"Run about {more:.1f}x as many steps{steps}, or use more chains. "
-            + _mixing_advice(kernel)
+            + (_network_mixing_advice(num_chains) if network else _mixing_advice(kernel))
         )
     if rejected:
         problems.append(
@@ -253,6 +255,10 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
             "finite there. Give a smaller step_size, or a longer warm-up."
         )
     departed = [] if temperatures is None else equipartition.departures(temperatures)
+    if network and departed:
+        departed, cold = _network_readings(departed, network)
+        if cold:
+            notes.append(_cold_network_note(cold))
     spread = _step_spread(kernel, step_size)
     if spread > MAX_STEP_SPREAD and temperatures is not None and not departed:
         # measured: each chain's readings say whether its own step inflated its law
@@ -280,12 +286,42 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
                    tuple(problems), tuple(notes), temperatures)
 
 
-#: The name under which the potential energy of each step (the minibatch potential the step
-#: evaluated) is judged like a site: a network's chains are judged on it, not on its weights.
-POTENTIAL = "potential energy"
+def _reading_site(name):
+    """The site of an equipartition reading's name (``"w[3] (chain 1)"`` -> ``"w"``)."""
+    return name.split(" (chain ")[0].split("[")[0]
 
 
-def _network_note(weights, num_chains, judged_on_potential):
+def _network_readings(departed, network):
+    """``(judged, cold)``: the departures of a network's readings (:func:`~numpyro_sgrld.
+    equipartition.departures`) split. A network site's reading below the band, or the
+    whole position's (every other site's own reading is judged), says the chain has not
+    reached its mode's spread in some directions (a horseshoe's scales drift slowly): not
+    converged, which the evaluation batch's mixing judges in function space, so it is a note.
+    Every other departure, above the band (a step that inflates the law, which chains that
+    agree on predictions do not reveal) or at another site, is judged."""
+    cold = [d for d in departed if d[1] < 1
+            and _reading_site(d[0]) in network | {"all coordinates"}]
+    return [d for d in departed if d not in cold], cold
+
+
+def _cold_network_note(cold):
+    name, value, se = cold[0]
+    more = f" and {len(cold) - 1} more" if len(cold) > 1 else ""
+    return (f"The network's equipartition readings are below the band at {name!r} "
+            f"({value:.3f} ± {se:.3f}){more}: within its mode each chain is narrower than the "
+            "posterior in some weight directions (a prior's scales drift slowly). Its "
+            "predictions are judged on the evaluation batch instead; a longer warm-up "
+            "narrows the gap.")
+
+
+def _network_mixing_advice(num_chains):
+    """What to do when a network's chains disagree on the evaluation batch."""
+    return ("A network's chains that settle in modes predicting differently do not agree "
+            "with more steps: the predictive ensemble then needs more chains (its error "
+            f"shrinks as 1/sqrt(chains); this run has {int(num_chains or 1)}).")
+
+
+def _network_note(weights, num_chains, in_function_space):
     """The note for a network's weights (``(rhat, ess, site)`` rows): their R-hat as
     information, what the chains are judged on instead, and what widens the ensemble."""
     finite = [w for w in weights if np.isfinite(w[0])]
@@ -294,11 +330,10 @@ def _network_note(weights, num_chains, judged_on_potential):
             f"Weight-space split R-hat reaches {worst[0]:.3g} at {_site(worst[2])}: "
             "information only (a network's posterior has many equivalent modes, permuted "
             "units and flipped signs, and each chain settles in its own). ")
-    judged = ("The chains are judged on the potential energy and on the equipartition "
-              "readings per layer." if judged_on_potential else
-              "The chains are judged on the equipartition readings per layer (collect "
-              "extra_fields=('potential_energy',) and call numpyro_sgrld.check(mcmc) to judge "
-              "their agreement on the potential energy too).")
+    judged = ("The chains are judged on the log-likelihood of a fixed evaluation batch "
+              "(function space) and on the equipartition readings per layer."
+              if in_function_space else
+              "The chains are judged on the equipartition readings per layer.")
     chains = int(num_chains or 1)
     ensemble = (f" The predictive ensemble averages {chains} chains' modes: more chains, not "
                 "more steps, widen it." if chains > 1 else
@@ -506,14 +541,26 @@ def check(mcmc, warn=True):
     if "diverging" in fields:
         rejected = int(np.sum(np.asarray(fields["diverging"])))
     network = getattr(kernel, "network_sites", None)
-    if network and "potential_energy" in fields:
-        draws = {**draws, POTENTIAL: fields["potential_energy"]}
+    draws = with_evaluation(draws, kernel, constrained=True)
     v = verdict(draws, rejected, mcmc.num_samples, kernel,
                 getattr(state, "step_size", None), temperatures_of(state, kernel),
                 thermostat_of(state), network)
     if warn and not v.trusted:
         warnings.warn(str(v), UserWarning, stacklevel=2)
     return v
+
+
+def with_evaluation(draws, kernel, constrained):
+    """``draws`` (grouped by chain) with a network's evaluation batch log-likelihood at
+    them as the site :data:`numpyro_sgrld._evaluation.NAME` (unchanged for any other
+    kernel's model, or without the model's arguments)."""
+    loglik = getattr(kernel, "_evaluation", None)
+    args = getattr(kernel, "_model_args", None)
+    if loglik is None or args is None or not draws:
+        return draws
+    latent = {k: v for k, v in draws.items() if k in kernel._inv_transforms}
+    values = _evaluation.loglik_of_draws(loglik, latent, args[0], args[1], constrained)
+    return {**draws, _evaluation.NAME: values}
 
 
 def temperatures_of(state, kernel=None):

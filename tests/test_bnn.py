@@ -64,38 +64,98 @@ def test_sites_are_named_and_shaped_like_the_haiku_parameters():
     )
 
 
+def _network_model(x, y):
+    from numpyro_sgrld.priors import horseshoe
+
+    net = random_haiku_module("net", NET, (5, 5), horseshoe("layer"))
+    numpyro.sample("sigma", dist.HalfNormal(1.0))
+    with numpyro.plate("data", x.shape[0], subsample_size=5) as i:
+        numpyro.sample("y", dist.Categorical(logits=net(x[i])), obs=y[i])
+
+
 def test_a_network_is_judged_in_function_space():
     """The bridge marks a network's sites (its weights and their prior's own scales); the
-    verdict reads their R-hat as information only and judges the chains on the potential
-    energy: chains in different modes with the same potential are trusted, chains whose
-    potentials disagree are not."""
+    verdict reads their R-hat as information only and judges the chains on the
+    log-likelihood of a fixed evaluation batch: chains in different modes that predict
+    alike are trusted, chains that disagree on it are not."""
     from numpyro_sgrld import SGLD
+    from numpyro_sgrld._evaluation import NAME
     from numpyro_sgrld._setup import network_sites
-    from numpyro_sgrld.priors import horseshoe
-    from numpyro_sgrld.verdict import POTENTIAL, judgement
+    from numpyro_sgrld.verdict import judgement
 
-    def model(x, y):
-        logits = random_haiku_module("net", NET, (2, 5), horseshoe("layer"))(x)
-        numpyro.sample("sigma", dist.HalfNormal(1.0))
-        numpyro.sample("y", dist.Categorical(logits=logits), obs=y)
-
-    x, y = jnp.ones((2, 5)), jnp.zeros(2, jnp.int32)
-    sites = network_sites(_trace(model, x, y))
+    x, y = jnp.ones((20, 5)), jnp.zeros(20, jnp.int32)
+    sites = network_sites(_trace(_network_model, x, y))
     assert "net/mlp/linear_0/w" in sites and "net/mlp/linear_0/w_scale" in sites
     assert "sigma" not in sites
-    kernel = SGLD(model, step_size=1e-3)
+    kernel = SGLD(_network_model, step_size=1e-3)
     kernel.init(random.PRNGKey(0), 10, None, (x, y), {})
     assert kernel.network_sites == sites
     weights = [("net/mlp/linear_0/w", j) for j in range(20)]
     agree = judgement([300.0] * 20 + [1.001], [2.0] * 20 + [4000.0],
-                      weights + [(POTENTIAL, 0)], num_chains=4, network_sites=sites)
+                      weights + [(NAME, 0)], num_chains=4, network_sites=sites)
     assert agree.trusted and "information only" in agree.notes[0]
     assert "more chains, not more steps" in agree.notes[0]
     apart = judgement([300.0] * 20 + [1.5], [2.0] * 20 + [8.0],
-                      weights + [(POTENTIAL, 0)], num_chains=4, network_sites=sites)
-    assert not apart.trusted and POTENTIAL in apart.problems[0]
+                      weights + [(NAME, 0)], num_chains=4, network_sites=sites)
+    assert not apart.trusted and NAME in apart.problems[0]
+    assert "needs more chains" in apart.problems[0]
     plain = judgement([300.0] * 20, [2.0] * 20, weights, num_chains=4)
     assert not plain.trusted
+
+
+def _readings(names, estimate, se):
+    from numpyro_sgrld.equipartition import Temperatures
+
+    estimate, se = np.asarray(estimate, float), np.asarray(se, float)
+    return Temperatures(tuple(names), estimate, se, float(estimate.mean()), 0.01, 1000, 16)
+
+
+def test_a_networks_cold_readings_are_a_note_and_its_hot_ones_a_problem():
+    """Below the band, a network site's reading says its chain has not spread over its mode
+    (judged in function space instead): a note. Above it, the step inflates the law, which
+    chains agreeing on predictions do not show: a problem. A reading at another site is
+    judged as in any model."""
+    from numpyro_sgrld._evaluation import NAME
+    from numpyro_sgrld.verdict import judgement
+
+    network = frozenset({"net/w", "net/b"})
+    ok = ([1.0], [4000.0], [(NAME, 0)])
+    cold = judgement(*ok, network_sites=network, num_chains=4,
+                     temperatures=_readings(["net/w", "net/b", "sigma"], [0.2, 1.0, 1.0],
+                                            [0.01, 0.01, 0.01]))
+    assert cold.trusted and any("below the band at 'net/w'" in n for n in cold.notes)
+    hot = judgement(*ok, network_sites=network, num_chains=4,
+                    temperatures=_readings(["net/w", "net/b", "sigma"], [2.0, 1.0, 1.0],
+                                           [0.01, 0.01, 0.01]))
+    assert not hot.trusted and "'net/w'" in hot.problems[0]
+    sigma = judgement(*ok, network_sites=network, num_chains=4,
+                      temperatures=_readings(["net/w", "net/b", "sigma"], [1.0, 1.0, 0.2],
+                                             [0.01, 0.01, 0.01]))
+    assert not sigma.trusted and "'sigma'" in sigma.problems[0]
+
+
+@pytest.mark.filterwarnings("ignore:The draws cannot be trusted")
+def test_mcmcs_own_loop_streams_the_evaluation_batch_every_few_steps():
+    """On NumPyro's loop the kernel evaluates the evaluation batch's log-likelihood every
+    EVERY post-warm-up steps and holds it in between: over 2·EVERY steps the streamed sum
+    about the first value is EVERY·(ℓ(θ_EVERY) − ℓ(θ_0)), with ℓ at the recorded draws."""
+    from numpyro.infer import MCMC
+
+    from numpyro_sgrld import SGLD
+    from numpyro_sgrld._evaluation import EVERY, NAME
+
+    x = random.normal(random.PRNGKey(0), (20, 5))
+    y = (x[:, 0] > 0).astype(jnp.int32)
+    kernel = SGLD(_network_model, step_size=1e-3)
+    mcmc = MCMC(kernel, num_warmup=10, num_samples=2 * EVERY, progress_bar=False)
+    mcmc.run(random.PRNGKey(1), x, y)
+    assert kernel._run.names[-1] == (NAME, 0)
+    draws = mcmc.get_samples()
+    latent = {k: v for k, v in draws.items() if k in kernel._inv_transforms}
+    ell = [float(kernel._evaluation(jax.tree.map(lambda v: v[t], latent), (x, y), {}))
+           for t in (0, EVERY)]
+    streamed = float(np.asarray(mcmc.last_state.monitor.sums)[:, -1].sum())
+    np.testing.assert_allclose(streamed, EVERY * (ell[1] - ell[0]), rtol=1e-4, atol=1e-4)
 
 
 def test_dict_and_callable_priors():

@@ -304,6 +304,10 @@ def cell(kernel_name, problem, chains=4, settings=None, num_samples=None):
         row["accurate"] = bool(row["test_nll"] <= best + 2 * np.hypot(row["test_nll_se"],
                                                                        best_se))
         row["grid_best_nll"] = best
+        # the evaluation batch's log-likelihood, as check(mcmc) judges the kept draws
+        v = ns.check(mcmc, warn=False)
+        row.update(evaluation_rhat=v.max_rhat, evaluation_ess=v.min_ess,
+                   check_trusted=v.trusted)
     else:
         row.update(errors(mcmc.get_samples(), problem["reference"]))
         v = ns.check(mcmc, warn=False)
