@@ -252,6 +252,9 @@ def settled(spec, new):
     integrator = new.sampler_state.integrator
     for at, fn in ((acc.start // 2, settle.restart),
                    (acc.start, lambda s: settle.fn(s, spec.temperature))):
-        integrator = jax.tree.map(lambda a, b, at=at: jnp.where(new.i == at, a, b),
-                                  fn(integrator), integrator)
+        # a select over the leaves the trait changes (its thermostat's scalars), not over
+        # the leaves it returns unchanged (the momentum, the size of the position)
+        integrator = jax.tree.map(
+            lambda a, b, at=at: b if a is b else jnp.where(new.i == at, a, b),
+            fn(integrator), integrator)
     return new._replace(sampler_state=new.sampler_state._replace(integrator=integrator))
