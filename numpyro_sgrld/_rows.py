@@ -3,8 +3,9 @@
 :func:`summary_row` reduces a run's per-parameter comparison
 (:func:`~numpyro_sgrld.diagnostics.compare_to_reference`) to one row: the worst errors with
 their Monte Carlo errors, the energy distance to the reference with its Monte Carlo error
-(:func:`energy_distance_with_error`), KSD, ESS, R-hat, whether it converged and whether it is
-accurate. :func:`worst_parameters` names the parameters farthest off, for the plots.
+(:func:`energy_distance_with_error`), the squared KSD with its Monte Carlo error
+(:func:`ksd_with_error`), ESS, R-hat, whether it converged and whether it is accurate.
+:func:`worst_parameters` names the parameters farthest off, for the plots.
 """
 
 import numpy as np
@@ -14,7 +15,8 @@ from numpyro_sgrld.report import ACCURATE_MEAN, ACCURATE_SD, equipartition_readi
 from numpyro_sgrld.subsample import full_batch
 from numpyro_sgrld.verdict import MAX_RHAT, MIN_ESS
 
-__all__ = ["energy_distance_with_error", "summary_row", "reference_row", "worst_parameters"]
+__all__ = ["energy_distance_with_error", "ksd_with_error", "summary_row", "reference_row",
+           "worst_parameters"]
 
 #: Contiguous blocks of draws per sample for the energy distance's jackknife.
 ENERGY_BLOCKS = 20
@@ -108,13 +110,49 @@ def reference_noise(ref, problem):
     return energy_distance_with_error(*parts)
 
 
-def ksd(scores, draws, max_draws=1000):
-    """KSD of at most ``max_draws`` evenly spaced ``draws`` (``scores``: the problem's
-    :func:`~numpyro_sgrld.diagnostics.score_function`)."""
+def ksd_with_error(scores, draws, max_draws=1000, blocks=ENERGY_BLOCKS, c=1.0, beta=-0.5):
+    r"""``(estimate, standard error)``: the squared IMQ kernel Stein discrepancy of at most
+    ``max_draws`` evenly spaced ``draws`` (``scores``: the problem's
+    :func:`~numpyro_sgrld.diagnostics.score_function`) as a U-statistic,
+
+    .. math:: \widehat{\mathrm{KSD}^2} = \frac1{n(n-1)}\sum_{i\ne j} k_0(x_i, x_j),
+
+    with :math:`k_0` of :func:`~numpyro_sgrld.diagnostics.kernel_stein_discrepancy`. Its
+    expectation is 0 for independent draws from the posterior, whatever their number, and
+    positive for draws from another law. The V-statistic's diagonal, :math:`k_0(x, x) \approx
+    \|\nabla\log p(x)\|^2 c^{2\beta}`, is smaller for draws nearer the mode, so it reads
+    too-narrow draws as closer than exact ones; the U-statistic leaves it out. Its error is
+    the delete-a-block jackknife's, as for :func:`energy_distance_with_error`."""
     n = len(next(iter(draws.values())))
     idx = np.linspace(0, n - 1, min(n, max_draws)).astype(int)
-    x, s = scores({k: v[idx] for k, v in draws.items()})
-    return diagnostics.kernel_stein_discrepancy(x, s)
+    x, s = (np.asarray(a, np.float64) for a in scores({k: v[idx] for k, v in draws.items()}))
+    x, s = (a[:, None] if a.ndim == 1 else a for a in (x, s))
+    n = len(x)
+    k0 = diagnostics._imq_stein_kernel(float(c), float(beta))
+    edges = _block_edges(n, blocks)
+    block_of = np.repeat(np.arange(len(edges) - 1), np.diff(edges))
+    sums = np.zeros((len(edges) - 1, len(edges) - 1))
+    diagonal = np.zeros(len(edges) - 1)
+    chunk = diagnostics._chunk_rows(x)
+    for i in range(0, n, chunk):
+        m = k0(x[i : i + chunk], s[i : i + chunk], x, s)
+        np.add.at(sums, block_of[i : i + chunk], np.add.reduceat(m, edges[:-1], axis=1))
+        rows = np.arange(len(m))
+        np.add.at(diagonal, block_of[i : i + chunk], m[rows, i + rows])
+    sizes = np.diff(edges)
+
+    def estimate(keep):
+        k = sizes[keep].sum()
+        return (sums[np.ix_(keep, keep)].sum() - diagonal[keep].sum()) / (k * (k - 1))
+
+    everything = np.ones(len(sizes), bool)
+    value = float(estimate(everything))
+    if len(sizes) < 2:
+        return value, float("nan")
+    left_out = np.asarray([estimate(everything & (np.arange(len(sizes)) != b))
+                           for b in range(len(sizes))])
+    var = (len(left_out) - 1) / len(left_out) * np.sum((left_out - left_out.mean()) ** 2)
+    return value, float(np.sqrt(var))
 
 
 def _step_used(stats):
@@ -137,9 +175,10 @@ def _convergence(rhat, ess):
     return "yes" if not problems else "NO: " + ", ".join(problems)
 
 
-def summary_row(table, idata, seconds, energy, ksd_value):
+def summary_row(table, idata, seconds, energy, ksd):
     """A run's row: ``table`` its :func:`~numpyro_sgrld.diagnostics.compare_to_reference`,
-    ``energy`` its energy distance to the reference with its Monte Carlo error."""
+    ``energy`` its energy distance to the reference and ``ksd`` its squared KSD
+    (:func:`ksd_with_error`), each with its Monte Carlo error."""
     stats = _arviz.dataset(idata, "sample_stats")
     diverging = int(np.asarray(stats["diverging"]).sum()) if "diverging" in stats else 0
     err = table["std_mean_error"].abs()
@@ -161,7 +200,8 @@ def summary_row(table, idata, seconds, energy, ksd_value):
         "mean W1/sd": float(table["w1_sd"].mean()),
         "energy dist": float(energy[0]),
         "± se (energy)": float(energy[1]),
-        "KSD": ksd_value,
+        "KSD²": float(ksd[0]),
+        "± se (KSD²)": float(ksd[1]),
         "min ESS": ess,
         "max R-hat": rhat,
         "equipartition T": equipartition_reading(idata),
@@ -187,11 +227,11 @@ def accurate(table):
     return "yes" if not off else "NO: " + ", ".join(off)
 
 
-def reference_row(ref, seconds, energy, ksd_value):
+def reference_row(ref, seconds, energy, ksd):
     """The reference's row of the table: its own errors (zero by construction) left blank;
     ``energy`` its :func:`reference_noise`."""
     ref_row = summary_row(diagnostics.compare_to_reference(ref, ref), ref, seconds, energy,
-                          ksd_value)
+                          ksd)
     for key in ("max abs mean err/sd", "± se", "worst sd ratio", "± se (sd)", "mean W1/sd"):
         ref_row[key] = float("nan")
     ref_row["off beyond noise"] = "—"

@@ -295,7 +295,7 @@ def run_compare(
             ref_pooled = _rows.pooled(ref_draws)
             rows[reference] = _rows.reference_row(ref, ref_seconds,
                                                   _rows.reference_noise(ref, problem),
-                                                  _rows.ksd(scores, ref_draws))
+                                                  _rows.ksd_with_error(scores, ref_draws))
         else:
             waiting[label] = result
         if ref is None:
@@ -307,7 +307,7 @@ def run_compare(
             draws = _rows.latent_only(idata, problem.model, problem.args)
             energy = _rows.energy_distance_with_error(_rows.pooled(draws), ref_pooled)
             rows[name] = _rows.summary_row(table, idata, seconds, energy,
-                                           _rows.ksd(scores, draws))
+                                           _rows.ksd_with_error(scores, draws))
             tables[name], idatas[name] = table, idata
             used[name] = rows[name]["step size"]
             r = rows[name]

@@ -34,20 +34,28 @@ def runs():
     return ref, idatas, tables
 
 
+def _gaussian_scores(draws):
+    """The draws of N(0, I) and their scores, as a problem's ``score_function`` gives them."""
+    x = np.asarray(draws["w"], np.float64)
+    return x, -x
+
+
 def _rows_of(runs):
     ref, idatas, tables = runs
     ref_draws = _arviz.dataset(ref, "posterior")["w"].values.reshape(-1, D)
-    rows = {"NUTS (reference)": _rows.reference_row(ref, 3.0, (-0.004, 0.003), 0.05)}
+    rows = {"NUTS (reference)": _rows.reference_row(
+        ref, 3.0, (-0.004, 0.003), _rows.ksd_with_error(_gaussian_scores, {"w": ref_draws}))}
     for name, idata in idatas.items():
         draws = _arviz.dataset(idata, "posterior")["w"].values.reshape(-1, D)
         energy = _rows.energy_distance_with_error(draws, ref_draws)
-        rows[name] = _rows.summary_row(tables[name], idata, 1.0, energy, 0.1)
+        rows[name] = _rows.summary_row(tables[name], idata, 1.0, energy,
+                                       _rows.ksd_with_error(_gaussian_scores, {"w": draws}))
     rows["MALA"]["energy dist"] = -0.002  # unbiased, the estimate is often negative for equal laws
     # a method that produced no draws: every number missing
     empty = tables["MALA"].copy()
     empty[[c for c in empty.columns if c != "resolved"]] = np.nan
     rows["BayesByBackprop"] = _rows.summary_row(empty, idatas["MALA"], 1.0,
-                                                (np.nan, np.nan), np.nan)
+                                                (np.nan, np.nan), (np.nan, np.nan))
     return rows
 
 
@@ -97,9 +105,41 @@ def test_the_report_prints_no_negative_distance_no_inf_or_nan_and_one_name_per_m
             r"\d[\d.e+-]* ± [\d.e-]+", cell), cell
     assert energy[list(rows).index("MALA")].startswith("within noise (± ")
     assert energy[list(rows).index("SGLD")][0].isdigit()  # a shift of 0.4 sd: above the noise
+    # the exact reference's KSD² reads no worse than any run's: within its noise
+    ksd = _column(report, "KSD²")
+    assert ksd[0].startswith("within noise (± "), ksd[0]
     # the method without draws: a word, not a number
     assert "NO: no finite draws" in report
     assert "| NUTS | > 50.0 | no | 0 | no draws | no draws | cap |" in report
+
+
+def test_the_squared_ksd_reads_exact_draws_as_closest():
+    """The U-statistic's z-score is below 3 for exact N(0, I) draws and above 3 for draws
+    20 % too narrow or 25 % too wide (the V-statistic reads too-narrow draws as closer than
+    exact ones: its diagonal ‖score‖² shrinks towards the mode)."""
+    rng = np.random.default_rng(3)
+    d, n = 25, 1000
+    z = {}
+    for scale in (1.0, 0.8, 1.25):
+        w = scale * rng.standard_normal((n, d))
+        value, se = _rows.ksd_with_error(_gaussian_scores, {"w": w})
+        z[scale] = value / se
+    assert z[1.0] < 3 and z[0.8] > 3 and z[1.25] > 3, z
+
+
+def test_the_squared_ksd_error_follows_its_spread():
+    """The block jackknife's standard error of the squared KSD against the estimate's spread
+    over replicates, for exact and for too-wide draws, at the report's 1,000 draws. The
+    jackknife is conservative (Efron & Stein 1981), more so for exact draws, where the
+    U-statistic is degenerate (1.2x its spread here, 1.8x with 300 draws in 5 dimensions):
+    it must neither understate the spread nor overstate it twice over."""
+    rng = np.random.default_rng(4)
+    n, d = 1000, 25
+    for scale in (1.0, 1.5):
+        values, errors = zip(*(_rows.ksd_with_error(
+            _gaussian_scores, {"w": scale * rng.standard_normal((n, d))}) for _ in range(30)))
+        ratio = np.mean(errors) / np.std(values, ddof=1)
+        assert 0.8 < ratio < 2.0, (scale, ratio)
 
 
 def test_distance_cells():
