@@ -34,7 +34,7 @@ LAYERS = [
                   "streaming", "accumulators", "checkpoint", "baselines"}),
     ("the command and its problems", {"models", "__main__", "quickstart", "problems",
                                       "compare", "_rows", "time_to_accuracy", "report",
-                                      "_parallel"}),
+                                      "_parallel", "_laplace", "_race_cache"}),
 ]
 
 

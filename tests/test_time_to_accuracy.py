@@ -119,6 +119,50 @@ def test_the_verdict_names_the_best_kernel_the_biased_ones_and_the_race():
     text = verdict_paragraph(rows, faster)
     assert "MALA reached it first, in 6 s; the fastest SG kernel, **SGLD**, took 10 s" in text
     assert "MALA reached it in 6 s (0.6× SGLD's time)" in text
+    # an exact method's own time to the target, measured once and cached: a measured ratio
+    nuts = tta.RaceResult("NUTS", 120.0, True, 120.0, 900, 0.05, 1.05)
+    measured = race._replace(measured={"NUTS": (nuts, "2026-11-28")})
+    text = verdict_paragraph(rows, measured)
+    assert ("NUTS reached it in 120 s (measured on this machine on 2026-11-28, cached): "
+            "**SGLD was 12.0× faster than NUTS**") in text
+
+
+def test_the_exact_methods_run_to_the_target_once_and_are_read_from_the_cache(
+        tmp_path, monkeypatch):
+    """On the first run NUTS and HMCECS race until the target (at most LIMIT) and their
+    results are cached; a later run races them at the cap and reports the cached times."""
+    from numpyro_sgrld import _race_cache
+
+    monkeypatch.setenv("NUMPYRO_SGRLD_CACHE", str(tmp_path))
+    own = {"SGLD": 10.0, "NUTS": 120.0, "HMCECS": 40.0, "MALA": 5.0}
+    caps = {}
+
+    def fake_race(method, reference, cap, log=print):
+        caps[method] = cap
+        t = min(own[method], cap)
+        reached = own[method] <= cap
+        return tta.RaceResult(method, t, reached, t, 100 if reached else 0, 0.05, 1.05,
+                              "" if reached else f"stopped at the time cap of {cap:.0f} s")
+
+    monkeypatch.setattr(tta, "race_in_process", fake_race)
+    setting = tta.Setting(num_data=1000)
+
+    def race():
+        contenders = {m: m for m in own}
+        return tta._race_all(contenders, ["SGLD"], setting, None, 90.0, 5.0, 1.0,
+                             lambda text: None)
+
+    results, exact_cap, _, measured = race()
+    assert caps["NUTS"] == caps["HMCECS"] == _race_cache.LIMIT and caps["MALA"] == 10.0
+    assert {r.method: r.reached for r in results} == dict.fromkeys(own, True)
+    assert measured["NUTS"][0].seconds_to_target == 120.0 and "MALA" not in measured
+    results, exact_cap, _, measured = race()
+    assert caps["NUTS"] == caps["HMCECS"] == exact_cap == 50.0
+    live = {r.method: r for r in results}
+    assert not live["NUTS"].reached and live["HMCECS"].reached
+    assert measured["NUTS"][0].reached and measured["NUTS"][0].seconds_to_target == 120.0
+    # another setting is another measurement
+    assert _race_cache.load(setting._replace(seed=1), "NUTS") is None
 
 
 def test_bad_sizes_are_refused():
