@@ -315,9 +315,11 @@ def _cold_network_note(cold):
 
 
 def _network_mixing_advice(num_chains):
-    """What to do when a network's chains disagree on the evaluation batch."""
-    return ("A network's chains that settle in modes predicting differently do not agree "
-            "with more steps: the predictive ensemble then needs more chains (its error "
+    """What to do when a network's chains have not mixed on the evaluation batch."""
+    return ("For a network: chains still drifting towards a better fit after warm-up (each "
+            "chain's first half reads lower than its second) need a longer num_warmup, not "
+            "more kept draws; chains settled in modes that predict differently do not agree "
+            "with more steps, and the predictive ensemble then needs more chains (its error "
             f"shrinks as 1/sqrt(chains); this run has {int(num_chains or 1)}).")
 
 
