@@ -40,14 +40,13 @@ def _path(setting, method):
 
 
 def load(setting, method):
-    """``(RaceResult, when measured)`` of ``method`` on ``setting``, or ``None``."""
-    from numpyro_sgrld.time_to_accuracy import RaceResult
-
+    """``(fields of its RaceResult, the date it was measured)`` of ``method`` on ``setting``,
+    or ``None``."""
     path = _path(setting, method)
     if not path.exists():
         return None
     data = json.loads(path.read_text())
-    return RaceResult(**data["result"]), data["measured"]
+    return data["result"], data["measured"]
 
 
 def save(setting, method, result):

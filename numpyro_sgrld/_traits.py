@@ -20,6 +20,7 @@ trait                                        read by
 ``integrators.Rescale``                      warm-up (the state when the step changes)
 ``integrators.Settle``                       warm-up's end (a thermostat's equilibrium)
 ``integrators.TakesMetrics``                 the composition (the metrics it can take)
+:class:`numpyro_sgrld.correction.GammaBias`  the verdict's advice (a Γ its adaptation leaves)
 ==========================================  ===============================================
 """
 

@@ -77,6 +77,7 @@ from numpyro_sgrld._traits import trait
 __all__ = [
     "CORRECTIONS",
     "FORMS",
+    "GammaBias",
     "Lag",
     "NoLag",
     "CorrectionState",
@@ -103,6 +104,16 @@ class Lag(NamedTuple):
 
     decay: float
     statistic_order: int = 2
+
+
+class GammaBias(NamedTuple):
+    """A metric's or an integrator's trait (:mod:`numpyro_sgrld._traits`): its adaptation
+    makes Γ non-zero, so without the correction the chain samples another law even at small
+    steps (docs/bias.md); read by the verdict's advice. ``correctable``: whether
+    ``correction="exact"`` on its preset removes it (else a constant preconditioner, SGLD's or
+    SGHMC's, is the fix)."""
+
+    correctable: bool = True
 
 
 class NoLag(NamedTuple):

@@ -271,7 +271,10 @@ class GradientEstimator(NamedTuple):
     trace, after initialisation (warnings). ``settled(state) -> GradientEstimator``
     (optional): the same estimator for the steps after warm-up, given its state at warm-up's
     end (concrete), with what only warm-up changes resolved in Python (no branch on it);
-    ``None`` where nothing is. ``name`` names it in error messages."""
+    ``None`` where nothing is. ``activate(state, centre, position, target, draw, root, key)
+    -> state`` (optional): what warm-up calls at the end of each window after its first, with
+    the window's mean as ``centre`` (:func:`activate_control_variates`). ``name`` names it in
+    error messages."""
 
     init: Callable
     estimate: Callable
@@ -280,6 +283,7 @@ class GradientEstimator(NamedTuple):
     check: Callable | None = None
     name: str = "gradient estimator"
     settled: Callable | None = None
+    activate: Callable | None = None
 
 
 def minibatch() -> GradientEstimator:
@@ -452,7 +456,8 @@ def warmup_control_variates() -> GradientEstimator:
         return settled_forms[active]
 
     return GradientEstimator(init, estimate, needs_full_data=True,
-                             name="warmup_control_variates", settled=settled)
+                             name="warmup_control_variates", settled=settled,
+                             activate=activate_control_variates)
 
 
 def _fixed_active(estimate, active, position, batch, state, target):

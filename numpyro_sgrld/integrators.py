@@ -54,6 +54,7 @@ from numpyro_sgrld._thermostats import (
     sgnht,
 )
 from numpyro_sgrld._tree import tree_normal, tree_where
+from numpyro_sgrld.correction import GammaBias
 
 __all__ = [
     "Integrator",
@@ -358,7 +359,7 @@ def adaptive_drift(drift_scale=1.0, beta1=0.9, beta2=0.999, eps=1e-8) -> Integra
         return position, AdamState(m, v)
 
     return Integrator(init, step, name="adaptive_drift",
-                      traits=(Averages(), BiasLaw((0.5, 0.5))))
+                      traits=(Averages(), BiasLaw((0.5, 0.5)), GammaBias(correctable=False)))
 
 
 # --------------------------------------------------------------------------- BAOAB

@@ -434,7 +434,7 @@ def _race_all(contenders, kernels, setting, ref, sg_cap, speedup, mala_share, lo
     measured = {}
     for name, cap in (("NUTS", exact_cap), ("HMCECS", exact_cap), ("MALA", mala_cap)):
         data = (f"subsample {setting.hmcecs_subsample}" if name == "HMCECS" else "full data")
-        cached = _race_cache.load(setting, name) if name in _race_cache.MEASURED else None
+        cached = _measured(setting, name) if name in _race_cache.MEASURED else None
         first = name in _race_cache.MEASURED and cached is None
         if first:
             cap = _race_cache.LIMIT
@@ -448,10 +448,18 @@ def _race_all(contenders, kernels, setting, ref, sg_cap, speedup, mala_share, lo
         done = results[-1]
         if first and (done.reached or done.note.startswith("stopped at the time cap")):
             _race_cache.save(setting, name, results[-1])
-            cached = _race_cache.load(setting, name)
+            cached = _measured(setting, name)
         if cached is not None:
             measured[name] = cached
     return results, exact_cap, mala_cap, measured
+
+
+def _measured(setting, method):
+    """``(RaceResult, date)`` of ``method``'s cached run to the target, or ``None``."""
+    from numpyro_sgrld import _race_cache
+
+    found = _race_cache.load(setting, method)
+    return None if found is None else (RaceResult(**found[0]), found[1])
 
 
 def write_csv(results, path):

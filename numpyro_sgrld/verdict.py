@@ -44,7 +44,7 @@ from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
 
 from numpyro_sgrld import _evaluation, equipartition
 from numpyro_sgrld._traits import trait
-from numpyro_sgrld.correction import Lag
+from numpyro_sgrld.correction import GammaBias
 
 __all__ = ["MAX_RHAT", "MAX_STEP_SPREAD", "MEAN_ERROR", "MIN_ESS", "Verdict",
            "capped_ess", "check", "judgement", "max_rhat", "rhat_noise", "thermostat_of",
@@ -407,10 +407,6 @@ def _site(site):
     return f"{name!r}[{j}]"
 
 
-#: Metrics that follow the gradients without a moving average (``decay``), whose Γ is not zero.
-ADAPTIVE_METRICS = ("monge", "shampoo")
-
-
 def _duration(step_size, num_steps):
     """The sampling phase's length in time units, :math:`h` × steps (``None``: unknown)."""
     if step_size is None or not num_steps:
@@ -423,7 +419,7 @@ def _duration(step_size, num_steps):
 #: Integrators whose friction is a thermostat :math:`\xi` that must first reach its
 #: equilibrium, and how many of its relaxation times a run must last to be past it
 #: (:math:`e^{-5} < 1\,\%` of the initial offset left).
-THERMOSTATS, RELAXATIONS = ("sgnht", "badodab"), 5.0
+RELAXATIONS = 5.0
 
 
 def thermostat_of(state):
@@ -472,8 +468,7 @@ def _temperature_advice(kernel, wide, duration=None, thermostat=None):
     :math:`\xi`)."""
     integrator = getattr(kernel, "integrator", None)
     relaxation = thermostat_relaxation(thermostat, getattr(kernel, "temperature", 1.0))
-    if (integrator is not None and integrator.name in THERMOSTATS and duration is not None
-            and relaxation is not None and duration < RELAXATIONS * relaxation):
+    if duration is not None and relaxation is not None and duration < RELAXATIONS * relaxation:
         steps = duration and RELAXATIONS * relaxation / duration
         return (f"The thermostat ends at ξ = {relaxation:.3g} (it absorbs the gradient noise: "
                 f"its equilibrium is A + hσ²/2), and it moves towards its equilibrium at a "
@@ -500,14 +495,13 @@ def _temperature_advice(kernel, wide, duration=None, thermostat=None):
         bias = getattr(kernel, "target_bias", None)
         advice.append(f"use a smaller target_bias (now {bias}; half of it about halves the "
                       "step's inflation)")
-    if (metric is not None and (trait(metric, Lag) is not None
-                                or metric.name in ADAPTIVE_METRICS)
-            and getattr(kernel, "correction", None) is None):
+    gamma = [t for t in (trait(h, GammaBias) for h in (metric, integrator) if h is not None)
+             if t is not None]
+    if any(t.correctable for t in gamma) and getattr(kernel, "correction", None) is None:
         advice.append(f"the adaptive metric {metric.name!r} is not Γ-corrected, which "
                       "inflates the variances even at small steps: use correction='exact' "
                       "(small models; docs/bias.md)")
-    if metric is not None and metric.name == "wenzel" or (
-            integrator is not None and integrator.name == "adaptive_drift"):
+    if any(not t.correctable for t in gamma):
         advice.append("this kernel's adaptation has no Γ correction (docs/bias.md): SGLD or "
                       "SGHMC, whose preconditioner is learnt in warm-up and then constant, "
                       "sample the posterior itself")

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from numpyro_sgrld._acceptance import Averages
 from numpyro_sgrld._checks import integer, real
 from numpyro_sgrld._tree import tree_dot, tree_norm
-from numpyro_sgrld.correction import Lag, NoLag
+from numpyro_sgrld.correction import GammaBias, Lag, NoLag
 from numpyro_sgrld.metrics._base import (
     Metric,
     Preconditioner,
@@ -175,4 +175,4 @@ def monge(alpha2="auto", decay=0.9, max_drift_norm=None, freeze_after=None) -> M
         "with alpha2='auto' the metric's strength follows the chain, which Γ does not "
         "differentiate; pass freeze_after=K (alpha2 fixed after K steps, a warm-up of at "
         "least K; MongeSGLD(correction=...) does this) or a number alpha2"))
-    return Metric(init, update, name="monge", traits=(Averages(), lag))
+    return Metric(init, update, name="monge", traits=(Averages(), lag, GammaBias()))

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from numpyro_sgrld._acceptance import Averages
-from numpyro_sgrld.correction import Lag
+from numpyro_sgrld.correction import GammaBias, Lag
 from numpyro_sgrld.metrics._base import (
     Metric,
     Preconditioner,
@@ -93,7 +93,8 @@ def rmsprop(decay=0.99, eps=1e-8, bias_correction=True) -> Metric:
         return precond, RMSpropState(square_avg, count, state.floor)
 
     return Metric(init, update, name="rmsprop",
-                  traits=(Lag(decay), Averages(), WarmStart(warm_start)))
+                  traits=(Lag(decay), Averages(), WarmStart(warm_start),
+                                          GammaBias()))
 
 
 def _rmsprop_diag(eps, v):

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from numpyro_sgrld._checks import flag
-from numpyro_sgrld.correction import Lag, NoLag
+from numpyro_sgrld.correction import GammaBias, Lag, NoLag
 from numpyro_sgrld.metrics._base import (
     Metric,
     Preconditioner,
@@ -323,4 +323,4 @@ def shampoo(
     lag = (Lag(decay) if update_interval == 1 else
            NoLag(f"with update_interval={update_interval}: the Γ correction needs the metric "
                  "to follow the current gradient statistic, so set update_interval=1"))
-    return Metric(init, update, name="shampoo", traits=(lag,))
+    return Metric(init, update, name="shampoo", traits=(lag, GammaBias()))

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from numpyro_sgrld._checks import flag
-from numpyro_sgrld.correction import NoLag
+from numpyro_sgrld.correction import GammaBias, NoLag
 from numpyro_sgrld.metrics._base import (
     Metric,
     Preconditioner,
@@ -78,4 +78,4 @@ def wenzel(decay=0.99, eps=1e-8, update_interval=None, *, lagged_refresh=False) 
 
     return Metric(init, update, name="wenzel", traits=(NoLag(
         "the layer-wise metric is held constant between refreshes, so it has no moving-average "
-        "statistic to differentiate"),))
+        "statistic to differentiate"), GammaBias(correctable=False)))

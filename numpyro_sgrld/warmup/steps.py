@@ -25,7 +25,6 @@ from numpyro_sgrld.adaptation import (
     update_step_size,
 )
 from numpyro_sgrld.gradients import (
-    activate_control_variates,
     hessian_diagonal_estimate,
     shared_flag,
 )
@@ -120,13 +119,14 @@ def learn(spec, state, z, target, idx, est, adaptation, warmup, sampler_state, k
                                                context(spec, state.i, est.aux))
         preconditioner, _ = spec.sampler.metric.update(est.grad, metric_state, z,
                                                context(spec, state.i, est.aux))
-        if spec.gradient.name == "warmup_control_variates":
+        activate = spec.gradient.activate
+        if activate is not None:
             # from the second window on, the window's mean is the centre, if it pays
             last = shared_flag(i + 1 > warmup.window_ends[0], target.axis_name)
             root = preconditioner.noise_transpose or preconditioner.noise
             gradient_state = jax.lax.cond(
                 last,
-                lambda g: activate_control_variates(
+                lambda g: activate(
                     g, warmup.mean, z, target,
                     lambda k: spec.draw(k, None)[0], root,
                     random.fold_in(key_end, 2)),
