@@ -114,3 +114,34 @@ def test_the_sampling_loop_adds_at_most_two_percent_to_a_step(speed):
                      jnp.int32(3), carry)
     alone = _flops(body, val)
     assert alone < in_loop <= 1.02 * alone, in_loop / alone
+
+
+def test_a_networks_function_space_reading_adds_at_most_five_percent_to_a_step():
+    """On ``MCMC``'s own loop a network's kernel evaluates the log-likelihood of its
+    evaluation batch every ``EVERY`` steps (:mod:`numpyro_sgrld._evaluation`): its flops over
+    ``EVERY`` against one step's, on a Haiku MLP of the digits problem's shape (64-100-10,
+    horseshoe priors, minibatch 100)."""
+    import haiku as hk
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    import numpyro_sgrld as ns
+    from numpyro_sgrld._evaluation import EVERY
+    from numpyro_sgrld.haiku import random_haiku_module
+    from numpyro_sgrld.priors import horseshoe
+
+    net = hk.transform(lambda x: hk.nets.MLP([100, 10])(x))
+
+    def model(X, y):
+        f = random_haiku_module("net", net, (BATCH, 64), horseshoe("layer"))
+        with numpyro.plate("data", X.shape[0], subsample_size=BATCH) as idx:
+            numpyro.sample("y", dist.Categorical(logits=f(X[idx])), obs=y[idx])
+
+    X = random.normal(random.PRNGKey(0), (1_000, 64))
+    args = (X, (X[:, 0] > 0).astype(jnp.int32))
+    kernel = ns.SGLD(model, step_size=1e-4)
+    state = kernel.init(random.PRNGKey(0), 0, None, args, {})
+    step = _flops(lambda s: kernel.sample(s, args, {}), state._replace(monitor=None))
+    reading = _flops(lambda z: kernel._evaluation(z, args, {}, constrained=False), state.z)
+    assert reading / EVERY <= 0.05 * step, (reading, step)
