@@ -110,7 +110,21 @@ def reference_noise(ref, problem):
     return energy_distance_with_error(*parts)
 
 
-def ksd_with_error(scores, draws, max_draws=1000, blocks=ENERGY_BLOCKS, c=1.0, beta=-0.5):
+def _evenly(draws, max_draws):
+    n = len(next(iter(draws.values())))
+    idx = np.linspace(0, n - 1, min(n, max_draws)).astype(int)
+    return {k: v[idx] for k, v in draws.items()}
+
+
+def ksd_scale(scores, reference, max_draws=1000):
+    """The reference draws' sd per unconstrained coordinate: the length scale of
+    :func:`ksd_with_error`'s kernel, the same for every row of a table."""
+    x, _ = scores(_evenly(reference, max_draws))
+    return np.asarray(x, np.float64).reshape(len(x), -1).std(0)
+
+
+def ksd_with_error(scores, draws, max_draws=1000, blocks=ENERGY_BLOCKS, c=1.0, beta=-0.5,
+                   scale=None):
     r"""``(estimate, standard error)``: the squared IMQ kernel Stein discrepancy of at most
     ``max_draws`` evenly spaced ``draws`` (``scores``: the problem's
     :func:`~numpyro_sgrld.diagnostics.score_function`) as a U-statistic,
@@ -122,11 +136,16 @@ def ksd_with_error(scores, draws, max_draws=1000, blocks=ENERGY_BLOCKS, c=1.0, b
     positive for draws from another law. The V-statistic's diagonal, :math:`k_0(x, x) \approx
     \|\nabla\log p(x)\|^2 c^{2\beta}`, is smaller for draws nearer the mode, so it reads
     too-narrow draws as closer than exact ones; the U-statistic leaves it out. Its error is
-    the delete-a-block jackknife's, as for :func:`energy_distance_with_error`."""
-    n = len(next(iter(draws.values())))
-    idx = np.linspace(0, n - 1, min(n, max_draws)).astype(int)
-    x, s = (np.asarray(a, np.float64) for a in scores({k: v[idx] for k, v in draws.items()}))
+    the delete-a-block jackknife's, as for :func:`energy_distance_with_error`. With ``scale``
+    (per coordinate, :func:`ksd_scale`) the discrepancy is that of the standardised
+    coordinates :math:`x/\sigma` (scores :math:`\sigma\,\nabla\log p`): the kernel's width
+    ``c`` then spans about one posterior sd in every coordinate, where a width fixed in the
+    model's units would be flat over a posterior much narrower than it."""
+    x, s = (np.asarray(a, np.float64) for a in scores(_evenly(draws, max_draws)))
     x, s = (a[:, None] if a.ndim == 1 else a for a in (x, s))
+    if scale is not None:
+        scale = np.asarray(scale, np.float64)
+        x, s = x / scale, s * scale
     n = len(x)
     k0 = diagnostics._imq_stein_kernel(float(c), float(beta))
     edges = _block_edges(n, blocks)

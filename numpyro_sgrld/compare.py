@@ -293,9 +293,10 @@ def run_compare(
             save_netcdf(ref, out / "reference.nc")
             ref_draws = _rows.latent_only(ref, problem.model, problem.args)
             ref_pooled = _rows.pooled(ref_draws)
-            rows[reference] = _rows.reference_row(ref, ref_seconds,
-                                                  _rows.reference_noise(ref, problem),
-                                                  _rows.ksd_with_error(scores, ref_draws))
+            scale = _rows.ksd_scale(scores, ref_draws)
+            rows[reference] = _rows.reference_row(
+                ref, ref_seconds, _rows.reference_noise(ref, problem),
+                _rows.ksd_with_error(scores, ref_draws, scale=scale))
         else:
             waiting[label] = result
         if ref is None:
@@ -307,7 +308,7 @@ def run_compare(
             draws = _rows.latent_only(idata, problem.model, problem.args)
             energy = _rows.energy_distance_with_error(_rows.pooled(draws), ref_pooled)
             rows[name] = _rows.summary_row(table, idata, seconds, energy,
-                                           _rows.ksd_with_error(scores, draws))
+                                           _rows.ksd_with_error(scores, draws, scale=scale))
             tables[name], idatas[name] = table, idata
             used[name] = rows[name]["step size"]
             r = rows[name]
