@@ -470,7 +470,7 @@ def gamma_demo(path=None, num_chains=2000, num_steps=20000, seed=0):
             l1_predicted=float(diagnostics.histogram_l1(x.ravel(), predicted)),
         )
     if path is not None:
-        plt = plots._pyplot()
+        plt = plots.pyplot()
         fig, axes = plt.subplots(1, 2, figsize=(8, 3), sharey=True)
         grid = np.linspace(-4.5, 4.5, 300)
         for ax, (name, x) in zip(axes, draws.items()):
@@ -484,7 +484,7 @@ def gamma_demo(path=None, num_chains=2000, num_steps=20000, seed=0):
         axes[0].set_yticks([])
         axes[1].legend(fontsize=7, loc="upper right")
         fig.tight_layout()
-        plots._finish(fig, path)
+        plots.save_figure(fig, path)
     return rows
 
 

@@ -210,12 +210,12 @@ def compare_to_reference(
     return table
 
 
-def _chunk_rows(y):
+def chunk_rows(y):
     """Rows per chunk so that a chunk x ``y`` block has about 2^22 numbers."""
     return max(1, 2**22 // len(y))
 
 
-def _sq_distances(a, b):
+def squared_distances(a, b):
     r""":math:`\|a_i - b_j\|^2` as :math:`\|a_i\|^2 + \|b_j\|^2 - 2 a_i^\top b_j` (one matrix
     product; float64, clipped at 0 against rounding)."""
     return np.maximum((a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * (a @ b.T), 0.0)
@@ -223,8 +223,8 @@ def _sq_distances(a, b):
 
 def _mean_distance(x, y):
     r"""The mean of :math:`\|x_i - y_j\|` over all pairs, in chunks of rows."""
-    chunk = _chunk_rows(y)
-    total = sum(float(np.sqrt(_sq_distances(x[i : i + chunk], y)).sum())
+    chunk = chunk_rows(y)
+    total = sum(float(np.sqrt(squared_distances(x[i : i + chunk], y)).sum())
                 for i in range(0, len(x), chunk))
     return total / (len(x) * len(y))
 
@@ -253,12 +253,12 @@ def energy_distance(x, y):
     return 2 * xy - xx - yy
 
 
-def _imq_stein_kernel(c, beta):
+def imq_stein_kernel(c, beta):
     r""":math:`k_0(x_i, y_j)` of the IMQ kernel for blocks ``x`` (n, d), ``y`` (m, d) with
     scores ``sx``, ``sy``; the cross term :math:`(s_y - s_x)^\top (x - y)` expanded into
     matrix products."""
     def k0(x, sx, y, sy):
-        r2 = _sq_distances(x, y)
+        r2 = squared_distances(x, y)
         q = c**2 + r2
         d = x.shape[-1]
         cross = (x @ sy.T - (sy * y).sum(1)[None, :] - (sx * x).sum(1)[:, None] + sx @ y.T)
@@ -296,8 +296,8 @@ def kernel_stein_discrepancy(x, scores, c=1.0, beta=-0.5):
         raise ValueError(f"`x` {x.shape} and `scores` {s.shape} must have the same shape.")
     if not (c > 0 and -1 < beta < 0):
         raise ValueError(f"Need c > 0 and -1 < beta < 0, got c={c}, beta={beta}.")
-    k0 = _imq_stein_kernel(float(c), float(beta))
-    chunk = _chunk_rows(x)
+    k0 = imq_stein_kernel(float(c), float(beta))
+    chunk = chunk_rows(x)
     total = 0.0
     for i in range(0, len(x), chunk):
         total += float(k0(x[i : i + chunk], s[i : i + chunk], x, s).sum())

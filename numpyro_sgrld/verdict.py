@@ -350,7 +350,7 @@ def centred_sites(kernel):
     ``numpyro.infer.inspect.get_dependencies`` on the last run's arguments); ``None`` when the
     model cannot be inspected."""
     model = getattr(kernel, "model", None)
-    args = getattr(kernel, "_model_args", None)
+    args = getattr(kernel, "model_args", None)
     if model is None or args is None:
         return None
     from numpyro.infer.inspect import get_dependencies
@@ -359,7 +359,8 @@ def centred_sites(kernel):
         prior = get_dependencies(model, args[0], args[1])["prior_dependencies"]
     except Exception:  # any model the inspection cannot trace: no model-specific advice
         return None
-    latent = set(getattr(kernel, "_inv_transforms", None) or {})
+    setup = getattr(kernel, "setup", None)
+    latent = set(getattr(setup, "inv_transforms", None) or {})
     return {site: sorted(s for s in deps if s != site and s in latent)
             for site, deps in prior.items()
             if site in latent and any(s != site and s in latent for s in deps)}
@@ -550,11 +551,12 @@ def with_evaluation(draws, kernel, constrained):
     """``draws`` (grouped by chain) with a network's evaluation batch log-likelihood at
     them as the site :data:`numpyro_sgrld._evaluation.NAME` (unchanged for any other
     kernel's model, or without the model's arguments)."""
-    loglik = getattr(kernel, "_evaluation", None)
-    args = getattr(kernel, "_model_args", None)
+    setup = getattr(kernel, "setup", None)
+    loglik = getattr(setup, "evaluation", None)
+    args = getattr(kernel, "model_args", None)
     if loglik is None or args is None or not draws:
         return draws
-    latent = {k: v for k, v in draws.items() if k in kernel._inv_transforms}
+    latent = {k: v for k, v in draws.items() if k in setup.inv_transforms}
     values = _evaluation.loglik_of_draws(loglik, latent, args[0], args[1], constrained)
     return {**draws, _evaluation.NAME: values}
 
