@@ -28,7 +28,7 @@ LAYERS = [
     ("the NumPyro host", {"subsample", "_setup", "_model_host", "_adapter", "kernels",
                           "_presets", "_momentum_kernels", "_cyclical_kernels", "_loop",
                           "_compat", "_run_verdict", "monitor", "verdict", "sharding",
-                          "_evaluation"}),
+                          "_evaluation", "_advice"}),
     ("bridges", {"haiku", "nnx", "equinox", "priors", "conv_priors", "_network_priors"}),
     ("analysis", {"diagnostics", "inference_data", "_arviz", "plots", "predictive",
                   "streaming", "accumulators", "checkpoint", "baselines"}),
