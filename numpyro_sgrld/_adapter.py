@@ -22,6 +22,7 @@ from numpyro_sgrld import _run_verdict as run_verdict
 from numpyro_sgrld import _setup, equipartition
 from numpyro_sgrld._checks import flag, integer, real
 from numpyro_sgrld._composition import build_sampler, init_sampler
+from numpyro_sgrld._potentials import minibatch_potential, minibatch_potential_with_aux
 from numpyro_sgrld._state import SGState
 from numpyro_sgrld._step import Spec, context
 from numpyro_sgrld._traits import trait
@@ -33,8 +34,6 @@ from numpyro_sgrld.gradients import (
     control_variates,
     hessian_diagonal_estimate,
     minibatch,
-    minibatch_potential,
-    minibatch_potential_with_aux,
     warmup_control_variates,
 )
 from numpyro_sgrld.integrators import langevin

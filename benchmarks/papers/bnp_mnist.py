@@ -60,7 +60,7 @@ from numpyro_sgrld import (
     priors,
     random_haiku_module,
 )
-from numpyro_sgrld.gradients import minibatch_potential_with_aux
+from numpyro_sgrld._potentials import minibatch_potential_with_aux
 from numpyro_sgrld.metrics import StepContext
 from numpyro_sgrld.plots import plot_reliability, pyplot
 
