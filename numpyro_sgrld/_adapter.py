@@ -27,7 +27,6 @@ from numpyro_sgrld._state import SGState
 from numpyro_sgrld._step import Spec, context
 from numpyro_sgrld._traits import trait
 from numpyro_sgrld._tree import tree_norm
-from numpyro_sgrld.adaptation import CHAIN_AXIS, check_adaptation
 from numpyro_sgrld.gradients import (
     GradientEstimator,
     Target,
@@ -50,6 +49,7 @@ from numpyro_sgrld.subsample import (
     init_batching,
 )
 from numpyro_sgrld.warmup import steps as warmup_steps
+from numpyro_sgrld.warmup.adaptation import CHAIN_AXIS, check_adaptation
 
 __all__ = ["SGMCMC", "SGState"]
 

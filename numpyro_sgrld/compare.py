@@ -24,7 +24,6 @@ from numpyro.infer import MCMC
 
 from numpyro_sgrld import _arviz, _rows, diagnostics, plots
 from numpyro_sgrld._parallel import run_all
-from numpyro_sgrld.adaptation import MIN_WARMUP
 from numpyro_sgrld.inference_data import (
     SG_EXTRA_FIELDS,
     reference_posterior,
@@ -45,6 +44,7 @@ from numpyro_sgrld.report import (
     format_table,
     verdict_paragraph,
 )
+from numpyro_sgrld.warmup.adaptation import MIN_WARMUP
 
 __all__ = ["PROBLEMS", "KERNELS", "BASELINES", "DEFAULT_KERNELS", "Problem", "run_compare",
            "format_table", "verdict_paragraph"]
