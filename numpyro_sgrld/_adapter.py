@@ -33,11 +33,9 @@ from numpyro_sgrld.gradients import (
     control_variates,
     hessian_diagonal_estimate,
     minibatch,
-    warmup_control_variates,
 )
 from numpyro_sgrld.integrators import langevin
-from numpyro_sgrld.metrics import Aux, learnt
-from numpyro_sgrld.metrics import identity as identity_metric
+from numpyro_sgrld.metrics import Aux
 from numpyro_sgrld.schedules import as_schedule
 from numpyro_sgrld.sharding import check_divisible, index_sharding
 from numpyro_sgrld.subsample import (
@@ -48,6 +46,7 @@ from numpyro_sgrld.subsample import (
     full_batch_opaque,
     init_batching,
 )
+from numpyro_sgrld.warmup import choices
 from numpyro_sgrld.warmup import steps as warmup_steps
 from numpyro_sgrld.warmup.adaptation import CHAIN_AXIS, check_adaptation
 
@@ -272,11 +271,11 @@ class SGMCMC(MCMCKernel):
         #: The :class:`~numpyro_sgrld.gradients.GradientEstimator`.
         self.gradient = _gradient_estimator(
             gradient, control_variate, mode_steps, start_at_centre, model)
-        if step_size is None and gradient is None and control_variate is None and (
-                model is not None):
-            self.gradient = warmup_control_variates()
+        # what step_size=None turns on: numpyro_sgrld.warmup.choices
+        self.gradient = choices.default_gradient(
+            step_size, gradient, control_variate, model is not None) or self.gradient
         if metric is None:
-            metric = learnt() if step_size is None else identity_metric()
+            metric = choices.default_metric(step_size)
         integrator = langevin() if integrator is None else integrator
         build_sampler(metric, integrator, correction, correction_form)  # refuses misfits now
         self._correction_form = correction_form
