@@ -15,7 +15,7 @@ from jax.flatten_util import ravel_pytree
 from numpyro_sgrld._tree import tree_dot
 
 __all__ = ["ControlVariate", "Estimate", "GradientEstimator", "Target", "centre_distance",
-           "centred", "control_variate", "control_variate_estimate", "find_mode",
+           "centred_estimate", "control_variate", "control_variate_estimate", "find_mode",
            "hessian_diagonal_estimate"]
 
 
@@ -94,7 +94,7 @@ def control_variate_estimate(potential, cv, z, idx):
     :math:`\nabla U(\hat\theta) - \nabla\hat U_B(\hat\theta)` added to every gradient on this
     minibatch (for correction terms that re-evaluate the gradient elsewhere).
     """
-    value, grad, _, _, _, shift = centred(z, idx, cv, lambda x, b: (potential(x, b), {}))
+    value, grad, _, _, _, shift = centred_estimate(z, idx, cv, lambda x, b: (potential(x, b), {}))
     return value, grad, shift
 
 
@@ -188,7 +188,7 @@ class GradientEstimator(NamedTuple):
     activate: Callable | None = None
 
 
-def centred(position, batch, cv, potential):
+def centred_estimate(position, batch, cv, potential):
     """``(value, grad, aux, oracle, batch_value, shift)`` of the control-variate estimate
     centred at ``cv`` (:func:`control_variate_estimate`) for ``potential(z, batch) -> (value,
     aux)``, with the model's auxiliary values at ``position``; ``batch_value`` is the plain

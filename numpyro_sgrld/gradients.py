@@ -43,7 +43,7 @@ from numpyro_sgrld._estimators import (
     GradientEstimator,
     Target,
     centre_distance,
-    centred,
+    centred_estimate,
     control_variate,
     control_variate_estimate,
     find_mode,
@@ -130,7 +130,8 @@ def control_variates(centre="mode", mode_steps=1000, start_at_centre=False) -> G
         return control_variate(target.full_potential, point)
 
     def estimate(position, batch, cv, target):
-        value, grad, aux, oracle, batch_value, _ = centred(position, batch, cv, target.potential)
+        value, grad, aux, oracle, batch_value, _ = centred_estimate(position, batch, cv,
+                                                                    target.potential)
         return Estimate(value, grad, aux, cv, oracle, batch_value)
 
     def start(cv, z):
@@ -182,7 +183,7 @@ def warmup_control_variates() -> GradientEstimator:
             active = shared_flag(state.active, target.axis_name)
 
         def centred(position):
-            value, grad, aux, _, batch_value, _ = centred(position, batch, state.cv,
+            value, grad, aux, _, batch_value, _ = centred_estimate(position, batch, state.cv,
                                                            target.potential)
             return value, grad, aux, batch_value
 
@@ -192,7 +193,7 @@ def warmup_control_variates() -> GradientEstimator:
             return value, grad, aux, value
 
         def centred_oracle(z):
-            return centred(z, batch, state.cv, target.potential)[3](z)
+            return centred_estimate(z, batch, state.cv, target.potential)[3](z)
 
         def plain_oracle(z):
             return jax.value_and_grad(lambda x: target.potential(x, batch)[0])(z)
@@ -314,7 +315,8 @@ def svrg(update_every=None) -> GradientEstimator:
         if target.step is not None:
             refresh = (target.step > 0) & (target.step % every == 0)
             cv = lax.cond(refresh, lambda: anchor(target, position), lambda: cv)
-        value, grad, aux, oracle, batch_value, _ = centred(position, batch, cv, target.potential)
+        value, grad, aux, oracle, batch_value, _ = centred_estimate(position, batch, cv,
+                                                                    target.potential)
         return Estimate(value, grad, aux, cv, oracle, batch_value)
 
     return GradientEstimator(init, estimate, needs_full_data=True, name="svrg")
