@@ -31,6 +31,7 @@ from numpyro_sgrld._compat import (
     fast_sampling_loop,
 )
 from numpyro_sgrld._composition import SamplerState
+from numpyro_sgrld._potentials import auxiliary, minibatch_potential
 from numpyro_sgrld.checkpoint import Checkpoint, load_checkpoint, resume, save_checkpoint
 from numpyro_sgrld.diagnostics import (
     bias_vs_step_size,
@@ -41,7 +42,6 @@ from numpyro_sgrld.diagnostics import (
     score_function,
 )
 from numpyro_sgrld.equinox import random_eqx_module  # imports equinox only when called
-from numpyro_sgrld.gradients import auxiliary, minibatch_potential
 from numpyro_sgrld.haiku import random_haiku_module
 from numpyro_sgrld.inference_data import (
     SG_EXTRA_FIELDS,

@@ -22,24 +22,20 @@ from numpyro_sgrld import _run_verdict as run_verdict
 from numpyro_sgrld import _setup, equipartition
 from numpyro_sgrld._checks import flag, integer, real
 from numpyro_sgrld._composition import build_sampler, init_sampler
+from numpyro_sgrld._potentials import minibatch_potential, minibatch_potential_with_aux
 from numpyro_sgrld._state import SGState
 from numpyro_sgrld._step import Spec, context
 from numpyro_sgrld._traits import trait
 from numpyro_sgrld._tree import tree_norm
-from numpyro_sgrld.adaptation import CHAIN_AXIS, check_adaptation
 from numpyro_sgrld.gradients import (
     GradientEstimator,
     Target,
     control_variates,
     hessian_diagonal_estimate,
     minibatch,
-    minibatch_potential,
-    minibatch_potential_with_aux,
-    warmup_control_variates,
 )
 from numpyro_sgrld.integrators import langevin
-from numpyro_sgrld.metrics import Aux, learnt
-from numpyro_sgrld.metrics import identity as identity_metric
+from numpyro_sgrld.metrics import Aux
 from numpyro_sgrld.schedules import as_schedule
 from numpyro_sgrld.sharding import check_divisible, index_sharding
 from numpyro_sgrld.subsample import (
@@ -50,7 +46,9 @@ from numpyro_sgrld.subsample import (
     full_batch_opaque,
     init_batching,
 )
+from numpyro_sgrld.warmup import choices
 from numpyro_sgrld.warmup import steps as warmup_steps
+from numpyro_sgrld.warmup.adaptation import CHAIN_AXIS, check_adaptation
 
 __all__ = ["SGMCMC", "SGState"]
 
@@ -273,11 +271,11 @@ class SGMCMC(MCMCKernel):
         #: The :class:`~numpyro_sgrld.gradients.GradientEstimator`.
         self.gradient = _gradient_estimator(
             gradient, control_variate, mode_steps, start_at_centre, model)
-        if step_size is None and gradient is None and control_variate is None and (
-                model is not None):
-            self.gradient = warmup_control_variates()
+        # what step_size=None turns on: numpyro_sgrld.warmup.choices
+        self.gradient = choices.default_gradient(
+            step_size, gradient, control_variate, model is not None) or self.gradient
         if metric is None:
-            metric = learnt() if step_size is None else identity_metric()
+            metric = choices.default_metric(step_size)
         integrator = langevin() if integrator is None else integrator
         build_sampler(metric, integrator, correction, correction_form)  # refuses misfits now
         self._correction_form = correction_form
@@ -288,22 +286,19 @@ class SGMCMC(MCMCKernel):
         self.metric, self.integrator, self.correction = metric, integrator, correction
         if step_size is None:
             check_adaptation(None, integrator, self.temperature)
-        self._plates, self._inferred_num_data, self._checked_data = (), None, None
-        self._model_args = None  # (args, kwargs) of the last run, for the verdict's advice
-        self._prepared_model, self._inv_transforms, self._replay = None, None, False
+        #: The model's :class:`~numpyro_sgrld._model_host.ModelSetup` (its plates, :math:`N`,
+        #: transforms, network sites), set by :meth:`init`.
+        self.setup = model_host.ModelSetup()
+        #: ``(args, kwargs)`` of the last run (for the verdict's advice and readings).
+        self.model_args = None
         self._spec = None  # the step's Spec, built by init once the plates are known
         # (spec, state, target, adapting) -> state: the step with the warm-up around it (a
         # cyclical preset wraps it in its exploration stage)
         self._transition = warmup_steps.transition
         self._sample_fn = None
         self._axis_name = None  # CHAIN_AXIS with vectorised chains: the kernel's own vmap's
-        self._jitted = {}
-        self._run = None  # the run MCMC's own loop drives, for the verdict at its end
-        #: the latent sites a network bridge sampled (set up with the model): the verdict
-        #: judges a network in function space
-        self.network_sites = frozenset()
-        # a network's function-space reading (numpyro_sgrld._evaluation.loglik_fn), or None
-        self._evaluation = None
+        self._once = model_host.Once()
+        self.run_info = None  # the run MCMC's own loop drives, for the verdict at its end
         self._settled = {}  # settled gradient estimator -> _AfterWarmup
 
     @property
@@ -319,7 +314,13 @@ class SGMCMC(MCMCKernel):
     @property
     def subsample_plates(self):
         """The subsample plates found in the model (set by :meth:`init`)."""
-        return self._plates
+        return self.setup.plates
+
+    @property
+    def network_sites(self):
+        """The latent sites a network bridge sampled (set by :meth:`init`): the verdict
+        judges a network in function space."""
+        return self.setup.network_sites
 
     @property
     def num_data(self):
@@ -330,7 +331,7 @@ class SGMCMC(MCMCKernel):
         without subsampling); else 1."""
         if self._num_data_arg is not None:
             return self._num_data_arg
-        return self._inferred_num_data or 1
+        return self.setup.num_data or 1
 
     def _step_size(self, i, adaptation=None):
         """:math:`h_i`: the schedule's, or the adaptation's current step."""
@@ -347,12 +348,13 @@ class SGMCMC(MCMCKernel):
         # NumPy arrays in the model arguments become JAX arrays, so that the model can index
         # them with the (traced) minibatch indices, e.g. ``X[idx]``.
         args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
-        full = minibatch_potential(full_batch_opaque(self._prepared_model), args, kwargs)
+        setup = self.setup
+        full = minibatch_potential(full_batch_opaque(setup.prepared), args, kwargs)
         return Target(
-            minibatch_potential_with_aux(self._prepared_model, args, kwargs),
+            minibatch_potential_with_aux(setup.prepared, args, kwargs),
             lambda z: full(z, {}),
-            lambda key: draw_indices(key, self._plates, None)[0],
-            steps_per_epoch=_setup.steps_per_epoch(self._plates),
+            lambda key: draw_indices(key, setup.plates, None)[0],
+            steps_per_epoch=_setup.steps_per_epoch(setup.plates),
             step=step,
             axis_name=self._axis_name,
         )
@@ -360,7 +362,7 @@ class SGMCMC(MCMCKernel):
     def _init_one(self, z, rng_key, model_args, model_kwargs, num_warmup=0):
         spec = self._spec
         key_next, key_sampler, key_batch, key_idx = random.split(rng_key, 4)
-        batch_state = init_batching(key_batch, self._plates, self._batching)
+        batch_state = init_batching(key_batch, self.setup.plates, self._batching)
         idx, _ = spec.draw(key_idx, batch_state)
         target = self._target(model_args, model_kwargs)._replace(axis_name=None)
         gradient_state = self.gradient.init(z, key_sampler, target)
@@ -400,12 +402,12 @@ class SGMCMC(MCMCKernel):
                     gradient=None):
         """One transition of one chain (:func:`numpyro_sgrld.warmup.steps.transition`);
         ``step`` is its index, unbatched for vectorised chains; ``gradient`` replaces the
-        spec's estimator (its settled form after warm-up, :meth:`_after_warmup`)."""
+        spec's estimator (its settled form after warm-up, :meth:`after_warmup`)."""
         target = self._target(model_args, model_kwargs, state.i if step is None else step)
         spec = self._spec if gradient is None else self._spec._replace(gradient=gradient)
         return self._transition(spec, state, target, adapting)
 
-    def _after_warmup(self, state):
+    def after_warmup(self, state):
         """This kernel's transitions for the steps after the step-size adaptation's warm-up,
         given the (concrete) state at its end: an object whose ``sample`` is :meth:`sample`
         with ``adapting=False`` known when traced (none of the warm-up's branches:
@@ -434,11 +436,15 @@ class SGMCMC(MCMCKernel):
         else:
             rng_key, key_init = random.split(rng_key)
         if self._model is not None:
-            self._model_args = (model_args, model_kwargs)
-            init_params = model_host.setup_model(self, key_init, init_params, model_args,
-                                                 model_kwargs)
+            self.model_args = (model_args, model_kwargs)
+            self.setup = model_host.set_up(self._model, self.metric, self._init_strategy,
+                                           model_args, model_kwargs)
+            model_host.check_data(self.setup, self._once, model_args, model_kwargs)
+            init_params = model_host.initial_positions(
+                self.setup, self._model, self._init_strategy, self._once, key_init,
+                init_params, model_args, model_kwargs)
             first = init_params if not vectorized else jax.tree.map(lambda x: x[0], init_params)
-            model_host.check_observed(self, first, model_args, model_kwargs)
+            model_host.check_observed(self.setup, self._once, first, model_args, model_kwargs)
         elif init_params is None:
             raise ValueError(
                 "`init_params` must be given when the kernel is built from `potential_fn`: "
@@ -448,7 +454,7 @@ class SGMCMC(MCMCKernel):
             _setup.check_potential_init_params(
                 init_params, rng_key.shape[0] if vectorized else None
             )
-        check_divisible(self._plates, self._index_sharding)
+        check_divisible(self.setup.plates, self._index_sharding)
         if self.adapts_step_size:
             check_adaptation(num_warmup, self.integrator, self.temperature)
         self._axis_name = CHAIN_AXIS if vectorized else None
@@ -457,20 +463,20 @@ class SGMCMC(MCMCKernel):
                                 self._correction_form)
         self._spec = Spec(sampler, self.gradient, self.temperature, self._check_proposal,
                           self.target_bias, self._step_size,
-                          partial(_draw, self._plates, self._index_sharding), self.num_data,
-                          _setup.steps_per_epoch(self._plates))
+                          partial(_draw, self.setup.plates, self._index_sharding),
+                          self.num_data, _setup.steps_per_epoch(self.setup.plates))
         if vectorized:
             self._sample_fn = partial(_sample_vectorized, self._sample_one)
             init_one = jax.vmap(self._init_one, in_axes=(0, 0, None, None, None))
         else:
             self._sample_fn = self._sample_one
             init_one = self._init_one
-        init_one = model_host.jit_once(self, ("init", vectorized), init_one, model_args,
+        init_one = model_host.jit_once(self._once, ("init", vectorized), init_one, model_args,
                                        model_kwargs)
         state = init_one(
             init_params, rng_key, model_args, model_kwargs, jnp.asarray(num_warmup, jnp.int32)
         )
-        _setup.check_initial_density(state, vectorized, self._prepared_model, model_args,
+        _setup.check_initial_density(state, vectorized, self.setup.prepared, model_args,
                                      model_kwargs)
         if self.gradient.check is not None:
             self.gradient.check(state.gradient_state)
@@ -488,7 +494,7 @@ class SGMCMC(MCMCKernel):
     def _observed(self, state, new, model_args, model_kwargs):
         """``new`` with the run's moments updated when ``MCMC``'s own loop drives the kernel
         (:func:`~numpyro_sgrld._run_verdict.observe`)."""
-        if state.monitor is not None and self._run is not None:
+        if state.monitor is not None and self.run_info is not None:
             new = run_verdict.observe(self, state, new, model_args, model_kwargs)
         return new
 
@@ -498,15 +504,15 @@ class SGMCMC(MCMCKernel):
         if self._model is None:
             return identity
         model_args, model_kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs or {}))
-        if self._replay:
+        if self.setup.replay:
             return partial(
                 constrain_fn,
-                full_batch(self._prepared_model),
+                full_batch(self.setup.prepared),
                 model_args,
                 model_kwargs,
                 return_deterministic=True,
             )
-        return partial(transform_fn, self._inv_transforms)
+        return partial(transform_fn, self.setup.inv_transforms)
 
     def get_diagnostics_str(self, state):
         adapting = state.adaptation is not None and int(state.i) < int(
@@ -542,7 +548,7 @@ def _sample_vectorized(sample_one, state, model_args, model_kwargs, adapting=Non
 
 
 class _AfterWarmup:
-    """A kernel's transitions after warm-up (:meth:`SGMCMC._after_warmup`): ``sample`` as
+    """A kernel's transitions after warm-up (:meth:`SGMCMC.after_warmup`): ``sample`` as
     the kernel's, with ``adapting=False`` known when traced and ``gradient`` as its
     estimator. What :func:`numpyro_sgrld._loop.collect` runs after the step-size
     adaptation's warm-up on an accelerator."""

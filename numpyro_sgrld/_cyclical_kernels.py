@@ -10,6 +10,7 @@ from numpyro_sgrld._adapter import SGMCMC
 from numpyro_sgrld._checks import integer, real
 from numpyro_sgrld.integrators import langevin, sghmc
 from numpyro_sgrld.schedules import cyclical
+from numpyro_sgrld.warmup import choices
 from numpyro_sgrld.warmup import steps as warmup_steps
 
 __all__ = ["CYCLE_LENGTH", "CyclicalSGHMC", "CyclicalSGLD", "exploration_stage"]
@@ -80,7 +81,7 @@ class _Cyclical:
 
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
         # the cycles begin after the warm-up when the peak step is adapted there
-        self._cycle_start = int(num_warmup) if self.adapts_step_size else 0
+        self._cycle_start = choices.cycle_start(num_warmup, self.adapts_step_size)
         self._transition = exploration_stage(warmup_steps.transition, *self._exploration,
                                              self._cycle_start)
         return super().init(rng_key, num_warmup, init_params, model_args, model_kwargs)

@@ -38,7 +38,7 @@ Two loops do this, chosen by :data:`GROUP` (by default by the backend):
 
 Both give the same draws. On an accelerator (:data:`SETTLED`) the steps after the step-size
 adaptation's warm-up run in a second compiled loop, of the kernel's transitions compiled for
-that phase (the kernel's ``_after_warmup``: none of the warm-up's branches, the control
+that phase (the kernel's ``after_warmup``: none of the warm-up's branches, the control
 variates' switch resolved), the same transitions without the branches that no longer move.
 
 The loop is compiled once per (step function, transform) pair (the
@@ -158,7 +158,7 @@ PENDING_BYTES = 256 * 2**20
 
 
 #: Whether the steps after the step-size adaptation's warm-up run the kernel's transitions
-#: compiled for that phase (``_after_warmup``: none of the warm-up's branches, the control
+#: compiled for that phase (``after_warmup``: none of the warm-up's branches, the control
 #: variates' switch resolved): ``None`` chooses by the backend (on an accelerator, where a
 #: ``conditional`` may cost a host synchronisation per step; on a CPU a branch costs less
 #: than compiling a second program).
@@ -177,11 +177,11 @@ _settled_bodies = OrderedDict()
 
 def _settled_body(body_fun, val):
     """``body_fun`` (``MCMC``'s ``partial`` with the kernel as its ``sampler``) with the
-    kernel's transitions after warm-up for the state in ``val`` (``_after_warmup``), or
+    kernel's transitions after warm-up for the state in ``val`` (``after_warmup``), or
     ``None`` where the kernel has none; the same object for the same pair, so that its
     compiled loop is found again."""
     keywords = getattr(body_fun, "keywords", None) or {}
-    after = getattr(keywords.get("sampler"), "_after_warmup", None)
+    after = getattr(keywords.get("sampler"), "after_warmup", None)
     phase = None if after is None else after(_state_of(val))
     if phase is None:
         return None

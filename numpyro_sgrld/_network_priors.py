@@ -20,8 +20,8 @@ import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
 
+from numpyro_sgrld._potentials import auxiliary
 from numpyro_sgrld._setup import NETWORK
-from numpyro_sgrld.gradients import auxiliary
 from numpyro_sgrld.metrics.bnp import layer_inputs_name
 
 

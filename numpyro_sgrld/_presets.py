@@ -1,17 +1,6 @@
 """What the presets of :mod:`numpyro_sgrld.kernels` share: their docstrings' common
-parameters and example, and the coordinates an adaptive metric works in."""
-
-
-from numpyro_sgrld.metrics import (
-    whitened,
-)
-
-
-def _in_learnt_coordinates(metric, step_size):
-    """An adaptive preset's metric: with ``step_size=None``, in the coordinates of a dense
-    metric learnt in warm-up (:func:`~numpyro_sgrld.metrics.whitened`, for at most
-    :data:`~numpyro_sgrld.metrics.constant.DENSE_MAX_DIM` coordinates); as given otherwise."""
-    return whitened(metric) if step_size is None else metric
+parameters and example (the coordinates an adaptive metric works in are chosen in
+:mod:`numpyro_sgrld.warmup.choices`)."""
 
 
 _COMMON = """    :param model: NumPyro model (or ``potential_fn=``).

@@ -10,7 +10,7 @@ their Monte Carlo errors, the energy distance to the reference with its Monte Ca
 
 import numpy as np
 
-from numpyro_sgrld import _arviz, diagnostics
+from numpyro_sgrld import _arviz, diagnostics, distances
 from numpyro_sgrld.report import ACCURATE_MEAN, ACCURATE_SD, equipartition_reading
 from numpyro_sgrld.subsample import full_batch
 from numpyro_sgrld.verdict import MAX_RHAT, MIN_ESS
@@ -47,9 +47,9 @@ def _block_sums(a, b, edges_a, edges_b):
     of rows, as :func:`~numpyro_sgrld.diagnostics.energy_distance`)."""
     out = np.zeros((len(edges_a) - 1, len(edges_b) - 1))
     block_of = np.repeat(np.arange(len(edges_a) - 1), np.diff(edges_a))
-    chunk = diagnostics._chunk_rows(b)
+    chunk = distances.chunk_rows(b)
     for i in range(0, len(a), chunk):
-        d = np.sqrt(diagnostics._sq_distances(a[i : i + chunk], b))
+        d = np.sqrt(distances.squared_distances(a[i : i + chunk], b))
         np.add.at(out, block_of[i : i + chunk], np.add.reduceat(d, edges_b[:-1], axis=1))
     return out
 
@@ -147,12 +147,12 @@ def ksd_with_error(scores, draws, max_draws=1000, blocks=ENERGY_BLOCKS, c=1.0, b
         scale = np.asarray(scale, np.float64)
         x, s = x / scale, s * scale
     n = len(x)
-    k0 = diagnostics._imq_stein_kernel(float(c), float(beta))
+    k0 = distances.imq_stein_kernel(float(c), float(beta))
     edges = _block_edges(n, blocks)
     block_of = np.repeat(np.arange(len(edges) - 1), np.diff(edges))
     sums = np.zeros((len(edges) - 1, len(edges) - 1))
     diagonal = np.zeros(len(edges) - 1)
-    chunk = diagnostics._chunk_rows(x)
+    chunk = distances.chunk_rows(x)
     for i in range(0, n, chunk):
         m = k0(x[i : i + chunk], s[i : i + chunk], x, s)
         np.add.at(sums, block_of[i : i + chunk], np.add.reduceat(m, edges[:-1], axis=1))

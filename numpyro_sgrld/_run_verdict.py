@@ -4,7 +4,7 @@
 (:mod:`numpyro_sgrld.monitor`), sent to the host on the run's last step, and a warning with the
 :func:`~numpyro_sgrld.verdict.judgement` when the draws cannot be trusted (mixing, rejections,
 the equipartition readings of :mod:`numpyro_sgrld.equipartition`). The kernel keeps the
-run's :class:`_RunInfo` as ``kernel._run``."""
+run's :class:`_RunInfo` as ``kernel.run_info``."""
 
 import sys
 import warnings
@@ -60,7 +60,7 @@ def arm(kernel, state, num_warmup, vectorized):
     no kernel, so it is read from the ``MCMC`` that called the kernel's ``init``; without one,
     or with the kernels' own loop (which judges the kept draws), or for a run of fewer than 4
     steps, nothing is kept."""
-    previous, kernel._run = kernel._run, None
+    previous, kernel.run_info = kernel.run_info, None
     mcmc = _calling_mcmc()
     if (mcmc is None or fast_sampling_loop_enabled() or not _setup.concrete(state.i)
             or mcmc.num_samples < 4):
@@ -74,10 +74,10 @@ def arm(kernel, state, num_warmup, vectorized):
     # MCMC's sequential chains each call init: their reports join the earlier chains'
     reports = previous.reports if previous is not None and previous.owner == id(mcmc) else []
     names = [names[k] for k in index]
-    evaluation = getattr(kernel, "_evaluation", None) is not None
+    evaluation = kernel.setup.evaluation is not None
     if evaluation:  # a network's chains are judged in function space
         names.append((_evaluation.NAME, 0))
-    kernel._run = _RunInfo(int(num_warmup), int(mcmc.num_samples), int(mcmc.num_chains),
+    kernel.run_info = _RunInfo(int(num_warmup), int(mcmc.num_samples), int(mcmc.num_chains),
                          index, names, reports, id(mcmc), evaluation)
     fresh = monitor.init_monitor(len(names), flat.dtype, held=int(evaluation))
     if vectorized:
@@ -91,7 +91,7 @@ def observe(kernel, state, new, model_args=(), model_kwargs=None):
     go to the host for the verdict (:func:`report`). A network's evaluation batch
     log-likelihood is evaluated every :data:`~numpyro_sgrld._evaluation.EVERY` post-warm-up
     steps (at the model's arguments) and held in between."""
-    run = kernel._run
+    run = kernel.run_info
     vectorized = jnp.ndim(new.i) == 1
     # the transition's index (not the step counter i: a cyclical preset's exploration
     # runs several steps in one transition)
@@ -108,7 +108,7 @@ def observe(kernel, state, new, model_args=(), model_kwargs=None):
         if run.evaluation:
             held = jax.lax.cond(
                 evaluate,
-                lambda: jnp.atleast_1d(kernel._evaluation(
+                lambda: jnp.atleast_1d(kernel.setup.evaluation(
                     z, model_args, model_kwargs or {}, constrained=False)).astype(x.dtype),
                 lambda: m.held)
             x = jnp.concatenate([x, held])
@@ -139,7 +139,7 @@ def report(kernel, sums, squares, origin, rejected, step_size, equipartition_sum
     """Host side: collect the chains' moments and equipartition sums; once every chain of
     the run has reported, warn with the :func:`~numpyro_sgrld.verdict.judgement` when the
     draws cannot be trusted."""
-    run = kernel._run
+    run = kernel.run_info
     if run is None:
         return
     sums, squares, origin = (np.asarray(x) for x in (sums, squares, origin))

@@ -360,7 +360,7 @@ def constraining_transforms(model_trace):
 
 def check_aux(model_trace, metric):
     """Refuse a metric that reads auxiliary values the model does not record."""
-    from numpyro_sgrld.gradients import AUX_SITE
+    from numpyro_sgrld._potentials import AUX_SITE
 
     recorded = {name for name, site in model_trace.items() if site["type"] == AUX_SITE}
 

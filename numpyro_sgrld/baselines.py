@@ -36,7 +36,7 @@ from numpyro.infer import HMC, MCMC, SVI, Trace_ELBO, init_to_value
 from numpyro.infer.autoguide import AutoDelta, AutoNormal
 from numpyro.optim import Adam
 
-from numpyro_sgrld.gradients import minibatch_potential
+from numpyro_sgrld._potentials import minibatch_potential
 from numpyro_sgrld.kernels import SGLD
 from numpyro_sgrld.subsample import draw_indices, find_subsample_plates, full_batch
 

@@ -24,7 +24,6 @@ from numpyro.infer import MCMC
 
 from numpyro_sgrld import _arviz, _rows, diagnostics, plots
 from numpyro_sgrld._parallel import run_all
-from numpyro_sgrld.adaptation import MIN_WARMUP
 from numpyro_sgrld.inference_data import (
     SG_EXTRA_FIELDS,
     reference_posterior,
@@ -45,6 +44,7 @@ from numpyro_sgrld.report import (
     format_table,
     verdict_paragraph,
 )
+from numpyro_sgrld.warmup.adaptation import MIN_WARMUP
 
 __all__ = ["PROBLEMS", "KERNELS", "BASELINES", "DEFAULT_KERNELS", "Problem", "run_compare",
            "format_table", "verdict_paragraph"]
@@ -470,7 +470,7 @@ def gamma_demo(path=None, num_chains=2000, num_steps=20000, seed=0):
             l1_predicted=float(diagnostics.histogram_l1(x.ravel(), predicted)),
         )
     if path is not None:
-        plt = plots._pyplot()
+        plt = plots.pyplot()
         fig, axes = plt.subplots(1, 2, figsize=(8, 3), sharey=True)
         grid = np.linspace(-4.5, 4.5, 300)
         for ax, (name, x) in zip(axes, draws.items()):
@@ -484,7 +484,7 @@ def gamma_demo(path=None, num_chains=2000, num_steps=20000, seed=0):
         axes[0].set_yticks([])
         axes[1].legend(fontsize=7, loc="upper right")
         fig.tight_layout()
-        plots._finish(fig, path)
+        plots.save_figure(fig, path)
     return rows
 
 

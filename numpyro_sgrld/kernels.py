@@ -27,18 +27,17 @@ from functools import partial
 from numpyro_sgrld._adapter import SGMCMC
 from numpyro_sgrld._cyclical_kernels import CYCLE_LENGTH, CyclicalSGHMC, CyclicalSGLD
 from numpyro_sgrld._momentum_kernels import BADODAB, BAOAB, SGHMC, SGNHT
-from numpyro_sgrld._presets import _COMMON, _example, _in_learnt_coordinates
+from numpyro_sgrld._presets import _COMMON, _example
 from numpyro_sgrld.integrators import adaptive_drift, langevin
 from numpyro_sgrld.metrics import (
     bnp,
-    identity,
-    learnt,
     monge,
     rmsprop,
     shampoo,
     wenzel,
 )
 from numpyro_sgrld.metrics.monge import AUTO_FREEZE
+from numpyro_sgrld.warmup import choices
 
 __all__ = [
     "CYCLE_LENGTH",
@@ -167,7 +166,7 @@ class PSGLD(SGMCMC):
         **kwargs,
     ):
         metric = rmsprop(decay, eps, bias_correction=bias_correction)
-        metric = _in_learnt_coordinates(metric, step_size)
+        metric = choices.preset_metric(metric, step_size)
         super().__init__(
             model, step_size, metric=metric, integrator=langevin(), correction=correction, **kwargs
         )
@@ -238,7 +237,7 @@ class MongeSGLD(SGMCMC):
         # with Γ, an adapted alpha2 is fixed after AUTO_FREEZE steps (metrics.monge)
         freeze = AUTO_FREEZE if auto and correction is not None else None
         metric = monge(alpha2, decay, max_drift_norm=max_drift_norm, freeze_after=freeze)
-        metric = _in_learnt_coordinates(metric, step_size)
+        metric = choices.preset_metric(metric, step_size)
         self._freeze_alpha2 = freeze
         super().__init__(
             model, step_size, metric=metric, integrator=langevin(), correction=correction, **kwargs
@@ -333,7 +332,7 @@ class ShampooSGLD(SGMCMC):
             precondition_vectors=precondition_vectors,
             ridge=ridge,
         )
-        metric = _in_learnt_coordinates(metric, step_size)
+        metric = choices.preset_metric(metric, step_size)
         super().__init__(
             model, step_size, metric=metric, integrator=langevin(), correction=correction, **kwargs
         )
@@ -382,7 +381,7 @@ class WenzelSGLD(SGMCMC):
         **kwargs,
     ):
         metric = wenzel(decay, eps, update_interval, lagged_refresh=lagged_refresh)
-        metric = _in_learnt_coordinates(metric, step_size)
+        metric = choices.preset_metric(metric, step_size)
         super().__init__(model, step_size, metric=metric, integrator=langevin(), **kwargs)
 
 
@@ -440,7 +439,7 @@ class AdamSGLD(SGMCMC):
     ):
         integrator = adaptive_drift(drift_scale, beta1, beta2, eps)
         if metric is None:
-            metric = learnt() if step_size is None else identity()
+            metric = choices.default_metric(step_size)
         super().__init__(model, step_size, metric=metric, integrator=integrator, **kwargs)
 
 

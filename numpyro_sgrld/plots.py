@@ -23,7 +23,9 @@ __all__ = [
 ]
 
 
-def _pyplot():
+def pyplot():
+    """``matplotlib.pyplot``, with the non-interactive Agg backend unless a notebook's
+    inline one is set (the figures are written to files)."""
     import matplotlib
 
     if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.backend_inline"):
@@ -33,10 +35,12 @@ def _pyplot():
     return plt
 
 
-def _finish(fig, path, dpi=100):
+def save_figure(fig, path, dpi=100):
+    """Write ``fig`` to ``path`` and close it (kept open where ``path`` is ``None``);
+    returns it."""
     if path is not None:
         fig.savefig(path, dpi=dpi, bbox_inches="tight")
-        _pyplot().close(fig)
+        pyplot().close(fig)
     return fig
 
 
@@ -58,7 +62,7 @@ def plot_marginals(draws, reference, params=None, max_params=12, ncols=4, path=N
     accepts); ``reference``: draws. ``params``: labels such as ``"w[3]"`` (default: the first
     ``max_params`` of the reference).
     """
-    plt = _pyplot()
+    plt = pyplot()
     ref = scalar_draws(reference, group_by_chain=not isinstance(reference, dict))
     runs = {
         name: scalar_draws(d, group_by_chain=not isinstance(d, dict)) for name, d in draws.items()
@@ -89,7 +93,7 @@ def plot_marginals(draws, reference, params=None, max_params=12, ncols=4, path=N
     fig.tight_layout()
     fig.legend(legend.values(), legend.keys(), loc="upper center", bbox_to_anchor=(0.5, 0.0),
                ncol=min(len(legend), 4), fontsize=8, frameon=False, handlelength=3)
-    return _finish(fig, path)
+    return save_figure(fig, path)
 
 
 #: Line styles, cycled: with the colours, they tell curves apart where they overlap.
@@ -146,7 +150,7 @@ def plot_bias_vs_step_size(curves, column="max_abs_std_mean_error", path=None):
     """
     from matplotlib.ticker import LogLocator, NullFormatter
 
-    plt = _pyplot()
+    plt = pyplot()
     if not isinstance(curves, dict):
         curves = {"": curves}
     fig, ax = plt.subplots(figsize=(5, 3.6))
@@ -175,7 +179,7 @@ def plot_bias_vs_step_size(curves, column="max_abs_std_mean_error", path=None):
     if any(curves):
         ax.legend(fontsize=8)
     fig.tight_layout()
-    return _finish(fig, path)
+    return save_figure(fig, path)
 
 
 _RATIOS = ("worst_sd_ratio", "mean_sd_ratio")
@@ -195,12 +199,12 @@ def plot_trace(idata, var_names=None, path=None, **kwargs):
     """ArviZ's trace plot as one figure: ``az.plot_trace(compact=True)`` on ArviZ 0.x,
     ``az.plot_trace_dist`` (the same marginal-and-trace layout) on ArviZ 1.x."""
     az = _arviz.arviz()
-    _pyplot()
+    pyplot()
     if _arviz.is_datatree():
         plotted = az.plot_trace_dist(idata, var_names=var_names, backend="matplotlib", **kwargs)
     else:
         plotted = az.plot_trace(idata, var_names=var_names, compact=True, **kwargs)
-    return _finish(_arviz.figure_of(plotted), path)
+    return save_figure(_arviz.figure_of(plotted), path)
 
 
 def plot_rank(idata, var_names=None, path=None, **kwargs):
@@ -208,11 +212,11 @@ def plot_rank(idata, var_names=None, path=None, **kwargs):
     0.x, the fractional-rank ECDF difference per chain with its envelope on ArviZ 1.x. Needs
     two or more chains to say anything."""
     az = _arviz.arviz()
-    _pyplot()
+    pyplot()
     if _arviz.is_datatree():
         kwargs.setdefault("backend", "matplotlib")
     plotted = az.plot_rank(idata, var_names=var_names, **kwargs)
-    return _finish(_arviz.figure_of(plotted), path)
+    return save_figure(_arviz.figure_of(plotted), path)
 
 
 def _reference_dataset(idata, reference):
@@ -255,7 +259,7 @@ def plot_dist_against_reference(idata, reference=None, var_names=None, max_panel
     :func:`~numpyro_sgrld.inference_data.add_reference`) or from ``idata``'s
     ``reference_posterior`` group."""
     az = _arviz.arviz()
-    plt = _pyplot()
+    plt = pyplot()
     ref = _reference_dataset(idata, reference)
     names = _names(idata, ref, var_names)
     posterior = _arviz.dataset(idata, "posterior")
@@ -278,7 +282,7 @@ def plot_dist_against_reference(idata, reference=None, var_names=None, max_panel
     handles, texts = axes.ravel()[0].get_legend_handles_labels()
     fig.legend(handles, texts, loc="lower center", ncol=2, fontsize=8)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
-    return _finish(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_rank_against_reference(idata, reference=None, var_names=None, path=None, **kwargs):
@@ -300,7 +304,7 @@ def plot_rank_against_reference(idata, reference=None, var_names=None, path=None
         if other.shape[1] < draws:
             own = own[:, : other.shape[1]]
         combined[k] = np.concatenate([own, other], axis=0)
-    _pyplot()
+    pyplot()
     if _arviz.is_datatree():
         kwargs.setdefault("backend", "matplotlib")
     plotted = _arviz.arviz().plot_rank(_arviz.from_dict(posterior=combined), var_names=names,
@@ -313,7 +317,7 @@ def plot_rank_against_reference(idata, reference=None, var_names=None, path=None
         fontsize=11,
         y=1.04,
     )
-    return _finish(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_reliability(probs, labels, num_bins=10, ax=None, title=None, path=None):
@@ -326,7 +330,7 @@ def plot_reliability(probs, labels, num_bins=10, ax=None, title=None, path=None)
         maximum_calibration_error,
     )
 
-    plt = _pyplot()
+    plt = pyplot()
     b = calibration_bins(probs, labels, num_bins)
     fig = None
     if ax is None:
@@ -350,7 +354,7 @@ def plot_reliability(probs, labels, num_bins=10, ax=None, title=None, path=None)
               title_fontsize=8, loc="upper left")
     if title:
         ax.set_title(title, fontsize=10)
-    return _finish(fig if fig is not None else ax.figure, path)
+    return save_figure(fig if fig is not None else ax.figure, path)
 
 
 def _farthest_off(tables, n):
@@ -383,7 +387,7 @@ def plot_errors(tables, mean_tol=0.15, sd_band=(0.87, 1.15), max_params=40, path
     the axis. At most ``max_params`` parameters, the farthest off over all samplers.
     ``tables``: ``{name: compare_to_reference table}`` (columns ``std_mean_error``,
     ``std_mean_error_se``, ``sd_ratio``, ``mcse_sd``, ``ref_mcse_sd``, ``ref_sd``)."""
-    plt = _pyplot()
+    plt = pyplot()
     names = list(tables)
     params = _farthest_off(tables, max_params)
     fig, axes = plt.subplots(1, 2, figsize=(10, 0.3 * len(params) + 1.6), sharey=True)
@@ -421,7 +425,7 @@ def plot_errors(tables, mean_tol=0.15, sd_band=(0.87, 1.15), max_params=40, path
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0),
                ncol=min(len(labels), 5), fontsize=8, frameon=False)
-    return _finish(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_trace_rank(draws, params=None, max_params=4, title=None, path=None):
@@ -430,7 +434,7 @@ def plot_trace_rank(draws, params=None, max_params=4, title=None, path=None):
     thin and translucent, so that no chain hides the others; each rank histogram is drawn as
     its outline's top (the count per bin of ranks), against the flat count (dashed) that
     chains sampling the same law share."""
-    plt = _pyplot()
+    plt = pyplot()
     chains = scalar_draws(draws, group_by_chain=not isinstance(draws, dict))
     params = list(params) if params is not None else list(chains)[:max_params]
     fig, axes = plt.subplots(len(params), 2, figsize=(9, 1.7 * len(params) + 0.5),
@@ -447,7 +451,7 @@ def plot_trace_rank(draws, params=None, max_params=4, title=None, path=None):
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    return _finish(fig, path)
+    return save_figure(fig, path)
 
 
 def _trace_and_ranks(ax_t, ax_r, x):
@@ -469,7 +473,7 @@ def _trace_and_ranks(ax_t, ax_r, x):
 def plot_time_to_accuracy(results, path=None):
     """Seconds to the stated accuracy per method (horizontal bars); a method stopped at its
     time cap before reaching it is drawn hatched, labelled with the time it ran ("> t s")."""
-    plt = _pyplot()
+    plt = pyplot()
     results = sorted(results, key=lambda r: (not r.reached, r.seconds_to_target))
     fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(results) + 1.2))
     for row, r in enumerate(results):
@@ -485,4 +489,4 @@ def plot_time_to_accuracy(results, path=None):
     ax.set_xlim(0, 1.45 * max(r.seconds_to_target for r in results))
     ax.tick_params(labelsize=8)
     fig.tight_layout()
-    return _finish(fig, path)
+    return save_figure(fig, path)

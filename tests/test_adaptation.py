@@ -30,8 +30,8 @@ from numpyro_sgrld import (
     to_inference_data,
 )
 from numpyro_sgrld._traits import trait
-from numpyro_sgrld.adaptation import MIN_WARMUP
 from numpyro_sgrld.warmup import final_window_start, first_window_start
+from numpyro_sgrld.warmup.adaptation import MIN_WARMUP
 
 # A Gaussian with Hessian diag(1, 100) and gradient noise of covariance diag(S1, 0): the noise
 # comes from a subsample plate of size 1 whose factor adds <z_m, x> with centred z_m = (s xi, 0)
@@ -342,7 +342,7 @@ def test_sghmc_momentum_follows_the_step():
 def _run_updates(rhos, stiffnesses, accepted=None, num_warmup=MIN_WARMUP, target_bias=0.1):
     """update_step_size over a warm-up of scalar 'positions', from a state whose estimate is
     rhos[0]; returns the states after every step."""
-    from numpyro_sgrld.adaptation import StepSizeState, update_step_size
+    from numpyro_sgrld.warmup.adaptation import StepSizeState, update_step_size
 
     state = StepSizeState(
         step_size=jnp.asarray(0.5 / rhos[0]), direction={"x": jnp.ones(1)},
@@ -365,7 +365,7 @@ def _run_updates(rhos, stiffnesses, accepted=None, num_warmup=MIN_WARMUP, target
 
 
 def test_the_frozen_step_is_the_window_mean_capped_by_the_stiffest_curvature():
-    from numpyro_sgrld.adaptation import FAST_TARGET
+    from numpyro_sgrld.warmup.adaptation import FAST_TARGET
 
     w = MIN_WARMUP
     rhos = np.full(w, 10.0)
@@ -381,7 +381,7 @@ def test_the_frozen_step_is_the_window_mean_capped_by_the_stiffest_curvature():
 
 
 def test_a_rejected_warmup_step_shrinks_the_step_fourfold():
-    from numpyro_sgrld.adaptation import SHRINK, too_steep
+    from numpyro_sgrld.warmup.adaptation import SHRINK, too_steep
 
     rhos = np.full(10, 4.0)
     ok = np.ones(10, bool)

@@ -206,7 +206,7 @@ def test_postprocess_without_deterministic_sites_does_not_replay_the_model():
     kernel = SGLD(model, step_size=1e-3)
     mcmc = MCMC(kernel, num_warmup=5, num_samples=5, progress_bar=False)
     mcmc.run(random.PRNGKey(0), jnp.ones(20), extra_fields=("z.sigma",))
-    assert not kernel._replay
+    assert not kernel.setup.replay
     np.testing.assert_allclose(
         mcmc.get_samples()["sigma"], np.exp(mcmc.get_extra_fields()["z.sigma"]), rtol=1e-6
     )

@@ -149,10 +149,10 @@ def test_mcmcs_own_loop_streams_the_evaluation_batch_every_few_steps():
     kernel = SGLD(_network_model, step_size=1e-3)
     mcmc = MCMC(kernel, num_warmup=10, num_samples=2 * EVERY, progress_bar=False)
     mcmc.run(random.PRNGKey(1), x, y)
-    assert kernel._run.names[-1] == (NAME, 0)
+    assert kernel.run_info.names[-1] == (NAME, 0)
     draws = mcmc.get_samples()
-    latent = {k: v for k, v in draws.items() if k in kernel._inv_transforms}
-    ell = [float(kernel._evaluation(jax.tree.map(lambda v: v[t], latent), (x, y), {}))
+    latent = {k: v for k, v in draws.items() if k in kernel.setup.inv_transforms}
+    ell = [float(kernel.setup.evaluation(jax.tree.map(lambda v, t=t: v[t], latent), (x, y), {}))
            for t in (0, EVERY)]
     streamed = float(np.asarray(mcmc.last_state.monitor.sums)[:, -1].sum())
     np.testing.assert_allclose(streamed, EVERY * (ell[1] - ell[0]), rtol=1e-4, atol=1e-4)

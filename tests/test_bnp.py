@@ -14,9 +14,9 @@ from numpyro.infer import MCMC
 
 from numpyro_sgrld import BNPSGLD, SGLD, metrics, priors, random_haiku_module
 from numpyro_sgrld._setup import ModelSetupError
-from numpyro_sgrld.adaptation import rayleigh
 from numpyro_sgrld.metrics import Preconditioner, StepContext
 from numpyro_sgrld.metrics.bnp import layer_inputs_name
+from numpyro_sgrld.warmup.adaptation import rayleigh
 
 NET = hk.without_apply_rng(hk.transform(lambda x: hk.nets.MLP([4, 2])(x)))
 

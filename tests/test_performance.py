@@ -232,11 +232,9 @@ def test_once_run_programs_take_xla_options_only_where_compiled_on_their_own():
     without XLA's backend optimisation) are compiled with the options at top level, and
     without them inside a transformation (parallel chains run ``init`` inside ``pmap``; JAX
     refuses options on a nested ``jit``), each cached apart."""
-    from types import SimpleNamespace
+    from numpyro_sgrld._model_host import ONCE, Once, jit_once
 
-    from numpyro_sgrld._model_host import ONCE, jit_once
-
-    kernel = SimpleNamespace(_jitted={})
+    kernel = Once()
     x = jnp.arange(3.0)
 
     def once(y):
@@ -245,4 +243,4 @@ def test_once_run_programs_take_xla_options_only_where_compiled_on_their_own():
     np.testing.assert_array_equal(once(x), [0.0, 2.0, 4.0])
     np.testing.assert_array_equal(jax.jit(once)(x), [0.0, 2.0, 4.0])
     np.testing.assert_array_equal(jax.vmap(once)(x[:, None])[:, 0], [0.0, 2.0, 4.0])
-    assert set(kernel._jitted) == {("f", True), ("f", False)}
+    assert set(kernel.jitted) == {("f", True), ("f", False)}

@@ -430,7 +430,7 @@ def test_the_loop_over_steps_has_a_known_trip_count_and_no_branch(kernel_cls):
 def test_after_warmup_the_default_step_has_no_branch(kernel_cls, kw, left):
     """At the defaults (``step_size=None``: the step adapted, the metric learnt, control
     variates switched on where they pay) a step has the warm-up's branches, resolved on a
-    traced flag; the same kernel's transitions after warm-up (``_after_warmup``, what the
+    traced flag; the same kernel's transitions after warm-up (``after_warmup``, what the
     accelerator's loop runs then) compile without any ``conditional`` (optimized HLO,
     XLA:CPU), with the control variates on and off, and are the same object for the same
     state, also after the kernel is initialised again (so a repeated ``MCMC.run`` finds its
@@ -449,12 +449,12 @@ def test_after_warmup_the_default_step_has_no_branch(kernel_cls, kw, left):
     for active in (False, True):
         s = state._replace(gradient_state=state.gradient_state._replace(
             active=jnp.asarray(active)))
-        phase = kernel._after_warmup(s)
+        phase = kernel.after_warmup(s)
         assert phase.gradient.name.endswith("(on)" if active else "(off)")
         assert branches(phase.sample, s) == left
-        assert kernel._after_warmup(s) is phase
+        assert kernel.after_warmup(s) is phase
         # a repeated MCMC.run initialises the kernel again: its compiled loop is found again
         kernel.init(random.PRNGKey(1), 200, None, (X, y), {})
-        assert kernel._after_warmup(s) is phase
+        assert kernel.after_warmup(s) is phase
     fixed = kernel_cls(model, step_size=1e-3, **kw)
-    assert fixed._after_warmup(fixed.init(random.PRNGKey(0), 0, None, (X, y), {})) is None
+    assert fixed.after_warmup(fixed.init(random.PRNGKey(0), 0, None, (X, y), {})) is None

@@ -80,7 +80,7 @@ def test_the_equipartition_check_adds_at_most_five_percent_to_a_step(speed, prob
     for kernel in kernels:
         state = kernel.init(random.PRNGKey(0), 200 if kernel.adapts_step_size else 0, None,
                             args, {})
-        host = kernel._after_warmup(state) or kernel
+        host = kernel.after_warmup(state) or kernel
         with_check = _flops(partial(host.sample, model_args=args, model_kwargs={}), state)
         without = _flops(partial(host.sample, model_args=args, model_kwargs={}),
                          state._replace(equipartition=None))
@@ -143,5 +143,5 @@ def test_a_networks_function_space_reading_adds_at_most_five_percent_to_a_step()
     kernel = ns.SGLD(model, step_size=1e-4)
     state = kernel.init(random.PRNGKey(0), 0, None, args, {})
     step = _flops(lambda s: kernel.sample(s, args, {}), state._replace(monitor=None))
-    reading = _flops(lambda z: kernel._evaluation(z, args, {}, constrained=False), state.z)
+    reading = _flops(lambda z: kernel.setup.evaluation(z, args, {}, constrained=False), state.z)
     assert reading / EVERY <= 0.05 * step, (reading, step)

@@ -22,15 +22,16 @@ def _modules():
 LAYERS = [
     ("helpers", {"_checks", "_tree", "_traits", "schedules", "_cache"}),
     ("the step's pieces", {"metrics", "integrators", "_integrator_base", "_thermostats",
-                           "gradients", "correction", "_composition", "_acceptance", "_state",
+                           "gradients", "_estimators", "correction", "_composition", "_acceptance",
+                           "_state",
                            "_step", "equipartition"}),
     ("warm-up", {"warmup", "adaptation"}),
     ("the NumPyro host", {"subsample", "_setup", "_model_host", "_adapter", "kernels",
                           "_presets", "_momentum_kernels", "_cyclical_kernels", "_loop",
                           "_compat", "_run_verdict", "monitor", "verdict", "sharding",
-                          "_evaluation"}),
+                          "_evaluation", "_advice", "_potentials"}),
     ("bridges", {"haiku", "nnx", "equinox", "priors", "conv_priors", "_network_priors"}),
-    ("analysis", {"diagnostics", "inference_data", "_arviz", "plots", "predictive",
+    ("analysis", {"diagnostics", "distances", "inference_data", "_arviz", "plots", "predictive",
                   "streaming", "accumulators", "checkpoint", "baselines"}),
     ("the command and its problems", {"models", "__main__", "quickstart", "problems",
                                       "compare", "_rows", "time_to_accuracy", "report",
@@ -135,3 +136,54 @@ def test_no_module_is_over_600_lines():
     long = {name: n for name, path in _modules().items()
             if (n := len(path.read_text().splitlines())) > 600}
     assert not long, f"modules over 600 lines: {long}"
+
+
+def _private(name):
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _object_privates(tree):
+    """The private attributes a module gives its objects: ``self._x = ...`` anywhere and the
+    private methods of its classes."""
+    names = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+                and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+                and _private(node.attr)):
+            names.add(node.attr)
+        if isinstance(node, ast.ClassDef):
+            names |= {n.name for n in node.body if _private(getattr(n, "name", ""))
+                      and isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return names
+
+
+def _private_reads(tree):
+    """``(line, name)`` of every read of a private attribute of an object other than
+    ``self``/``cls``: ``x._name``, ``getattr(x, "_name")``, and writes ``x._name = ...``."""
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and _private(node.attr)
+                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):
+            found.append((node.lineno, node.attr))
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr", "setattr") and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+                and _private(node.args[1].value)):
+            found.append((node.lineno, node.args[1].value))
+    return found
+
+
+def test_no_module_touches_another_modules_private_attributes():
+    """A module reads (or sets) the private attributes only of objects its own classes make:
+    whatever one module needs of another's objects is public (the kernel's ``setup``, its
+    ``after_warmup`` hook, ``run_info``). NumPyro's, Equinox's and Python's own private
+    attributes that the fast loop, streaming, the Equinox bridge and the verdict rely on are
+    outside this test (they are not the package's)."""
+    mods = _modules()
+    trees = {name: ast.parse(path.read_text()) for name, path in mods.items()}
+    owners = {name: _object_privates(tree) for name, tree in trees.items()}
+    ours = set().union(*owners.values())
+    offences = [f"{name}:{line}: .{attr}" for name, tree in trees.items()
+                for line, attr in _private_reads(tree)
+                if attr in ours and attr not in owners[name]]
+    assert not offences, "\n".join(offences)

@@ -344,7 +344,7 @@ def test_the_advice_for_chains_that_have_not_mixed_fits_the_model():
     """A centred hierarchy is told which site to reparametrise; a model that is already
     non-centred (the inference gym's sparse logistic regression) is told that no
     reparametrisation will help and where to go instead, with what that costs."""
-    from numpyro_sgrld.verdict import _mixing_advice
+    from numpyro_sgrld._advice import mixing_advice as _mixing_advice
 
     X = jax.random.normal(jax.random.PRNGKey(0), (400, 3))
     y = (X[:, 0] > 0).astype(jnp.float32)

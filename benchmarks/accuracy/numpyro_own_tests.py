@@ -89,12 +89,12 @@ def _start(work, files, mode, extra, out):
               "opt-in": ["-p", "_sgrld_opt_in_plugin"]}[mode]
     cmd = [sys.executable, "-m", "pytest", "-c", "pyproject.toml", "--rootdir", ".",
            "-p", "no:cacheprovider", "--color=no", f"--junitxml={xml}", *plugin, *files, *extra]
-    log = open(out / f"log-{mode}.txt", "w")  # closed in _finish
+    log = open(out / f"log-{mode}.txt", "w")  # closed in save_figure
     proc = subprocess.Popen(cmd, cwd=work, stdout=log, stderr=subprocess.STDOUT)
     return proc, log, xml, time.perf_counter()
 
 
-def _finish(started):
+def save_figure(started):
     proc, log, xml, start = started
     rc = proc.wait()
     log.close()
@@ -144,7 +144,7 @@ def main(argv=None):
         start = partial(_start, work, files, extra=args.pytest_args, out=out)
         started = {m: start(m) for m in args.modes} if args.parallel else {}
         for mode in args.modes:
-            xml, rc, seconds = _finish(started.get(mode) or start(mode))
+            xml, rc, seconds = save_figure(started.get(mode) or start(mode))
             results[mode] = _outcomes(xml)
             counts = Counter(results[mode].values())
             print(f"{mode:>7}: " + ", ".join(f"{counts[k]} {k}" for k in

@@ -22,7 +22,7 @@ import numpy as np
 from jax import random
 from numpyro.infer import MCMC
 
-from numpyro_sgrld.adaptation import FAST_TARGET
+from numpyro_sgrld.warmup.adaptation import FAST_TARGET
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "accuracy"))
 import step_size_adaptation as bench  # noqa: E402

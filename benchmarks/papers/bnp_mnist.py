@@ -60,9 +60,9 @@ from numpyro_sgrld import (
     priors,
     random_haiku_module,
 )
-from numpyro_sgrld.gradients import minibatch_potential_with_aux
+from numpyro_sgrld._potentials import minibatch_potential_with_aux
 from numpyro_sgrld.metrics import StepContext
-from numpyro_sgrld.plots import _pyplot, plot_reliability
+from numpyro_sgrld.plots import plot_reliability, pyplot
 
 N = 50_000
 SAMPLERS = {
@@ -182,7 +182,7 @@ def main():
         print(name, json.dumps(out), flush=True)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"settings": vars(args), **results}, indent=1))
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(12, 4))
     for ax, name in zip(axes, ("BNP", "pSGLD", "SGLD")):
         net = "conv net" if args.conv else f"784-{args.width}-{args.width}-10"

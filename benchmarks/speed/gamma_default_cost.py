@@ -40,7 +40,7 @@ def problems():
 
 
 def flops(kernel, state, args):
-    host = kernel._after_warmup(state) or kernel
+    host = kernel.after_warmup(state) or kernel
     cost = jax.jit(lambda s: host.sample(s, args, {})).lower(state).compile().cost_analysis()
     return (cost[0] if isinstance(cost, list) else cost)["flops"]
 

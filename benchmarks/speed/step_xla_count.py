@@ -1,7 +1,7 @@
 """XLA's count of one compiled step of the main presets on German credit: floating-point
 operations, bytes accessed, optimized HLO lines and ``conditional`` instructions, at a fixed
 step, with the default warm-up (``step_size=None``) and, for the defaults, the step after
-warm-up as an accelerator's loop runs it (``SGMCMC._after_warmup``: no warm-up branches, the
+warm-up as an accelerator's loop runs it (``SGMCMC.after_warmup``: no warm-up branches, the
 control variates on or off), one chain. Deterministic: the measure for changes too small to
 time on a busy machine.
 
@@ -45,7 +45,7 @@ def after_warmup_counts(kernel, args):
     for active in (False, True):
         s = state._replace(gradient_state=state.gradient_state._replace(
             active=jnp.asarray(active)))
-        phase = kernel._after_warmup(s)
+        phase = kernel.after_warmup(s)
         out[f"after warm-up, control variates {'on' if active else 'off'}"] = count(
             phase.sample, s, args)
     return out

@@ -318,12 +318,12 @@ class HandCV:
 
             return lax.scan(kept, (centre, k_chain), length=num_kept)[1]
 
-        self._run = jax.jit(run)
+        self.run_info = jax.jit(run)
         self._draws = None
 
     def run(self, key, X, y, extra_fields=()):
         del X, y, extra_fields  # bound at construction
-        self._draws = self._run(key)
+        self._draws = self.run_info(key)
 
     def get_samples(self):
         return {"w": self._draws}

@@ -15,7 +15,12 @@ from jax.flatten_util import ravel_pytree
 from numpyro_sgrld._integrator_base import BiasLaw, Rescale, Settle
 from numpyro_sgrld._step import StepInputs, context, start, step
 from numpyro_sgrld._traits import trait
-from numpyro_sgrld.adaptation import (
+from numpyro_sgrld.gradients import (
+    hessian_diagonal_estimate,
+    shared_flag,
+)
+from numpyro_sgrld.metrics import Learnt, Restart
+from numpyro_sgrld.warmup.adaptation import (
     init_step_size,
     phases,
     rayleigh,
@@ -24,11 +29,6 @@ from numpyro_sgrld.adaptation import (
     too_steep,
     update_step_size,
 )
-from numpyro_sgrld.gradients import (
-    hessian_diagonal_estimate,
-    shared_flag,
-)
-from numpyro_sgrld.metrics import Learnt, Restart
 from numpyro_sgrld.warmup.preconditioner import (
     init_preconditioner,
     preconditioner_factor,

@@ -1,0 +1,51 @@
+r"""What ``step_size=None`` turns on, in one place. A kernel built without a step size
+(every preset's default) has warm-up choose, for a stated bias (``target_bias``):
+
+1. **the step size**: measured in warm-up and frozen after it
+   (:mod:`numpyro_sgrld.warmup.adaptation`);
+2. **a constant preconditioner** learnt over warm-up's windows, where the kernel is given no
+   metric (:func:`default_metric`: :func:`~numpyro_sgrld.metrics.learnt`; with a step size,
+   the identity);
+3. **an adaptive preset's metric in the learnt coordinates** (:func:`preset_metric`:
+   :func:`~numpyro_sgrld.metrics.whitened`, a dense metric for at most
+   :data:`~numpyro_sgrld.metrics.constant.DENSE_MAX_DIM` coordinates under the adaptive one);
+4. **control variates switched on in warm-up** where they reduce the gradient noise enough to
+   pay for their second gradient, where the kernel is given no gradient estimator and has a
+   model (:func:`default_gradient`);
+5. **when a cyclical preset's cycles start**: after warm-up, with the adapted step as their
+   peak; with a given step, from the first step (:func:`cycle_start`).
+
+With a given ``step_size`` none of these happen: the step, the identity metric, the plain
+minibatch gradient, the adaptive metric in the model's own coordinates, cycles from step 0.
+"""
+
+from numpyro_sgrld.gradients import warmup_control_variates
+from numpyro_sgrld.metrics import identity, learnt, whitened
+
+__all__ = ["cycle_start", "default_gradient", "default_metric", "preset_metric"]
+
+
+def default_metric(step_size):
+    """The metric of a kernel given none: learnt in warm-up with ``step_size=None``, else the
+    identity."""
+    return learnt() if step_size is None else identity()
+
+
+def preset_metric(metric, step_size):
+    """An adaptive preset's metric: in the coordinates of a dense metric learnt in warm-up with
+    ``step_size=None``; as given otherwise."""
+    return whitened(metric) if step_size is None else metric
+
+
+def default_gradient(step_size, gradient, control_variate, has_model):
+    """The gradient estimator chosen for the kernel, or ``None`` where the kernel's own
+    arguments decide it: control variates switched on in warm-up, with ``step_size=None``, a
+    model, and neither ``gradient`` nor ``control_variate`` given."""
+    if step_size is None and gradient is None and control_variate is None and has_model:
+        return warmup_control_variates()
+    return None
+
+
+def cycle_start(num_warmup, adapts_step_size):
+    """The step at which a cyclical preset's first cycle begins."""
+    return int(num_warmup) if adapts_step_size else 0
