@@ -28,7 +28,7 @@ import numpyro.distributions as dist
 from numpyro import handlers
 
 from numpyro_sgrld import priors
-from numpyro_sgrld.gradients import AUX_SITE
+from numpyro_sgrld._potentials import AUX_SITE
 from numpyro_sgrld.haiku import random_haiku_module
 
 __all__ = ["cnn_classifier", "resnet_classifier"]
