@@ -1,6 +1,6 @@
 """How close the control-variate centre found by ``control_variate="mode"`` is to the mode.
 
-    python benchmarks/investigations/cv_centre.py                   # N = 100,000, d = 20, ~1 min
+    python benchmarks/investigations/cv_centre.py --out docs/results/cv_centre.json   # ~1 min
     python benchmarks/investigations/cv_centre.py --mode-steps 1000 3000
 
 The time-to-accuracy problem (``time_to_accuracy.make_data``: logistic regression, N = 100,000,
@@ -48,7 +48,9 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--mode-steps", type=int, nargs="+", default=[1000, 3000, 10000])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=None, help="a JSON record of the table")
     args = ap.parse_args(argv)
+    rows = []
     X, y = make_data(args.num_data, args.dim)
     full = minibatch_potential(full_batch(lr.model), (X, y), {})
 
@@ -76,6 +78,14 @@ def main(argv=None):
         offset = centre - mode
         mahalanobis = np.sqrt(offset @ precision @ offset)
         print(f"| {steps} | {float(cv.distance):.2f} | {mahalanobis:.2f} |")
+        rows.append({"mode_steps": steps, "estimated_distance_sd": float(cv.distance),
+                     "mahalanobis_distance_sd": float(mahalanobis)})
+    if args.out:
+        import json
+
+        with open(args.out, "w") as f:
+            json.dump({"num_data": args.num_data, "dim": args.dim, "batch": args.batch,
+                       "seed": args.seed, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
