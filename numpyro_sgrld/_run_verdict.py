@@ -78,7 +78,7 @@ def arm(kernel, state, num_warmup, vectorized):
     if evaluation:  # a network's chains are judged in function space
         names.append((_evaluation.NAME, 0))
     kernel.run_info = _RunInfo(int(num_warmup), int(mcmc.num_samples), int(mcmc.num_chains),
-                         index, names, reports, id(mcmc), evaluation)
+                               index, names, reports, id(mcmc), evaluation)
     fresh = monitor.init_monitor(len(names), flat.dtype, held=int(evaluation))
     if vectorized:
         fresh = jax.tree.map(lambda x: jnp.broadcast_to(x, (state.i.shape[0], *x.shape)),

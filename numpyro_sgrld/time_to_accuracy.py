@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from numpyro_sgrld import _race_cache
 from numpyro_sgrld._laplace import (
     Reference,
     _reference_path,
@@ -421,7 +422,6 @@ def _race_all(contenders, kernels, setting, ref, sg_cap, speedup, mala_share, lo
     """:func:`run_large`'s races, one after another: ``(results, exact cap, MALA cap,
     measured)``. NUTS and HMCECS run to the target once per machine (at most
     :data:`~numpyro_sgrld._race_cache.LIMIT`), cached; later runs race them capped."""
-    from numpyro_sgrld import _race_cache
 
     results = []
     for name in kernels:
@@ -456,8 +456,6 @@ def _race_all(contenders, kernels, setting, ref, sg_cap, speedup, mala_share, lo
 
 def _measured(setting, method):
     """``(RaceResult, date)`` of ``method``'s cached run to the target, or ``None``."""
-    from numpyro_sgrld import _race_cache
-
     found = _race_cache.load(setting, method)
     return None if found is None else (RaceResult(**found[0]), found[1])
 
