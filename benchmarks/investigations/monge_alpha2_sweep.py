@@ -7,6 +7,7 @@ error, R-hat and ESS:
     python benchmarks/investigations/monge_alpha2_sweep.py
 """
 
+import importlib
 import sys
 from functools import partial
 from pathlib import Path
@@ -14,8 +15,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "accuracy"))
 import step_size_adaptation as s  # noqa: E402
 
-import numpyro_sgrld.metrics.monge as monge  # noqa: E402
 from numpyro_sgrld import MongeSGLD  # noqa: E402
+
+# the module (``numpyro_sgrld.metrics.monge`` the attribute is the metric's function)
+monge = importlib.import_module("numpyro_sgrld.metrics.monge")
 
 RUNS = (
     [("sblrc-blr", f"alpha2 = {a:g}", a, None) for a in (1.0, 1e-2, 1e-4, 1e-6)]
