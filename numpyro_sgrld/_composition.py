@@ -22,8 +22,8 @@ from numpyro_sgrld._acceptance import averages_gradient
 from numpyro_sgrld._checks import named_field_lookup
 from numpyro_sgrld._traits import trait
 from numpyro_sgrld.correction import check_correction, init_correction, lagged_correction
-from numpyro_sgrld.integrators import Integrator, StepSetting, TakesMetrics
-from numpyro_sgrld.metrics import Metric, WarmStart
+from numpyro_sgrld.integrators import Integrator, NeedsConstantMetric, StepSetting
+from numpyro_sgrld.metrics import Constant, Metric, WarmStart
 
 __all__ = [
     "Sampler",
@@ -79,11 +79,12 @@ def build_sampler(metric, integrator, correction=None, correction_form="lagged")
             "`integrator` must be a numpyro_sgrld.integrators.Integrator such as "
             f"integrators.langevin() or integrators.sghmc(friction=0.1), got {integrator!r}."
         )
-    takes = trait(integrator, TakesMetrics)
-    if takes is not None and metric.name not in takes.names:
+    needs = trait(integrator, NeedsConstantMetric)
+    if needs is not None and trait(metric, Constant) is None:
         raise ValueError(
-            f"The integrator {integrator.name!r} takes only the metrics {list(takes.names)}"
-            f", not {metric.name!r}: {takes.hint}. Use metrics.identity()."
+            f"The integrator {integrator.name!r} takes only a constant metric (metrics."
+            "identity(), diagonal(...), learnt_diagonal(), learnt() or one whitened in "
+            f"warm-up), not {metric.name!r}: {needs.hint}. Use metrics.identity()."
         )
     check_correction(correction, metric, integrator, correction_form)
     return Sampler(metric, integrator, correction, correction_form)

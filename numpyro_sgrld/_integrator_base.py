@@ -5,7 +5,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 __all__ = ["Integrator", "StepSetting", "BiasLaw", "StepHint", "Rescale", "Settle",
-           "TakesMetrics"]
+           "NeedsConstantMetric"]
 
 
 class Integrator(NamedTuple):
@@ -17,7 +17,7 @@ class Integrator(NamedTuple):
     a position-dependent metric (``preconditioner.correction``) as the Riemannian Langevin
     diffusion needs it. ``traits``: what other parts of the library read from it
     (:mod:`numpyro_sgrld._traits`), each only where it applies: :class:`BiasLaw`,
-    :class:`StepHint`, :class:`Rescale`, :class:`TakesMetrics` and
+    :class:`StepHint`, :class:`Rescale`, :class:`NeedsConstantMetric` and
     :class:`~numpyro_sgrld._acceptance.Averages` (a state that a finite gradient keeps
     finite, so that the kernel need not check it every step)."""
 
@@ -82,11 +82,11 @@ class Settle(NamedTuple):
     restart: Callable
 
 
-class TakesMetrics(NamedTuple):
-    """An integrator's trait: the names of the only metrics it can take, and why (absent:
-    any)."""
+class NeedsConstantMetric(NamedTuple):
+    """An integrator's trait: it takes only a metric with the
+    :class:`~numpyro_sgrld.metrics.Constant` trait, for the reason ``hint`` (absent: any
+    metric)."""
 
-    names: tuple
     hint: str = ""
 
 

@@ -51,18 +51,15 @@ then only for :class:`~numpyro_sgrld.SGMCMC` instances; every other kernel keeps
 loop.
 """
 
-import inspect
-import os
-import warnings
 from collections import OrderedDict
 from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import numpyro
 from jax import lax
 
+from numpyro_sgrld import _loop_report as report
 from numpyro_sgrld._cache import lru_get
 
 __all__ = ["collect"]
@@ -82,36 +79,9 @@ def _record(transform, collection, val, k, since):
                         transform(_window(val, since)))
 
 
-def _plain_tuple(val):
-    return isinstance(val, tuple) and not hasattr(val, "_fields")
-
-
-def _state_of(val):
-    """The kernel state in ``MCMC``'s loop value (``(state, args, kwargs)`` or ``(state,)``)."""
-    return val[0] if _plain_tuple(val) else val
-
-
-def _rejections(val):
-    """The kernel state's cumulative count of rejected steps (``None`` if it has none)."""
-    state = _state_of(val)
-    return getattr(state, "num_rejected", None) if hasattr(state, "diverging") else None
-
-
-def _adaptive_steps(val, upper):
-    """How many of this run's first steps are the step-size adaptation's warm-up (0 with a
-    given step or after warm-up): there a step whose minibatch potential rises too steeply is
-    rejected and the step shrinks, which is how the adaptation works, not a fault."""
-    state = _state_of(val)
-    adaptation = getattr(state, "adaptation", None)
-    if adaptation is None or not hasattr(state, "diverging") or _is_traced((state.i, adaptation)):
-        return 0
-    left = int(np.max(np.asarray(adaptation.num_warmup) - np.asarray(state.i)))
-    return min(max(left, 0), upper)
-
-
 def _with_state(val, state):
     """``val`` (``(state, args, kwargs)``, ``(state,)`` or a state) with its state replaced."""
-    return (state,) + tuple(val[1:]) if _plain_tuple(val) else state
+    return (state,) + tuple(val[1:]) if report.plain_tuple(val) else state
 
 
 def _set_aside(state):
@@ -135,7 +105,7 @@ def _window(val, since):
     step between two records stays visible in the draws' ``diverging``."""
     if since is None:
         return val
-    state = _state_of(val)
+    state = report.state_of(val)
     return _with_state(val, state._replace(diverging=state.num_rejected > since))
 
 
@@ -182,7 +152,7 @@ def _settled_body(body_fun, val):
     compiled loop is found again."""
     keywords = getattr(body_fun, "keywords", None) or {}
     after = getattr(keywords.get("sampler"), "after_warmup", None)
-    phase = None if after is None else after(_state_of(val))
+    phase = None if after is None else after(report.state_of(val))
     if phase is None:
         return None
     return lru_get(_settled_bodies, (body_fun, phase),
@@ -237,13 +207,13 @@ def _loop_step(body_fun, hi, start, thinning, slots, j, carry):
     i = base + j
     valid = i < hi
     new = body_fun(val)
-    val = _with_state(new, jax.tree.map(partial(jnp.where, valid), _state_of(new),
-                                        _state_of(val)))
+    val = _with_state(new, jax.tree.map(partial(jnp.where, valid), report.state_of(new),
+                                        report.state_of(val)))
     n = i - start + 1
     kept = valid & (n > 0) & (n % thinning == 0)
-    windowed = _set_aside(_state_of(_window(val, since)))
+    windowed = _set_aside(report.state_of(_window(val, since)))
     if since is not None:
-        since = jnp.where(valid & (kept | (i == start - 1)), _rejections(val), since)
+        since = jnp.where(valid & (kept | (i == start - 1)), report.rejections(val), since)
     slot = jnp.where(kept, count, slots)
     pending = jax.tree.map(lambda buf, x: buf.at[slot].set(x, mode="drop"), pending, windowed)
     index = index.at[slot].set(n // thinning - 1, mode="drop")
@@ -269,7 +239,7 @@ def _grouped_loop(body_fun, transform, group, slots, unroll, lo, hi, val, collec
     """
     leaves = jax.tree.leaves(collection)
     size = leaves[0].shape[0] if leaves else 0
-    state = _state_of(val)
+    state = report.state_of(val)
     pending0 = jax.tree.map(lambda x: jnp.zeros((slots,) + jnp.shape(x), jnp.result_type(x)),
                             _set_aside(state))
     index0 = jnp.full(slots, size, jnp.int32)
@@ -279,7 +249,7 @@ def _grouped_loop(body_fun, transform, group, slots, unroll, lo, hi, val, collec
         val, pending, index, collection = args
 
         def one(q, collection):
-            s = _put_back(jax.tree.map(lambda buf: buf[q], pending), _state_of(val))
+            s = _put_back(jax.tree.map(lambda buf: buf[q], pending), report.state_of(val))
             return _record(transform, collection, _with_state(val, s), index[q], None)
 
         return lax.fori_loop(0, slots, one, collection)
@@ -336,7 +306,7 @@ def _segment_loop(body_fun, transform, lo, hi, val, collection, start, thinning,
         val = lax.fori_loop(a, e, lambda i, v: body_fun(v), val)
         collection = _record(transform, collection, val, k, since)
         if counts:
-            since = jnp.where(keep | (pre & (p0 > lo)), _rejections(val), since)
+            since = jnp.where(keep | (pre & (p0 > lo)), report.rejections(val), since)
         return val, collection, since
 
     # empty segments are left out: each segment runs the transform once
@@ -375,7 +345,7 @@ def _empty_collection(transform, init_val, size):
     try:
         shapes = jax.eval_shape(transform, init_val)
     except (AttributeError, TypeError, KeyError) as e:
-        fields = getattr(_state_of(init_val), "_fields", None)
+        fields = getattr(report.state_of(init_val), "_fields", None)
         if fields is None:
             raise
         raise ValueError(
@@ -385,10 +355,6 @@ def _empty_collection(transform, init_val, size):
             "num_steps or adapt_state do not exist here)."
         ) from e
     return jax.tree.map(lambda s: jnp.zeros((size,) + s.shape, s.dtype), shapes)
-
-
-def _is_traced(tree):
-    return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(tree))
 
 
 def _trace_state():
@@ -412,8 +378,8 @@ def _under_transform(tree):
     outside every transformation. Where a JAX release lacks the public function, the values
     alone tell."""
     if _TOP_LEVEL_TRACE is None:
-        return _is_traced(tree)
-    return _trace_state() != _TOP_LEVEL_TRACE or _is_traced(tree)
+        return report.is_traced(tree)
+    return _trace_state() != _TOP_LEVEL_TRACE or report.is_traced(tree)
 
 
 def collect(
@@ -446,13 +412,13 @@ def collect(
     start = lower + (upper - lower) % thinning
     collection = _empty_collection(transform, init_val, collection_size)
     traced = _under_transform((init_val, collection))
-    sizes = _group_sizes(_state_of(init_val), thinning, _steps_per_group())
+    sizes = _group_sizes(report.state_of(init_val), thinning, _steps_per_group())
     run = _compiled(body_fun, transform, *sizes, traced)
     start, thin = np.int32(start), np.int32(thinning)
-    since = _rejections(init_val)
+    since = report.rejections(init_val)
     # the run in two parts where the step-size adaptation's warm-up ends, to count the
     # rejections after it (the same draws: the loop's bounds are arguments)
-    adaptive = 0 if traced else _adaptive_steps(init_val, upper)
+    adaptive = 0 if traced else report.adaptive_steps(init_val, upper)
     if not traced and _settles():
         run = _phased(run, body_fun, transform, sizes, adaptive)
     counted = since
@@ -464,116 +430,15 @@ def collect(
                 np.int32(lo), np.int32(hi), val, collection, start, thin, since
             )
             if hi == adaptive:
-                counted = _rejections(val)
+                counted = report.rejections(val)
     else:
-        val, collection, counted = _with_progress_bar(
+        val, collection, counted = report.with_progress_bar(
             run, upper, init_val, collection, start, thin, since, progress_rate, progbar_opts,
             adaptive,
         )
-    _warn_if_rejected(counted, _rejections(val), upper - adaptive, adaptive)
+    report.warn_if_rejected(counted, report.rejections(val), upper - adaptive, adaptive)
     if not traced and adaptive < upper:
-        _judge(collection, kept, val, body_fun, upper - lower)
+        report.judge(collection, kept, val, body_fun, upper - lower)
     return (collection, val) if return_last_val else collection
 
 
-def _judge(collection, kept, val, body_fun, num_steps):
-    """The run's :func:`~numpyro_sgrld.verdict.verdict` on its kept draws, warned when they
-    cannot be trusted."""
-    from numpyro_sgrld.verdict import (
-        _leaves_by_chain,
-        temperatures_of,
-        thermostat_of,
-        verdict,
-        with_evaluation,
-    )
-
-    draws = collection[0] if isinstance(collection, (list, tuple)) else collection
-    state = _state_of(val)
-    if not isinstance(draws, dict) or kept < 4 or not hasattr(state, "diverging"):
-        return
-    chain_axis = 1 if np.ndim(state.i) == 1 else None
-    draws = _leaves_by_chain({k: np.asarray(x)[:kept] for k, x in draws.items()}, chain_axis)
-    kernel = getattr(body_fun, "keywords", {}).get("sampler")
-    draws = with_evaluation(draws, kernel, constrained=False)
-    v = verdict(draws, None, num_steps, kernel, np.asarray(state.step_size),
-                temperatures_of(state, kernel), thermostat_of(state),
-                getattr(kernel, "network_sites", None))
-    if not v.trusted:
-        warnings.warn(str(v), UserWarning, stacklevel=_caller_level())
-
-
-def _warn_if_rejected(before, after, num_steps, adaptive=0):
-    """Warn when steps of this run were rejected (whatever the ``thinning``: a chain that
-    keeps proposing where the gradient is not finite, and going back, never samples there).
-    ``before``
-    is the count after the run's first ``adaptive`` steps, the step-size adaptation's warm-up,
-    whose rejections are not a fault (:func:`_adaptive_steps`)."""
-    if before is None or num_steps == 0 or _is_traced((before, after)):
-        return
-    rejected = np.asarray(after) - np.asarray(before)
-    if not np.any(rejected > 0):
-        return
-    worst = int(np.max(rejected))
-    chains = ""
-    if rejected.size > 1:
-        chains = f" in {int(np.sum(rejected > 0))} of {rejected.size} chains"
-    after_warmup = (
-        f" after the step-size adaptation's {adaptive} warm-up steps (whose rejections of "
-        "too steep a rise shrink the step and are not counted)" if adaptive else ""
-    )
-    warnings.warn(
-        f"{int(np.sum(rejected))} of {num_steps * rejected.size} steps were rejected{chains}"
-        f"{after_warmup} "
-        f"(up to {worst} in one chain): the potential, its gradient or the new state was not "
-        "finite at a proposal, and the chain went back to where it was. A few rejections mean "
-        "the step size is too large at times; many mean the chain keeps proposing where the "
-        "potential or its gradient is not finite and never samples there (check the model "
-        "there, e.g. jnp.where with a NaN branch, sqrt or log at 0). The state's "
-        "`num_rejected` counts them; the draws' `diverging` marks the thinning windows that "
-        "had one.",
-        UserWarning,
-        stacklevel=_caller_level(),
-    )
-
-
-def _caller_level():
-    """``stacklevel`` of the first frame outside numpyro_sgrld, NumPyro and JAX (the user's
-    ``MCMC.run``), counted from :func:`_warn_if_rejected`'s caller."""
-    skip = tuple(
-        os.path.dirname(m.__file__) + os.sep
-        for m in (jax, np, numpyro)
-        if getattr(m, "__file__", None)
-    ) + (os.path.dirname(__file__) + os.sep,)
-    level = 2
-    frame = inspect.currentframe().f_back.f_back
-    while frame is not None and frame.f_code.co_filename.startswith(skip):
-        frame, level = frame.f_back, level + 1
-    return level
-
-
-def _with_progress_bar(
-    run, upper, val, collection, start, thin, since, progress_rate, progbar_opts, adaptive=0
-):
-    """Chunks of ``progress_rate`` steps (default ``upper / 20``), the bar updated after each
-    with NumPyro's description and the kernel's diagnostics string; a chunk also ends after
-    the first ``adaptive`` steps. Returns the last state, the collection and the rejection
-    count after those steps (at the start if none)."""
-    from tqdm import tqdm  # the bar NumPyro's one-chain loop shows
-
-    rate = progress_rate or max(upper // 20, 1)
-    describe = progbar_opts.get("progbar_desc", lambda i: "")
-    diagnostics = progbar_opts.get("diagnostics_fn")
-    bounds = sorted((set(range(0, upper, rate)) | {adaptive, upper}) - {0})
-    counted = since
-    with tqdm(total=upper) as bar:
-        for lo, hi in zip([0] + bounds[:-1], bounds):
-            val, collection, since = run(
-                np.int32(lo), np.int32(hi), val, collection, start, thin, since
-            )
-            if hi == adaptive:
-                counted = _rejections(val)
-            bar.set_description(describe(hi - 1), refresh=False)
-            if diagnostics is not None:
-                bar.set_postfix_str(diagnostics(val), refresh=False)
-            bar.update(hi - lo)
-    return val, collection, counted

@@ -15,6 +15,12 @@ from numpyro import handlers
 from numpyro.infer.util import ParamInfo
 from numpyro.util import is_prng_key, not_jax_tracer
 
+from numpyro_sgrld._data_checks import (
+    indices_in_bounds_fn,
+    observed_ok_fn,
+    raise_if_bad_data,
+    raise_if_out_of_bounds,
+)
 from numpyro_sgrld._evaluation import loglik_fn
 from numpyro_sgrld._loop import _under_transform
 from numpyro_sgrld._setup import (
@@ -29,13 +35,9 @@ from numpyro_sgrld._setup import (
     describe_args,
     evaluate_now,
     find_valid_batched,
-    indices_in_bounds_fn,
     infer_num_data,
     network_sites,
     note_full_data,
-    observed_ok_fn,
-    raise_if_bad_data,
-    raise_if_out_of_bounds,
     same_objects,
 )
 from numpyro_sgrld.subsample import as_jax_array, placeholder_plates, trace_model

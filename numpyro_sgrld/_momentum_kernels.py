@@ -3,7 +3,7 @@ SGNHT and BADODAB."""
 
 
 from numpyro_sgrld._adapter import SGMCMC
-from numpyro_sgrld._presets import _COMMON, _example
+from numpyro_sgrld._presets import COMMON, example
 from numpyro_sgrld.integrators import badodab, baoab, sghmc, sgnht
 
 __all__ = ["SGHMC", "BAOAB", "SGNHT", "BADODAB"]
@@ -107,13 +107,13 @@ class BAOAB(SGMCMC):
     2\sqrt\delta` (``target_bias`` :math:`\delta`), well inside the stability limit.
 
 """
-        + _COMMON
+        + COMMON
         + r"""
     :param friction: :math:`\gamma > 0`, default 1.
     :param metric: a :class:`~numpyro_sgrld.metrics.Metric` (mass :math:`D^{-1}`); default
         the preconditioner learnt in warm-up with ``step_size=None``, else the identity.
 """
-        + _example("BAOAB", "step_size=0.1")
+        + example("BAOAB", "step_size=0.1")
     )
 
     def __init__(self, model=None, step_size=None, *, friction=1.0, metric=None, **kwargs):
@@ -145,13 +145,13 @@ class SGNHT(SGMCMC):
     equilibrium from :math:`A`.
 
 """
-        + _COMMON
+        + COMMON
         + """
     :param diffusion: :math:`A > 0`, default 1.
     :param metric: a constant :class:`~numpyro_sgrld.metrics.Metric`; default the
         preconditioner learnt in warm-up with ``step_size=None``, else the identity.
 """
-        + _example("SGNHT", "step_size=0.05")
+        + example("SGNHT", "step_size=0.05")
     )
 
     def __init__(self, model=None, step_size=None, *, diffusion=1.0, metric=None, **kwargs):
@@ -177,14 +177,14 @@ class BADODAB(SGMCMC):
     constant preconditioner learnt as SGLD's is.
 
 """
-        + _COMMON
+        + COMMON
         + r"""
     :param diffusion: :math:`A > 0`, default 1.
     :param thermal_mass: :math:`\mu > 0`, default 1.
     :param metric: a constant :class:`~numpyro_sgrld.metrics.Metric`; default the
         preconditioner learnt in warm-up with ``step_size=None``, else the identity.
 """
-        + _example("BADODAB", "step_size=0.05")
+        + example("BADODAB", "step_size=0.05")
     )
 
     def __init__(self, model=None, step_size=None, *, diffusion=1.0, thermal_mass=1.0,

@@ -2,15 +2,18 @@
 parameters and example (the coordinates an adaptive metric works in are chosen in
 :mod:`numpyro_sgrld.warmup.choices`)."""
 
+__all__ = ["COMMON", "example"]
 
-_COMMON = """    :param model: NumPyro model (or ``potential_fn=``).
+#: The parameters every preset shares, for its docstring.
+COMMON = """    :param model: NumPyro model (or ``potential_fn=``).
     :param step_size: :math:`h`, float > 0 or a schedule (:mod:`numpyro_sgrld.schedules`).
     :param kwargs: ``temperature``, ``num_data``, ``batching``, ``init_strategy``,
         ``potential_fn``, ``data_parallel``, ``gradient``, ``control_variate``, ``mode_steps``,
         ``start_at_centre``, ``check_proposal`` (see :class:`~numpyro_sgrld.SGMCMC`)."""
 
 
-def _example(name, args):
+def example(name, args):
+    """The docstring example of preset ``name`` built with ``args``."""
     return f"""
     Example::
 

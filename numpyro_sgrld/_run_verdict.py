@@ -21,7 +21,7 @@ from numpyro_sgrld import _evaluation, _setup, equipartition, monitor
 from numpyro_sgrld._compat import fast_sampling_loop_enabled
 from numpyro_sgrld.verdict import judgement
 
-__all__ = ["arm", "observe", "report"]
+__all__ = ["arm", "observe", "observed", "report"]
 
 
 class _RunInfo(NamedTuple):
@@ -84,6 +84,14 @@ def arm(kernel, state, num_warmup, vectorized):
         fresh = jax.tree.map(lambda x: jnp.broadcast_to(x, (state.i.shape[0], *x.shape)),
                              fresh)
     return state._replace(monitor=fresh)
+
+
+def observed(kernel, state, new, model_args, model_kwargs):
+    """``new`` with the run's moments updated (:func:`observe`) when ``MCMC``'s own loop
+    drives the kernel and :func:`arm` kept moments; else ``new``."""
+    if state.monitor is not None and kernel.run_info is not None:
+        new = observe(kernel, state, new, model_args, model_kwargs)
+    return new
 
 
 def observe(kernel, state, new, model_args=(), model_kwargs=None):
@@ -167,7 +175,8 @@ def report(kernel, sums, squares, origin, rejected, step_size, equipartition_sum
     rhat, ess = monitor.judge(sums, squares, origin, run.num_samples)
     v = judgement(rhat, ess, run.names, int(rejected.sum()), run.num_samples, kernel, step,
                   temperatures, sums.shape[0], thermostat,
-                  getattr(kernel, "network_sites", None))
+                  getattr(kernel, "network_sites", None),
+                  monitor.centring(sums, squares, origin, run.num_samples))
     if not v.trusted:
         # sent from XLA's host callback: no user frame to point at
         warnings.warn_explicit(str(v), UserWarning, "numpyro_sgrld verdict", 0)

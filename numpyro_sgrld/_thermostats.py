@@ -10,19 +10,16 @@ from numpyro_sgrld._checks import real
 from numpyro_sgrld._integrator_base import (
     BiasLaw,
     Integrator,
+    NeedsConstantMetric,
     Settle,
-    TakesMetrics,
     _time_step_law,
 )
 from numpyro_sgrld._tree import tree_normal
 
-__all__ = ["sgnht", "badodab", "SGNHTState", "BADODABState", "CONSTANT_METRICS"]
+__all__ = ["sgnht", "badodab", "SGNHTState", "BADODABState"]
 
 
 # --------------------------------------------------------------------------- SGNHT
-#: The metrics a thermostat takes: the constant ones (the identity, a given diagonal, the
-#: preconditioners learnt in warm-up), in whose coordinates it measures the kinetic temperature.
-CONSTANT_METRICS = ("identity", "diagonal", "learnt_diagonal", "learnt")
 
 _THERMOSTAT_METRICS = (
     "its thermostat measures the kinetic temperature p^T p / d in the metric's coordinates, "
@@ -143,8 +140,8 @@ def sgnht(diffusion=1.0) -> Integrator:
     With a constant metric :math:`D = RR^\top` the dynamics run in the coordinates
     :math:`R^{-1}\theta`: the kick is :math:`R^\top\nabla\hat U`, the drift
     :math:`\theta \leftarrow \theta + hRp`, and :math:`p^\top p/d` is the kinetic temperature
-    there (:data:`CONSTANT_METRICS`; a position-dependent metric would change the coordinates
-    under the thermostat).
+    there (a metric with the :class:`~numpyro_sgrld.metrics.Constant` trait; a
+    position-dependent metric would change the coordinates under the thermostat).
     """
     diffusion = real(diffusion, "diffusion", low=0, low_open=True,
                      hint="It is the injected noise A of Ding et al.; 1 is typical.")
@@ -172,7 +169,7 @@ def sgnht(diffusion=1.0) -> Integrator:
         return position, SGNHTState(p, new_xi, *heating)
 
     return Integrator(init, step, name="sgnht", traits=(
-        TakesMetrics(CONSTANT_METRICS, _THERMOSTAT_METRICS), Settle(settle, restart),
+        NeedsConstantMetric(_THERMOSTAT_METRICS), Settle(settle, restart),
         BiasLaw(_time_step_law(diffusion),
                 max_step=lambda target_bias: min(target_bias, 0.25) / diffusion)))
 
@@ -241,4 +238,4 @@ def badodab(diffusion=1.0, thermal_mass=1.0) -> Integrator:
         return position, BADODABState(p, xi, jnp.ones((), bool))
 
     return Integrator(init, step, name="badodab", traits=(
-        TakesMetrics(CONSTANT_METRICS, _THERMOSTAT_METRICS), BiasLaw(_time_step_law(diffusion))))
+        NeedsConstantMetric(_THERMOSTAT_METRICS), BiasLaw(_time_step_law(diffusion))))

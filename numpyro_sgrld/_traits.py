@@ -19,7 +19,8 @@ trait                                        read by
 ``integrators.StepHint``                     step-size adaptation (where there is no law)
 ``integrators.Rescale``                      warm-up (the state when the step changes)
 ``integrators.Settle``                       warm-up's end (a thermostat's equilibrium)
-``integrators.TakesMetrics``                 the composition (the metrics it can take)
+``integrators.NeedsConstantMetric``          the composition (only a constant metric)
+``metrics.Constant``                         the composition (a metric that is constant)
 :class:`numpyro_sgrld.correction.GammaBias`  the verdict's advice (a Γ its adaptation leaves)
 ==========================================  ===============================================
 """

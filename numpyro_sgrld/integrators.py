@@ -39,15 +39,14 @@ from numpyro_sgrld._checks import flag, integer, real
 from numpyro_sgrld._integrator_base import (
     BiasLaw,
     Integrator,
+    NeedsConstantMetric,
     Rescale,
     Settle,
     StepHint,
     StepSetting,
-    TakesMetrics,
     _time_step_law,
 )
 from numpyro_sgrld._thermostats import (
-    CONSTANT_METRICS,
     BADODABState,
     SGNHTState,
     badodab,
@@ -64,7 +63,7 @@ __all__ = [
     "Rescale",
     "Settle",
     "StepSetting",
-    "TakesMetrics",
+    "NeedsConstantMetric",
     "langevin",
     "sghmc",
     "adaptive_drift",
@@ -80,7 +79,6 @@ __all__ = [
     "BAOABState",
     "BADODABState",
     "SGNHTState",
-    "CONSTANT_METRICS",
 ]
 
 

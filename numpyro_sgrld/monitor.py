@@ -35,9 +35,11 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro.diagnostics import effective_sample_size
 
+from numpyro_sgrld import equipartition
 from numpyro_sgrld.verdict import MAX_COORDINATES, capped_ess
 
-__all__ = ["BATCHES", "RunMonitor", "coordinates", "init_monitor", "judge", "update_monitor"]
+__all__ = ["BATCHES", "RunMonitor", "centring", "coordinates", "init_monitor", "judge",
+           "update_monitor"]
 
 #: The batches a run's post-warm-up steps are split into (even: two halves for split R-hat).
 #: With 64, one chain's ESS estimate had a log-sd of 0.35 on autoregressive chains of ESS 300
@@ -108,6 +110,22 @@ def update_monitor(monitor, x, offset, num_steps, rejected_before):
 def batch_sizes(num_steps):
     """The steps in each batch of a run of ``num_steps`` post-warm-up steps."""
     return np.bincount(np.arange(num_steps) * BATCHES // num_steps, minlength=BATCHES)
+
+
+def centring(sums, squares, origin, num_steps):
+    """Per coordinate, :func:`~numpyro_sgrld.equipartition.centring_factor` of the chains'
+    whole runs, from the moments that :func:`judge` reads (``NaN`` with one chain)."""
+    n = batch_sizes(num_steps)[None, :, None].astype(np.float64)
+    o = np.asarray(origin, np.float64)[:, None, :]
+    s = np.asarray(sums, np.float64)
+    total = (s + n * o).sum(1)
+    squares = (np.asarray(squares, np.float64) + 2 * o * s + n * o**2).sum(1)
+    if total.shape[0] < 2 or num_steps < 2:
+        return np.full(total.shape[-1], np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = total / num_steps
+        var = (squares - num_steps * mean**2) / (num_steps - 1)
+        return equipartition.centring_factor(mean, var)
 
 
 def judge(sums, squares, origin, num_steps):

@@ -17,6 +17,7 @@ class Problem(NamedTuple):
     args: tuple
     network: bool = False  # a network built with random_haiku_module (BNPSGLD applies)
     init_strategy: Any = None  # the SG kernels' init strategy (None: the kernels' default)
+    name: str = "the model"  # what the report calls it
 
 
 def _german_credit(subsample_size=100):
@@ -28,6 +29,7 @@ def _german_credit(subsample_size=100):
         f"minibatch {subsample_size}",
         partial(lr.model, subsample_size=subsample_size),
         (X, y),
+        name="German credit",
     )
 
 
@@ -40,6 +42,7 @@ def _linear_regression(subsample_size=100):
         f"minibatch {subsample_size}",
         partial(lr.model, subsample_size=subsample_size),
         (X, y),
+        name="the linear regression",
     )
 
 
@@ -54,6 +57,7 @@ def _digits_mlp(subsample_size=100):
         (X, y),
         network=True,
         init_strategy=init_to_unit_scales,
+        name="the digits MLP",
     )
 
 

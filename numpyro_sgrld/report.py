@@ -122,28 +122,29 @@ def _off_words(name, row):
             f"by {row['max abs mean err/sd']:.2f} ± {row['± se']:.2f} sd)")
 
 
-def _best_sentence(sg):
-    """The sentence naming the most accurate of the SG rows ``sg`` (none where no row has
-    finite numbers)."""
+def _best_sentence(sg, name):
+    """The sentence naming the most accurate of the SG rows ``sg`` on the problem called
+    ``name`` (none where no row has finite numbers)."""
     if not any(np.isfinite(_score(r)) for r in sg.values()):
         return []
     best = min(sg, key=lambda k: _score(sg[k]))
     b = sg[best]
-    return [f"On German credit the most accurate SG kernel is **{best}**: its worst parameter "
+    return [f"On {name} the most accurate SG kernel is **{best}**: its worst parameter "
             f"mean is off by {b['max abs mean err/sd']:.3f} ± {b['± se']:.3f} posterior sd and "
             f"its sd ratio farthest from 1 is {b['worst sd ratio']:.3f} ± {b['± se (sd)']:.3f} "
             "(NUTS on the full data is the reference; ± one Monte Carlo standard error)."]
 
 
-def verdict_paragraph(rows, race=None):
+def verdict_paragraph(rows, race=None, name="German credit"):
     """The report's opening paragraph: the most accurate SG kernel, the accurate and the
     biased rows with their errors and Monte Carlo errors, the rows that did not converge, and,
     with ``race`` (:class:`~numpyro_sgrld.time_to_accuracy.LargeRace`), which method reached
-    the stated accuracy first on the large problem and by how much."""
+    the stated accuracy first on the large problem and by how much. ``name``: what the
+    report calls the problem the rows are from."""
     sg = {k: r for k, r in rows.items() if k in KERNELS}
     text = []
     if sg:
-        text += _best_sentence(sg)
+        text += _best_sentence(sg, name)
         good = [k for k, r in rows.items() if r.get("accurate") == "yes"]
         bad = [k for k, r in rows.items() if str(r.get("accurate", "")).startswith("NO")]
         if good:
@@ -309,9 +310,9 @@ def _write_report(out, problem, rows, curves, gamma, settings, race=None):
     text = [
         "# SG-MCMC against exact methods",
         "",
-        "**Verdict.** " + verdict_paragraph(rows, race),
+        "**Verdict.** " + verdict_paragraph(rows, race, problem.name),
         "",
-        "## The bias of each kernel: German credit",
+        f"## The bias of each kernel: {problem.name}",
         "",
         problem.description + ".",
         "",

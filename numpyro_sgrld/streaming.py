@@ -57,14 +57,13 @@ ensemble metrics of :func:`numpyro_sgrld.classification_metrics` and
 :func:`numpyro_sgrld.regression_metrics` over all draws, with no draw kept.
 """
 
-import json
 import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from numpyro_sgrld import _arviz
+from numpyro_sgrld import _streaming_file as file_
 from numpyro_sgrld._adapter import SGMCMC
 from numpyro_sgrld._checks import integer
 from numpyro_sgrld._compat import fast_sampling_loop_enabled
@@ -78,7 +77,7 @@ from numpyro_sgrld.accumulators import (
     regression_metrics_from,
 )
 from numpyro_sgrld.checkpoint import _attachments, _checkpoint_of, _write, load_checkpoint
-from numpyro_sgrld.inference_data import _escape, _sample_stats, load_netcdf
+from numpyro_sgrld.inference_data import _sample_stats, load_netcdf
 
 __all__ = [
     "run_streaming",
@@ -94,11 +93,6 @@ __all__ = [
     "RegressionSums",
 ]
 
-#: The file's root attribute that marks it as a streamed run (the run's settings, as JSON).
-FILE_ATTRIBUTE = "numpyro_sgrld_streaming"
-_GROUPS = ("posterior", "sample_stats")
-# HDF5 chunks: one chain, as many draws as fit in about this many bytes (at least one draw)
-_CHUNK_BYTES = 2**20
 
 
 class StreamedRun(NamedTuple):
@@ -235,123 +229,6 @@ def _check_same_plan(saved, plan, sidecar):
 # --------------------------------------------------------------------------- the file
 
 
-def _file_plan(path):
-    """The settings recorded in the streamed file ``path``, or ``None`` when it has none."""
-    import h5netcdf
-
-    try:
-        with h5netcdf.File(path, "r") as f:
-            recorded = f.attrs.get(FILE_ATTRIBUTE)
-    except OSError:  # not an HDF5 file
-        return None
-    return None if recorded is None else json.loads(recorded)
-
-
-def _file_draws(path):
-    """The number of draws per chain in the streamed file ``path``."""
-    import h5netcdf
-
-    with h5netcdf.File(path, "r") as f:
-        return int(f[_GROUPS[0]].dimensions["draw"].size)
-
-
-def _datasets(posterior, stats):
-    """``{group: xarray.Dataset}`` as ``to_inference_data`` builds them, names escaped."""
-    idata = _arviz.from_dict(posterior=posterior, sample_stats=stats or None)
-    datasets = {}
-    for group in _GROUPS:
-        if group in _arviz.group_names(idata):
-            ds = _arviz.dataset(idata, group)
-            names = [*ds.data_vars, *ds.dims]
-            if _arviz.is_datatree():  # escaped already by from_dict
-                names = []
-            mapping = {n: _escape(n) for n in names if _escape(n) != n}
-            datasets[group] = ds.rename(mapping) if mapping else ds
-    return datasets
-
-
-def _chunk_draws(bytes_per_draw, segment_draws):
-    """Draws per HDF5 chunk: the largest divisor of ``segment_draws`` (so that appends write
-    whole chunks) whose chunk stays within :data:`_CHUNK_BYTES`, at least 1."""
-    fits = max(1, _CHUNK_BYTES // max(1, bytes_per_draw))
-    return max(d for d in range(1, min(fits, segment_draws) + 1) if segment_draws % d == 0)
-
-
-def _encoding(ds, segment_draws):
-    encoding = {}
-    for name, da in ds.data_vars.items():
-        per_draw = int(np.prod(da.shape[2:], dtype=np.int64)) * da.dtype.itemsize
-        encoding[name] = {
-            "chunksizes": (1, _chunk_draws(per_draw, segment_draws), *da.shape[2:]),
-        }
-    return encoding
-
-
-def _create(path, datasets, plan):
-    """Write the first segment as a new file (to a temporary name, then renamed)."""
-    import xarray as xr
-
-    partial = path.with_name(path.name + ".partial")
-    xr.Dataset(attrs={FILE_ATTRIBUTE: json.dumps(plan._asdict())}).to_netcdf(
-        partial, mode="w", engine="h5netcdf"
-    )
-    for group, ds in datasets.items():
-        ds.to_netcdf(
-            partial,
-            mode="a",
-            group=group,
-            engine="h5netcdf",
-            unlimited_dims=["draw"],
-            encoding=_encoding(ds, plan.segment_draws),
-        )
-    partial.replace(path)
-
-
-def _encoded(da, var):
-    """``da``'s values as the file stores them (xarray's encoding: booleans as int8)."""
-    from xarray.conventions import encode_cf_variable
-
-    values = np.asarray(encode_cf_variable(da.variable).values)
-    if values.dtype != var.dtype or values.shape[2:] != var.shape[2:]:
-        raise ValueError(
-            f"The segment's {da.name!r} is {values.dtype}{values.shape[2:]} per draw; the file "
-            f"stores {var.dtype}{var.shape[2:]}: the file holds another model's run."
-        )
-    return values
-
-
-def _append(path, datasets):
-    """Append one segment's draws along the unlimited ``draw`` dimension of each group."""
-    import h5netcdf
-
-    with h5netcdf.File(path, "a") as f:
-        for group, ds in datasets.items():
-            g = f[group]
-            in_file = {n for n, v in g.variables.items() if n != "draw" and "draw" in v.dimensions}
-            if in_file != set(ds.data_vars):
-                raise ValueError(
-                    f"The segment's {group} variables {sorted(ds.data_vars)} differ from the "
-                    f"file's {sorted(in_file)}: the file holds another model's run."
-                )
-            start = g.dimensions["draw"].size
-            stop = start + ds.sizes["draw"]
-            g.resize_dimension("draw", stop)
-            g.variables["draw"][start:stop] = np.arange(start, stop)
-            for name, da in ds.data_vars.items():
-                var = g.variables[name]
-                var[:, start:stop] = _encoded(da, var)
-
-
-def _truncate(path, num_draws):
-    """Cut every group of the file back to its first ``num_draws`` draws."""
-    import h5netcdf
-
-    with h5netcdf.File(path, "a") as f:
-        for group in _GROUPS:
-            if group in f.groups and f[group].dimensions["draw"].size != num_draws:
-                f[group].resize_dimension("draw", num_draws)
-
-
 def load_streamed(path, *, lazy=True):
     """The :class:`arviz.InferenceData` (a ``DataTree`` on ArviZ 1.x) of the streamed file
     ``path`` (``posterior``, ``sample_stats``), site names restored
@@ -379,7 +256,7 @@ def _start(path, sidecar, plan, resume):
         if path.exists():
             why = (
                 "the run stopped before its first segment was committed"
-                if _file_plan(path) is not None
+                if file_.file_plan(path) is not None
                 else "the file is not a streamed run"
             )
             raise FileExistsError(
@@ -401,7 +278,7 @@ def _start(path, sidecar, plan, resume):
         )
     _check_same_plan(saved["plan"], plan, sidecar)
     progress = _Progress(load_checkpoint(sidecar), saved["accumulated"])
-    in_file = _file_draws(path)
+    in_file = file_.file_draws(path)
     if in_file < progress.num_draws:
         raise ValueError(
             f"{str(path)!r} holds {in_file} draws per chain, fewer than the {progress.num_draws} "
@@ -409,7 +286,7 @@ def _start(path, sidecar, plan, resume):
             "or remove both files to start over."
         )
     if in_file > progress.num_draws:  # a segment appended but not committed
-        _truncate(path, progress.num_draws)
+        file_.truncate(path, progress.num_draws)
     return progress
 
 
@@ -462,11 +339,11 @@ def _segment(mcmc, path, sidecar, plan, progress, rng_key, args, kwargs, init_pa
         mcmc.run(progress.checkpoint.state.rng_key, *args, extra_fields=plan.extra_fields,
                  **kwargs)
     posterior = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
-    datasets = _datasets(posterior, _sample_stats(mcmc))
+    datasets = file_.segment_datasets(posterior, _sample_stats(mcmc))
     if progress is None:
-        _create(path, datasets, plan)
+        file_.create(path, datasets, plan)
     else:
-        _append(path, datasets)
+        file_.append(path, datasets)
     del datasets
     if accumulator is not None:
         accumulated = accumulator.update(accumulated, posterior)

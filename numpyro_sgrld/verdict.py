@@ -57,8 +57,8 @@ from numpyro_sgrld._advice import (
 )
 
 __all__ = ["MAX_RHAT", "MAX_STEP_SPREAD", "MEAN_ERROR", "MIN_ESS", "Verdict",
-           "capped_ess", "check", "judgement", "max_rhat", "rhat_noise", "thermostat_of",
-           "thermostat_relaxation", "verdict"]
+           "capped_ess", "check", "judgement", "leaves_by_chain", "max_rhat", "rhat_noise",
+           "thermostat_of", "thermostat_relaxation", "verdict"]
 
 #: The largest split R-hat a trusted run of one chain may have (Vehtari et al. 2021 recommend
 #: 1.01); with more chains :func:`max_rhat`.
@@ -151,18 +151,22 @@ def verdict(draws_by_chain, rejected=None, num_steps=None, kernel=None, step_siz
     :data:`numpyro_sgrld._evaluation.NAME` of the draws, the log-likelihood of a fixed
     evaluation batch, is judged instead)."""
     columns = _coordinates(draws_by_chain)
-    rhats, esss = [], []
+    rhats, esss, centring = [], [], []
     for _, _, x in columns:
         if x.shape[1] < 4 or not np.all(np.isfinite(x)) or not np.ptp(x) > 0:
             rhats.append(np.inf)
             esss.append(0.0)
+            centring.append(np.nan)
         else:
             rhats.append(float(split_gelman_rubin(x)))
             esss.append(capped_ess(float(effective_sample_size(x)), x.size))
+            centring.append(float(equipartition.centring_factor(
+                x.mean(1)[:, None], x.var(1, ddof=1)[:, None])[0]) if x.shape[0] > 1
+                else np.nan)
     chains = columns[0][2].shape[0] if columns else 1
     return judgement(rhats, esss, [(name, j) for name, j, _ in columns], rejected,
                      num_steps, kernel, step_size, temperatures, chains, thermostat,
-                     network_sites)
+                     network_sites, centring)
 
 
 def max_rhat(num_chains=1):
@@ -206,16 +210,20 @@ def rhat_noise(ess, num_chains=1, num_tests=1):
 
 def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
               step_size=None, temperatures=None, num_chains=1, thermostat=None,
-              network_sites=None):
+              network_sites=None, centring=None):
     """The :class:`Verdict` from each judged coordinate's split R-hat and bulk ESS, with its
-    ``sites`` (``(name, flat index)`` each); the other arguments as :func:`verdict`'s."""
+    ``sites`` (``(name, flat index)`` each); ``centring``, each coordinate's
+    :func:`~numpyro_sgrld.equipartition.centring_factor` (several chains); the other
+    arguments as :func:`verdict`'s."""
     problems, notes = [], []
     network = frozenset(network_sites or ())
+    centring = [np.nan] * len(sites) if centring is None else list(centring)
     if network:
-        rows = list(zip(rhats, esss, sites))
-        weights = [row for row in rows if row[2][0] in network]
+        rows = list(zip(rhats, esss, sites, centring))
+        weights = [row[:3] for row in rows if row[2][0] in network]
         kept = [row for row in rows if row[2][0] not in network]
-        rhats, esss, sites = ([list(x) for x in zip(*kept)] if kept else ([], [], []))
+        rhats, esss, sites, centring = ([list(x) for x in zip(*kept)] if kept
+                                        else ([], [], [], []))
         notes.append(network_note(weights, num_chains,
                                    _evaluation.NAME in {s[0] for s in sites}))
     max_rhat_, min_ess = -np.inf, np.inf
@@ -264,6 +272,9 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
             "state): the step is too large somewhere the chains went, or the model is not "
             "finite there. Give a smaller step_size, or a longer warm-up."
         )
+    temperatures = equipartition.decentred(
+        temperatures, _centring(centring, esss, num_chains, mixed=not rhat_fail),
+        _ess_per_chain(esss, num_chains))
     departed = [] if temperatures is None else equipartition.departures(temperatures)
     if network and departed:
         departed, cold = network_readings(departed, network)
@@ -294,6 +305,27 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
         problems.append("No floating-point draws to judge.")
     return Verdict(trusted, max_rhat_, min_ess, rhat_site, ess_site, rejected, more,
                    tuple(problems), tuple(notes), temperatures)
+
+
+def _centring(centring, esss, num_chains, mixed):
+    r"""The factor that undoes each chain's centring on its own mean
+    (:func:`~numpyro_sgrld.equipartition.decentred`): with several chains that agree (their
+    R-hat within its noise), the median of the coordinates' factors from the spread of the
+    chains' means; with one chain, :math:`1/(1 - 1/\mathrm{ESS})` at its median ESS; with
+    chains that disagree, none (the spread of their means is not the centring's, and their
+    R-hat says so)."""
+    finite = [c for c in centring if np.isfinite(c)]
+    if num_chains > 1:
+        return float(np.median(finite)) if finite and mixed else 1.0
+    ess = _ess_per_chain(esss, 1)
+    return 1.0 / (1.0 - 1.0 / ess) if ess is not None and ess > 2 else 1.0
+
+
+def _ess_per_chain(esss, num_chains):
+    """The chains' typical effective sample size: the median bulk ESS of the judged
+    coordinates over the number of chains (``None`` without one)."""
+    finite = [e for e in esss if np.isfinite(e) and e > 0]
+    return float(np.median(finite)) / max(int(num_chains or 1), 1) if finite else None
 
 
 def _step_spread(kernel, step_size):
@@ -363,7 +395,7 @@ def temperatures_of(state, kernel=None):
     return equipartition.summarize(jax.device_get(acc), getattr(kernel, "temperature", 1.0))
 
 
-def _leaves_by_chain(tree, chain_axis):
+def leaves_by_chain(tree, chain_axis):
     """A dict of site arrays ``(chains, draws, ...)`` from collected draws whose chain axis
     is ``chain_axis`` (``None``: one chain)."""
     out = {}

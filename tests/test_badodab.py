@@ -47,5 +47,5 @@ def test_bad_input():
         BADODAB(model, 0.1, thermal_mass=-1.0)
     with pytest.raises(ValueError, match="step_size"):
         BADODAB(model, step_size=-0.1)
-    with pytest.raises(ValueError, match="takes only the metrics.*position-dependent"):
+    with pytest.raises(ValueError, match="takes only a constant metric.*position-dependent"):
         SGMCMC(model, 0.1, metric=metrics.rmsprop(), integrator=integrators.badodab())

@@ -80,7 +80,7 @@ def test_bad_input():
         integrators.sgnht(diffusion=0.0)
     with pytest.raises(ValueError, match="step_size"):
         SGNHT(model, step_size=-0.1)
-    with pytest.raises(ValueError, match="takes only the metrics.*position-dependent"):
+    with pytest.raises(ValueError, match="takes only a constant metric.*position-dependent"):
         SGMCMC(model, 0.1, metric=metrics.rmsprop(), integrator=integrators.sgnht())
 
 

@@ -106,7 +106,9 @@ def test_the_verdict_names_the_best_kernel_the_biased_ones_and_the_race():
                tta.RaceResult("HMCECS", 80.0, True, 80.0, 600, 0.05, 1.08)]
     race = tta.LargeRace(tta.Setting(), _reference(), results, 90.0, 50.0, 20.0, 5.0)
     text = verdict_paragraph(rows, race)
-    assert "the most accurate SG kernel is **SGLD**" in text
+    assert "On German credit the most accurate SG kernel is **SGLD**" in text
+    # the problem the rows come from is named as the report's caller names it
+    assert verdict_paragraph(rows, name="the digits MLP").startswith("On the digits MLP the")
     assert "1 of 3 rows are accurate" in text and ": SGLD." in text
     assert "PSGLD (sds too wide by up to 30 ± 1 %" in text
     assert "**Did not converge**" in text and "MongeSGLD (R-hat 1.050)" in text

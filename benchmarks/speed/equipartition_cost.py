@@ -1,4 +1,4 @@
-"""XLA's flop count of one compiled step with the equipartition check and without it
+"""XLA's flop and byte counts of one compiled step with the equipartition check and without it
 (``state.equipartition=None``), as docs/benchmarks.md, "The equipartition check's cost",
 reports it, written to a JSON record:
 
@@ -7,7 +7,8 @@ reports it, written to a JSON record:
 Rows: SGLD at its defaults after warm-up on German credit (25 weights, minibatch 100, checked
 coordinate by coordinate), 4 vectorised chains; SGLD at a given step on the MLP whose density is
 the hand-written loop's formula (``speed._mlp(formula=True)``: 50 inputs, 64 hidden units, 10
-classes, 3,914 weights, checked per layer), one chain.
+classes, 3,914 weights, checked per layer), one chain; SGLD at a given step on Yu et al.'s
+784-400-400-10 MLP (``speed._mlp()``, 478,410 weights, per layer), one chain.
 """
 
 import argparse
@@ -24,9 +25,10 @@ import numpyro_sgrld as ns
 from numpyro_sgrld.problems import PROBLEMS
 
 
-def _flops(fn, *args):
+def _cost(fn, *args):
     cost = jax.jit(fn).lower(*args).compile().cost_analysis()
-    return (cost[0] if isinstance(cost, list) else cost)["flops"]
+    cost = cost[0] if isinstance(cost, list) else cost
+    return cost["flops"], cost["bytes accessed"]
 
 
 def _speed():
@@ -40,9 +42,11 @@ def _speed():
 def _row(name, kernel, state, args):
     host = kernel.after_warmup(state) or kernel
     step = partial(host.sample, model_args=args, model_kwargs={})
-    with_check = _flops(step, state)
-    without = _flops(step, state._replace(equipartition=None))
-    return {"step": name, "without": without, "with": with_check, "ratio": with_check / without}
+    with_check, with_bytes = _cost(step, state)
+    without, without_bytes = _cost(step, state._replace(equipartition=None))
+    return {"step": name, "without": without, "with": with_check, "ratio": with_check / without,
+            "bytes_without": without_bytes, "bytes_with": with_bytes,
+            "bytes_ratio": with_bytes / without_bytes}
 
 
 def main():
@@ -61,8 +65,15 @@ def main():
     kernel = speed._kernel(speed.KERNELS["SGLD"], p)
     state = kernel.init(random.PRNGKey(0), 0, None, args, {})
     rows.append(_row("SGLD at a given step, the MLP by formula, 1 chain", kernel, state, args))
+    p = speed._mlp()
+    args = (p["X"], p["y"])
+    kernel = speed._kernel(speed.KERNELS["SGLD"], p)
+    state = kernel.init(random.PRNGKey(0), 0, None, args, {})
+    rows.append(_row("SGLD at a given step, the 784-400-400-10 MLP, 1 chain", kernel, state,
+                     args))
     for r in rows:
-        print(f"| {r['step']} | {r['without']:,.0f} | {r['with']:,.0f} | {r['ratio']:.3f} |")
+        print(f"| {r['step']} | {r['without']:,.0f} | {r['with']:,.0f} | {r['ratio']:.3f} "
+              f"| {r['bytes_without']:,.0f} | {r['bytes_with']:,.0f} | {r['bytes_ratio']:.3f} |")
     a.out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "jax": jax.__version__,
                                  "rows": rows}, indent=1))
 

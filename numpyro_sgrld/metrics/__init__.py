@@ -26,6 +26,7 @@ statistic in the moving average (a metric without it cannot carry the correction
 from numpyro_sgrld._acceptance import Averages
 from numpyro_sgrld.metrics._base import (
     Aux,
+    Constant,
     Learnt,
     Metric,
     Preconditioner,
@@ -57,6 +58,7 @@ __all__ = [
     "Aux",
     "Averages",
     "WarmStart",
+    "Constant",
     "Learnt",
     "Restart",
     "identity",

@@ -82,6 +82,14 @@ class WarmStart(NamedTuple):
     fn: Callable
 
 
+class Constant(NamedTuple):
+    """A metric's trait: :math:`D` depends neither on the position nor on the chain's path
+    once warm-up has ended (the identity, a given diagonal, one learnt in warm-up). An
+    integrator that measures a temperature in the metric's coordinates (SGNHT's and BADODAB's
+    thermostats, their :class:`~numpyro_sgrld.integrators.NeedsConstantMetric`) takes only
+    such a metric."""
+
+
 class Learnt(NamedTuple):
     """A metric's trait: warm-up learns it when the step size is adapted
     (:func:`~numpyro_sgrld.metrics.learnt`, :func:`~numpyro_sgrld.metrics.learnt_diagonal`):

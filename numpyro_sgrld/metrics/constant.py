@@ -9,6 +9,7 @@ from jax.flatten_util import ravel_pytree
 from numpyro_sgrld._acceptance import Averages
 from numpyro_sgrld.correction import NoLag
 from numpyro_sgrld.metrics._base import (
+    Constant,
     Learnt,
     Metric,
     Preconditioner,
@@ -31,7 +32,7 @@ def identity() -> Metric:
     def update(grad, state, position, context=None):
         return Preconditioner(drift=_same, noise=_same), state
 
-    return Metric(init, update, name="identity", traits=(Averages(), NoLag(
+    return Metric(init, update, name="identity", traits=(Averages(), Constant(), NoLag(
         "the identity metric is constant: its Γ is zero, there is nothing to correct")))
 
 
@@ -80,7 +81,7 @@ def diagonal(scale) -> Metric:
     def update(grad, state, position, context=None):
         return _scaled(_scale_like), state
 
-    return Metric(init, update, name="diagonal", traits=(Averages(), _CONSTANT))
+    return Metric(init, update, name="diagonal", traits=(Averages(), _CONSTANT, Constant()))
 
 
 # --------------------------------------------------------------------------- learnt in warm-up
@@ -106,7 +107,7 @@ def learnt_diagonal() -> Metric:
         return _scaled(lambda t: state.scale), state
 
     return Metric(init, update, name="learnt_diagonal",
-                  traits=(Averages(), _CONSTANT, Learnt()))
+                  traits=(Averages(), _CONSTANT, Constant(), Learnt()))
 
 
 class LearntState(NamedTuple):
@@ -160,4 +161,4 @@ def learnt(dense_max_dim=DENSE_MAX_DIM) -> Metric:
             return _scaled(lambda t: state.scale), state
         return _dense(state.factor, ravel_pytree(position)[1]), state
 
-    return Metric(init, update, name="learnt", traits=(Averages(), _CONSTANT, Learnt()))
+    return Metric(init, update, name="learnt", traits=(Averages(), _CONSTANT, Constant(), Learnt()))
