@@ -17,6 +17,7 @@ from numpyro.infer.mcmc import MCMCKernel
 from numpyro.infer.util import constrain_fn, transform_fn
 from numpyro.util import identity, is_prng_key
 
+from numpyro_sgrld import _cycles as cycles_
 from numpyro_sgrld import _host_parts as parts
 from numpyro_sgrld import _model_host as model_host
 from numpyro_sgrld import _run_verdict as run_verdict
@@ -118,6 +119,8 @@ class SGMCMC(MCMCKernel):
         else the chain goes back to ``z``. Warm-up and the cyclical presets check each
         proposal at once on its own minibatch. ``False``: only the proposal's entries are
         checked (docs/quickstart.md).
+    :param cycles: a :class:`~numpyro_sgrld._cycles.Cycles`: the transitions run in cycles
+        with an exploration stage (:class:`~numpyro_sgrld.CyclicalSGLD`); ``None`` (default).
     """
 
     sample_field = "z"
@@ -125,19 +128,17 @@ class SGMCMC(MCMCKernel):
     #: ``MCMC`` may run this kernel on :func:`numpyro_sgrld._loop.collect` once
     #: :func:`~numpyro_sgrld.enable_fast_sampling_loop` is on (:mod:`numpyro_sgrld._compat`).
     own_sampling_loop = True
-    #: With ``check_proposal``: whether the next step checks a proposal (``SGState.proposal``,
-    #: no forward pass) rather than the step itself on its own minibatch.
-    _checks_proposal_next_step = True
 
     def __init__(self, model=None, step_size=None, *, metric=None, integrator=None,
                  gradient=None, correction=None, correction_form="lagged", potential_fn=None,
                  temperature=1.0, num_data=None, batching="replacement",
                  init_strategy=init_to_uniform, data_parallel=None, control_variate=None,
                  mode_steps=1000, start_at_centre=False, check_proposal=True,
-                 target_bias=0.1):
+                 target_bias=0.1, cycles=None):
         if (model is None) == (potential_fn is None):
             raise ValueError("Give exactly one of `model` or `potential_fn`.")
-        self._model, self._potential_fn = model, potential_fn
+        #: The NumPyro model (``None`` with ``potential_fn``).
+        self.model, self._potential_fn = model, potential_fn
         self._schedule = None if step_size is None else as_schedule(step_size)
         #: Whether the step size is chosen during warm-up (``step_size=None``).
         self.adapts_step_size = step_size is None
@@ -172,15 +173,14 @@ class SGMCMC(MCMCKernel):
         # (spec, state, target, adapting) -> state: the step with the warm-up around it (a
         # cyclical preset wraps it in its exploration stage)
         self._transition = warmup_steps.transition
+        #: The :class:`~numpyro_sgrld._cycles.Cycles` of a cyclical kernel (``None``: none),
+        #: and the step its first cycle begins at (set by :meth:`init`).
+        self.cycles, self.cycle_start = cycles, 0
         self._sample_fn = None
         self._axis_name = None  # CHAIN_AXIS with vectorised chains: the kernel's own vmap's
         self._once = model_host.Once()
         self.run_info = None  # the run MCMC's own loop drives, for the verdict at its end
         self._settled = {}  # settled gradient estimator -> _AfterWarmup
-
-    @property
-    def model(self):
-        return self._model
 
     @property
     def step_size(self):
@@ -211,26 +211,30 @@ class SGMCMC(MCMCKernel):
         return self.setup.num_data or 1
 
     def _step_size(self, i, adaptation=None):
-        """:math:`h_i`: the schedule's, or the adaptation's current step."""
+        """:math:`h_i`: the schedule's, or the adaptation's current step (with cycles, after
+        warm-up, times the cycle's cosine: :func:`numpyro_sgrld._cycles.step_size`)."""
         if adaptation is None:
             return jnp.asarray(self._schedule(i), jnp.result_type(float))
+        if self.cycles is not None:
+            return cycles_.step_size(self.cycles, i, adaptation)
         return adaptation.step_size
 
     def _init_one(self, z, rng_key, model_args, model_kwargs, num_warmup=0):
-        target = parts.target(self.setup, self._model, self._potential_fn, None, model_args,
+        target = parts.target(self.setup, self.model, self._potential_fn, None, model_args,
                               model_kwargs)
         return parts.init_state(
             self._spec, target, z, rng_key, num_warmup, self.setup.plates, self._batching,
             self.adapts_step_size,
-            self._spec.check_proposal and self._checks_proposal_next_step,
-            self._first_sampling_step(num_warmup))
+            self._spec.check_proposal and self.cycles is None,
+            num_warmup if self.cycles is None else cycles_.first_sampling_step(
+                self.cycles, num_warmup, self.adapts_step_size))
 
     def _sample_one(self, state, model_args, model_kwargs, adapting=None, step=None,
                     gradient=None):
         """One transition of one chain (:func:`numpyro_sgrld.warmup.steps.transition`);
         ``step`` is its index, unbatched for vectorised chains; ``gradient`` replaces the
         spec's estimator (its settled form after warm-up, :meth:`after_warmup`)."""
-        target = parts.target(self.setup, self._model, self._potential_fn, self._axis_name,
+        target = parts.target(self.setup, self.model, self._potential_fn, self._axis_name,
                               model_args, model_kwargs, state.i if step is None else step)
         spec = self._spec if gradient is None else self._spec._replace(gradient=gradient)
         return self._transition(spec, state, target, adapting)
@@ -263,13 +267,13 @@ class SGMCMC(MCMCKernel):
             rng_key, key_init = jnp.swapaxes(jax.vmap(random.split)(rng_key), 0, 1)
         else:
             rng_key, key_init = random.split(rng_key)
-        if self._model is not None:
+        if self.model is not None:
             self.model_args = (model_args, model_kwargs)
-            self.setup = model_host.set_up(self._model, self.metric, self._init_strategy,
+            self.setup = model_host.set_up(self.model, self.metric, self._init_strategy,
                                            model_args, model_kwargs)
             model_host.check_data(self.setup, self._once, model_args, model_kwargs)
             init_params = model_host.initial_positions(
-                self.setup, self._model, self._init_strategy, self._once, key_init,
+                self.setup, self.model, self._init_strategy, self._once, key_init,
                 init_params, model_args, model_kwargs)
             first = init_params if not vectorized else jax.tree.map(lambda x: x[0], init_params)
             model_host.check_observed(self.setup, self._once, first, model_args, model_kwargs)
@@ -286,6 +290,10 @@ class SGMCMC(MCMCKernel):
         if self.adapts_step_size:
             check_adaptation(num_warmup, self.integrator, self.temperature)
         self._axis_name = CHAIN_AXIS if vectorized else None
+        if self.cycles is not None:  # the cycles begin after an adapted warm-up
+            self.cycle_start = choices.cycle_start(num_warmup, self.adapts_step_size)
+            self._transition = cycles_.exploration_stage(
+                warmup_steps.transition, *self.cycles, self.cycle_start)
         # the composed sampler from the attributes (one source: they are what a reader sees)
         sampler = build_sampler(self.metric, self.integrator, self.correction,
                                 self._correction_form)
@@ -310,11 +318,6 @@ class SGMCMC(MCMCKernel):
             self.gradient.check(state.gradient_state)
         return run_verdict.arm(self, state, num_warmup, vectorized)
 
-    def _first_sampling_step(self, num_warmup):
-        """The step counter after ``num_warmup`` transitions (one step each): where the
-        equipartition check starts counting."""
-        return num_warmup
-
     def sample(self, state, model_args, model_kwargs):
         return run_verdict.observed(self, state, self._sample_fn(state, model_args, model_kwargs),
                                     model_args, model_kwargs)
@@ -322,7 +325,7 @@ class SGMCMC(MCMCKernel):
     def postprocess_fn(self, model_args, model_kwargs):
         """Constrained values (and deterministic sites, computed on the *full* data, as
         ``NUTS(full_batch(model))`` returns them)."""
-        if self._model is None:
+        if self.model is None:
             return identity
         model_args, model_kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs or {}))
         if self.setup.replay:

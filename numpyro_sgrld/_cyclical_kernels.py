@@ -3,17 +3,13 @@ SGHMC (Zhang et al. 2020)."""
 
 import math
 
-import jax
-import jax.numpy as jnp
-
 from numpyro_sgrld._adapter import SGMCMC
 from numpyro_sgrld._checks import integer, real
+from numpyro_sgrld._cycles import Cycles, position
 from numpyro_sgrld.integrators import langevin, sghmc
 from numpyro_sgrld.schedules import cyclical
-from numpyro_sgrld.warmup import choices
-from numpyro_sgrld.warmup import steps as warmup_steps
 
-__all__ = ["CYCLE_LENGTH", "CyclicalSGHMC", "CyclicalSGLD", "exploration_stage"]
+__all__ = ["CYCLE_LENGTH", "CyclicalSGHMC", "CyclicalSGLD"]
 
 
 #: Steps per cycle of the cyclical presets when ``cycle_length`` is not given: with the default
@@ -24,7 +20,7 @@ CYCLE_LENGTH = 1000
 def _cycle(kernel, step_size, cycle_length, exploration):
     """The cosine schedule with peak ``step_size`` and period ``cycle_length`` (``None`` with
     ``step_size=None``: the peak is adapted in warm-up), and the exploration stage's
-    ``(L, E)``, checked."""
+    :class:`~numpyro_sgrld._cycles.Cycles`, checked."""
     length = integer(CYCLE_LENGTH if cycle_length is None else cycle_length, "cycle_length",
                      low=2, hint="It is the number of steps per cycle, exploration included.")
     beta = real(exploration, "exploration", low=0, high=1, high_open=True,
@@ -36,93 +32,34 @@ def _cycle(kernel, step_size, cycle_length, exploration):
             f"({explore} exploration steps): lower `exploration` or raise `cycle_length`."
         )
     if step_size is None:
-        return None, (length, explore)
+        return None, Cycles(length, explore)
     h0 = real(step_size, "step_size", low=0, low_open=True,
               hint=f"It is the cycle's peak step h0 (a number: the schedule is the cosine), "
               f"or None to adapt it in warm-up: {kernel}(model).")
-    return cyclical(h0, length, 1), (length, explore)
-
-
-def exploration_stage(transition, length, explore, start):
-    """``transition`` (``(spec, state, target, adapting) -> state``,
-    :func:`numpyro_sgrld.warmup.steps.transition`) with cyclical SG-MCMC's exploration stage
-    (Zhang et al. 2020) in front of it at the first step of every cycle of ``length`` steps
-    counted from step ``start``: ``explore`` transitions at temperature 0 (stochastic gradient
-    descent, or with momentum for SGHMC), so that the state the transition returns, the draw,
-    is a sampling-stage state. The transition's index is ``target.step`` (unbatched for
-    vectorised chains: the branch stays a branch)."""
-
-    def with_exploration(spec, state, target, adapting=None):
-        i = target.step
-        starts = (i - start >= 0) & ((i - start) % length == 0)
-        cold = spec._replace(temperature=0.0)
-        # after warm-up (``adapting=False`` known when traced) so are the exploration's steps
-        during = False if adapting is False else None
-
-        def run(state):
-            return jax.lax.fori_loop(
-                0, explore,
-                lambda j, s: transition(cold, s, target._replace(step=i + j), during), state)
-
-        state = jax.lax.cond(starts, run, lambda s: s, state)
-        return transition(spec, state, target._replace(step=i + explore * starts), adapting)
-
-    return with_exploration
+    return cyclical(h0, length, 1), Cycles(length, explore)
 
 
 class _Cyclical:
-    """The cyclical presets' wrapper around :class:`~numpyro_sgrld.SGMCMC`'s transition (the
-    exploration stage, :func:`exploration_stage`) and their step rule (after an adapted
-    warm-up, the adapted step times the cycle's cosine)."""
-
-    # a draw is the state a transition returns; held for the next step's check, the proposal
-    # of a cycle's first sampling step would leave the exploration stage's end as the draw
-    _checks_proposal_next_step = False
-
-    def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
-        # the cycles begin after the warm-up when the peak step is adapted there
-        self._cycle_start = choices.cycle_start(num_warmup, self.adapts_step_size)
-        self._transition = exploration_stage(warmup_steps.transition, *self._exploration,
-                                             self._cycle_start)
-        return super().init(rng_key, num_warmup, init_params, model_args, model_kwargs)
-
-    def _step_size(self, i, adaptation=None):
-        """:math:`h_i`; with an adapted peak, after warm-up, the adapted step times the cosine
-        of the cycle's position."""
-        if adaptation is None:
-            return super()._step_size(i)
-        k = i - adaptation.num_warmup
-        cosine = 0.5 * (jnp.cos(jnp.pi * (k % self._exploration[0]) / self._exploration[0]) + 1)
-        return jnp.where(k >= 0, adaptation.step_size * cosine, adaptation.step_size)
-
-    def _first_sampling_step(self, num_warmup):
-        """The step counter after ``num_warmup`` transitions: with a given peak step the cycles
-        run from the first step, and each cycle of ``L`` steps is ``L - E`` transitions (its
-        first runs the ``E`` exploration steps before its own)."""
-        if self.adapts_step_size:
-            return num_warmup
-        length, explore = self._exploration
-        cycles, rest = num_warmup // (length - explore), num_warmup % (length - explore)
-        return cycles * length + jnp.where(rest > 0, explore + rest, 0)
+    """What the cyclical presets add to :class:`~numpyro_sgrld.SGMCMC` given their
+    :class:`~numpyro_sgrld._cycles.Cycles`: a draw's place in its cycle, and the cycle's
+    shape."""
 
     def cycle_position(self, i):
         r"""``(cycle, step_in_cycle)`` of the step that produced the state with counter ``i``
         (the ``i`` extra field of a draw): ``(k - 1) // L`` and ``(k - 1) % L`` for
         ``k = i - W``, ``W`` the warm-up's length when the step is adapted (the cycles begin
         after it), else 0. Every draw has ``step_in_cycle >= E`` (a sampling step)."""
-        length, _ = self._exploration
-        k = i - self._cycle_start
-        return (k - 1) // length, (k - 1) % length
+        return position(self.cycles, self.cycle_start, i)
 
     @property
     def cycle_length(self):
         """:math:`L`, steps per cycle (exploration included)."""
-        return self._exploration[0]
+        return self.cycles.length
 
     @property
     def exploration_steps(self):
         r""":math:`E = \lceil\beta L\rceil`, exploration steps at the start of each cycle."""
-        return self._exploration[1]
+        return self.cycles.explore
 
 
 _CYCLICAL_DOC = r"""
@@ -170,10 +107,9 @@ class CyclicalSGLD(_Cyclical, SGMCMC):
 
     def __init__(self, model=None, step_size=None, *, cycle_length=None, exploration=0.5,
                  metric=None, **kwargs):
-        schedule, cycle = _cycle("CyclicalSGLD", step_size, cycle_length, exploration)
-        super().__init__(model, schedule, metric=metric, integrator=langevin(), **kwargs)
-        self._exploration = cycle
-        self._cycle_start = 0
+        schedule, cycles = _cycle("CyclicalSGLD", step_size, cycle_length, exploration)
+        super().__init__(model, schedule, metric=metric, integrator=langevin(), cycles=cycles,
+                         **kwargs)
 
 
 class CyclicalSGHMC(_Cyclical, SGMCMC):
@@ -190,8 +126,6 @@ class CyclicalSGHMC(_Cyclical, SGMCMC):
 
     def __init__(self, model=None, step_size=None, *, cycle_length=None, exploration=0.5,
                  friction=0.1, noise_estimate=0.0, metric=None, **kwargs):
-        schedule, cycle = _cycle("CyclicalSGHMC", step_size, cycle_length, exploration)
+        schedule, cycles = _cycle("CyclicalSGHMC", step_size, cycle_length, exploration)
         super().__init__(model, schedule, metric=metric,
-                         integrator=sghmc(friction, noise_estimate), **kwargs)
-        self._exploration = cycle
-        self._cycle_start = 0
+                         integrator=sghmc(friction, noise_estimate), cycles=cycles, **kwargs)

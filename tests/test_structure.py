@@ -28,7 +28,7 @@ LAYERS = [
     ("warm-up", {"warmup", "adaptation"}),
     ("the NumPyro host", {"subsample", "_setup", "_data_checks", "_model_host", "_host_parts",
                           "_adapter", "kernels", "_presets", "_momentum_kernels", "_layer_kernels",
-                          "_cyclical_kernels", "_loop", "_loop_report",
+                          "_cyclical_kernels", "_cycles", "_loop", "_loop_report",
                           "_compat", "_run_verdict", "monitor", "verdict", "sharding",
                           "_evaluation", "_advice", "_potentials"}),
     ("bridges", {"haiku", "nnx", "equinox", "priors", "conv_priors", "_network_priors"}),
