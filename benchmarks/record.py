@@ -15,6 +15,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,12 @@ from pathlib import Path
 
 def _cells(line):
     return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def _warning(line):
+    """Whether ``line`` is a warning Python printed (``path:line: SomeWarning: ...``) or the
+    source line it shows under one."""
+    return bool(re.match(r"^\S.*:\d+: \w*Warning: ", line)) or line.startswith("  warnings.warn")
 
 
 def tables(text):
@@ -39,8 +46,9 @@ def tables(text):
         if is_table:
             columns, rows = _cells(line), []
             i += 2
-            while i < len(lines) and lines[i].strip().startswith("|"):
-                rows.append(_cells(lines[i]))
+            while i < len(lines) and (lines[i].strip().startswith("|") or _warning(lines[i])):
+                if not _warning(lines[i]):  # a warning printed between two rows is no row
+                    rows.append(_cells(lines[i]))
                 i += 1
             out.append({"title": title, "columns": columns, "rows": rows})
             continue
