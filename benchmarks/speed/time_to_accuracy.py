@@ -436,6 +436,9 @@ def parse_args(argv=None):
     )
     p.add_argument("--quick", action="store_true", help="smaller problem and reference")
     p.add_argument("--out", default=None, help="write the Markdown table here")
+    p.add_argument("--fast-loop", action="store_true",
+                   help="run the SG kernels on their own sampling loop "
+                        "(numpyro_sgrld.enable_fast_sampling_loop(); NUTS keeps NumPyro's)")
     args = p.parse_args(argv)
     if args.quick:
         for key, value in QUICK.items():
@@ -450,6 +453,10 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.fast_loop:
+        import numpyro_sgrld
+
+        numpyro_sgrld.enable_fast_sampling_loop()
     X, y = make_data(args.num_data, args.dim, args.data_seed)
     start = time.perf_counter()
     *ref, ref_ess = reference_moments(X, y, args)
