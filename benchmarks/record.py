@@ -27,8 +27,8 @@ def _cells(line):
 
 def _warning(line):
     """Whether ``line`` is a warning Python printed (``path:line: SomeWarning: ...``) or the
-    source line it shows under one."""
-    return bool(re.match(r"^\S.*:\d+: \w*Warning: ", line)) or line.startswith("  warnings.warn")
+    indented source line it shows under one."""
+    return bool(re.match(r"^\S.*:\d+: \w*Warning: ", line)) or line.startswith("  ")
 
 
 def tables(text):
