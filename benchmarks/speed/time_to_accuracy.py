@@ -3,6 +3,10 @@ minibatches against NUTS on the full data.
 
     python benchmarks/speed/time_to_accuracy.py            # N = 100,000, d = 20
     python benchmarks/speed/time_to_accuracy.py --quick    # N = 20,000, short reference (smoke run)
+    python benchmarks/speed/time_to_accuracy.py --fast-loop  # the SG kernels on their own loop
+
+Without ``--fast-loop`` every kernel runs on NumPyro's loop, as ``MCMC`` runs it by default,
+which compiles its loop again on every run, the "warm" runs included.
 
 Problem: synthetic data, rows x_i ~ N(0, I) (float32), true w ~ N(0, I) / sqrt(d),
 y_i ~ Bernoulli(sigmoid(x_i . w)); model ``numpyro_sgrld.models.logistic_regression.model``
