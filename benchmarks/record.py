@@ -97,7 +97,7 @@ def _versions_of(python):
 def run(out, command):
     """Run ``command``, pass its output through, and write its record to ``out``."""
     started = datetime.datetime.now(datetime.UTC)
-    machine_start = _machine()
+    machine_start, commit = _machine(), _commit()  # the code the command runs
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             bufsize=1)
     printed = []
@@ -112,7 +112,7 @@ def run(out, command):
     record = {
         "command": " ".join(command),
         "exit_status": rc,
-        "commit": _commit(),
+        "commit": commit,
         "started": started.isoformat(timespec="seconds"),
         "wall_s": round((ended - started).total_seconds(), 1),
         "versions": _versions_of(python),

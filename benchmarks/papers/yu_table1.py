@@ -37,7 +37,7 @@ SAMPLERS = {
     "Wenzel": partial(WenzelSGLD, step_size=0.25 / NUM_TRAIN),
     "RMSprop": partial(PSGLD, step_size=5e-4 / NUM_TRAIN),
     # the drift safeguard caps a step's |D grad U| (Yu et al. use one for Monge too); without
-    # it Monge blew up within ~10 steps at W = 400 (see docs/benchmarks.md)
+    # it Monge blew up within ~10 steps at W = 400 from the old start (docs/yu2023.md)
     "Monge": partial(MongeSGLD, step_size=0.25 / NUM_TRAIN, alpha2=1.25, max_drift_norm=1e6),
     "Shampoo": partial(ShampooSGLD, step_size=5e-3 / NUM_TRAIN),
     # Lange et al.'s BNP (not in Yu et al.): no published MNIST learning rate; its drift is the
