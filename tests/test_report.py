@@ -91,7 +91,7 @@ def test_the_report_prints_no_negative_distance_no_inf_or_nan_and_one_name_per_m
         runs, tmp_path):
     rows = _rows_of(runs)
     kernels = [k for k in rows if k != "NUTS (reference)"]
-    problem = SimpleNamespace(description="A synthetic problem")
+    problem = SimpleNamespace(description="A synthetic problem", name="the synthetic problem")
     _write_report(tmp_path, problem, rows, {}, None, _settings(kernels), _race())
     report = (tmp_path / "report.md").read_text()
     printed = report + "\n" + format_table(rows)
@@ -111,6 +111,9 @@ def test_the_report_prints_no_negative_distance_no_inf_or_nan_and_one_name_per_m
     # the method without draws: a word, not a number
     assert "NO: no finite draws" in report
     assert "| NUTS | > 50.0 | no | 0 | no draws | no draws | cap |" in report
+    # the verdict and the bias section name the problem the rows come from
+    assert "On the synthetic problem the most accurate SG kernel" in report
+    assert "## The bias of each kernel: the synthetic problem" in report
 
 
 def test_the_squared_ksd_reads_exact_draws_as_closest():
