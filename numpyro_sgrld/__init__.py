@@ -31,7 +31,10 @@ from numpyro_sgrld._compat import (
     fast_sampling_loop,
 )
 from numpyro_sgrld._composition import SamplerState
+from numpyro_sgrld._cycles import Cycles
 from numpyro_sgrld._potentials import auxiliary, minibatch_potential
+from numpyro_sgrld._state import ChainState
+from numpyro_sgrld._step import Algorithm, StepInputs, compose
 from numpyro_sgrld.checkpoint import Checkpoint, load_checkpoint, resume, save_checkpoint
 from numpyro_sgrld.diagnostics import (
     bias_vs_step_size,
@@ -94,6 +97,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "SGMCMC",
+    "Algorithm",
+    "ChainState",
+    "Cycles",
+    "StepInputs",
+    "compose",
     "Verdict",
     "check",
     "verdict",

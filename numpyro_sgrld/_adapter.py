@@ -22,11 +22,7 @@ from numpyro_sgrld import _host_parts as parts
 from numpyro_sgrld import _model_host as model_host
 from numpyro_sgrld import _run_verdict as run_verdict
 from numpyro_sgrld import _setup
-from numpyro_sgrld._checks import flag
-from numpyro_sgrld._composition import build_sampler
 from numpyro_sgrld._state import SGState
-from numpyro_sgrld._step import Spec
-from numpyro_sgrld.integrators import langevin
 from numpyro_sgrld.schedules import as_schedule
 from numpyro_sgrld.sharding import check_divisible, index_sharding
 from numpyro_sgrld.subsample import (
@@ -35,8 +31,9 @@ from numpyro_sgrld.subsample import (
     full_batch,
 )
 from numpyro_sgrld.warmup import choices
-from numpyro_sgrld.warmup import steps as warmup_steps
 from numpyro_sgrld.warmup.adaptation import CHAIN_AXIS, check_adaptation
+from numpyro_sgrld.warmup.pieces import Setting
+from numpyro_sgrld.warmup.steps import transition
 
 __all__ = ["SGMCMC", "SGState"]
 
@@ -59,6 +56,9 @@ class SGMCMC(MCMCKernel):
     The named kernels (:class:`~numpyro_sgrld.SGLD`, :class:`~numpyro_sgrld.PSGLD`,
     :class:`~numpyro_sgrld.SGHMC`, ...) are presets of this class.
 
+    The composition is a value, :attr:`algorithm` (:func:`~numpyro_sgrld.compose`); it may be
+    given whole: ``SGMCMC(model, algorithm=compose(metrics.rmsprop(), integrators.langevin()))``.
+
     The kernel's ``sampler_state`` is a :class:`~numpyro_sgrld._composition.SamplerState`
     (``metric``, ``integrator``, ``correction``), e.g. SGHMC's momentum is
     ``sampler_state.integrator.momentum`` (``extra_fields=("sampler_state.integrator.momentum",)``).
@@ -70,7 +70,12 @@ class SGMCMC(MCMCKernel):
     :param gradient: a :class:`~numpyro_sgrld.gradients.GradientEstimator` (default
         :func:`~numpyro_sgrld.gradients.minibatch`; ``control_variate=`` is the shortcut for
         :func:`~numpyro_sgrld.gradients.control_variates`).
-    :param correction: ``None`` (default), ``"exact"`` or ``"hutchinson"``: add the Γ drift of
+    :param algorithm: instead of the pieces, an :class:`~numpyro_sgrld.Algorithm`
+        (:func:`~numpyro_sgrld.compose`): its metric, integrator, gradient estimator,
+        correction, temperature and proposal check (``step_size=None`` then adapts the step
+        and learns nothing else: the composition is as given).
+    :param correction: ``None`` (default), ``"exact"`` or ``"hutchinson"`` (or a
+        :class:`~numpyro_sgrld.correction.Correction`): add the Γ drift of
         the metric (needs a metric with a moving-average statistic and an integrator that carries
         it, :func:`~numpyro_sgrld.integrators.langevin`; other compositions are refused).
     :param correction_form: ``"lagged"`` (default) or ``"instant"``
@@ -88,7 +93,8 @@ class SGMCMC(MCMCKernel):
         5 %). Smaller is more exact and mixes more slowly.
     :param potential_fn: instead of ``model``, a potential ``z -> U(z)`` on an unconstrained
         pytree; ``init_params`` is then required and minibatching is the caller's business.
-    :param temperature: :math:`T` (1 samples the posterior; 0 gives stochastic gradient descent).
+    :param temperature: :math:`T` (default 1, which samples the posterior; 0 gives stochastic
+        gradient descent).
     :param num_data: :math:`N` (``StepContext.num_data``), used by adaptive metrics to form the
         per-datum gradient :math:`\bar g = \nabla\hat U / N`. Defaults to the size of the
         largest subsample plate, or 1 without one.
@@ -129,11 +135,11 @@ class SGMCMC(MCMCKernel):
     #: :func:`~numpyro_sgrld.enable_fast_sampling_loop` is on (:mod:`numpyro_sgrld._compat`).
     own_sampling_loop = True
 
-    def __init__(self, model=None, step_size=None, *, metric=None, integrator=None,
-                 gradient=None, correction=None, correction_form="lagged", potential_fn=None,
-                 temperature=1.0, num_data=None, batching="replacement",
+    def __init__(self, model=None, step_size=None, *, algorithm=None, metric=None,
+                 integrator=None, gradient=None, correction=None, correction_form=None,
+                 potential_fn=None, temperature=None, num_data=None, batching="replacement",
                  init_strategy=init_to_uniform, data_parallel=None, control_variate=None,
-                 mode_steps=1000, start_at_centre=False, check_proposal=True,
+                 mode_steps=1000, start_at_centre=False, check_proposal=None,
                  target_bias=0.1, cycles=None):
         if (model is None) == (potential_fn is None):
             raise ValueError("Give exactly one of `model` or `potential_fn`.")
@@ -142,37 +148,35 @@ class SGMCMC(MCMCKernel):
         self._schedule = None if step_size is None else as_schedule(step_size)
         #: Whether the step size is chosen during warm-up (``step_size=None``).
         self.adapts_step_size = step_size is None
-        #: :math:`T`, and :math:`\delta` of the step-size adaptation.
-        self.temperature, self.target_bias = parts.check_scalars(temperature, target_bias)
+        #: :math:`\delta` of the step-size adaptation.
+        self.target_bias = parts.check_target_bias(target_bias)
         self._num_data_arg = parts.check_num_data(num_data)
         self._batching = check_batching(batching)
         self._init_strategy = parts.check_init_strategy(init_strategy)
         self._index_sharding = index_sharding(data_parallel)
-        self._check_proposal = flag(check_proposal, "check_proposal")
-        #: The :class:`~numpyro_sgrld.gradients.GradientEstimator`.
-        self.gradient = parts.gradient_estimator(
-            gradient, control_variate, mode_steps, start_at_centre, model)
-        # what step_size=None turns on: numpyro_sgrld.warmup.choices
-        self.gradient = choices.default_gradient(
-            step_size, gradient, control_variate, model is not None) or self.gradient
-        metric = choices.default_metric(step_size) if metric is None else metric
-        integrator = langevin() if integrator is None else integrator
-        build_sampler(metric, integrator, correction, correction_form)  # refuses misfits now
-        self._correction_form = correction_form
-        parts.check_aux(metric, model)
-        #: The :class:`~numpyro_sgrld.metrics.Metric`, ``Integrator`` and correction.
-        self.metric, self.integrator, self.correction = metric, integrator, correction
+        algorithm = parts.algorithm(
+            algorithm, step_size, model, metric, integrator, gradient, correction,
+            correction_form, control_variate, temperature, check_proposal, mode_steps,
+            start_at_centre)
+        parts.check_aux(algorithm.sampler.metric, model)
+        #: The :class:`~numpyro_sgrld.Algorithm`: metric, integrator, gradient estimator,
+        #: correction, temperature; its pieces are also read as ``metric``, ``integrator``,
+        #: ``gradient``, ``correction`` (a :class:`~numpyro_sgrld.correction.Correction` or
+        #: ``None``) and ``temperature``.
+        self.algorithm = algorithm
+        self.metric, self.integrator, self.correction = algorithm.sampler
+        self.gradient, self.temperature = algorithm.gradient, algorithm.temperature
         if step_size is None:
-            check_adaptation(None, integrator, self.temperature)
+            check_adaptation(None, self.integrator, self.temperature)
         #: The model's :class:`~numpyro_sgrld._model_host.ModelSetup` (its plates, :math:`N`,
         #: transforms, network sites), set by :meth:`init`.
         self.setup = model_host.ModelSetup()
         #: ``(args, kwargs)`` of the last run (for the verdict's advice and readings).
         self.model_args = None
-        self._spec = None  # the step's Spec, built by init once the plates are known
-        # (spec, state, target, adapting) -> state: the step with the warm-up around it (a
-        # cyclical preset wraps it in its exploration stage)
-        self._transition = warmup_steps.transition
+        self._setting = None  # the warm-up's Setting, built by init once the plates are known
+        # (setting, state, target, adapting) -> state: the step with the warm-up around it (a
+        # cyclical kernel wraps it in its exploration stage)
+        self._transition = transition
         #: The :class:`~numpyro_sgrld._cycles.Cycles` of a cyclical kernel (``None``: none),
         #: and the step its first cycle begins at (set by :meth:`init`).
         self.cycles, self.cycle_start = cycles, 0
@@ -210,22 +214,13 @@ class SGMCMC(MCMCKernel):
             return self._num_data_arg
         return self.setup.num_data or 1
 
-    def _step_size(self, i, adaptation=None):
-        """:math:`h_i`: the schedule's, or the adaptation's current step (with cycles, after
-        warm-up, times the cycle's cosine: :func:`numpyro_sgrld._cycles.step_size`)."""
-        if adaptation is None:
-            return jnp.asarray(self._schedule(i), jnp.result_type(float))
-        if self.cycles is not None:
-            return cycles_.step_size(self.cycles, i, adaptation)
-        return adaptation.step_size
-
     def _init_one(self, z, rng_key, model_args, model_kwargs, num_warmup=0):
         target = parts.target(self.setup, self.model, self._potential_fn, None, model_args,
-                              model_kwargs)
+                              model_kwargs, num_data=self.num_data)
         return parts.init_state(
-            self._spec, target, z, rng_key, num_warmup, self.setup.plates, self._batching,
+            self._setting, target, z, rng_key, num_warmup, self.setup.plates, self._batching,
             self.adapts_step_size,
-            self._spec.check_proposal and self.cycles is None,
+            self.algorithm.check_proposal and self.cycles is None,
             num_warmup if self.cycles is None else cycles_.first_sampling_step(
                 self.cycles, num_warmup, self.adapts_step_size))
 
@@ -233,11 +228,13 @@ class SGMCMC(MCMCKernel):
                     gradient=None):
         """One transition of one chain (:func:`numpyro_sgrld.warmup.steps.transition`);
         ``step`` is its index, unbatched for vectorised chains; ``gradient`` replaces the
-        spec's estimator (its settled form after warm-up, :meth:`after_warmup`)."""
+        algorithm's estimator (its settled form after warm-up, :meth:`after_warmup`)."""
         target = parts.target(self.setup, self.model, self._potential_fn, self._axis_name,
-                              model_args, model_kwargs, state.i if step is None else step)
-        spec = self._spec if gradient is None else self._spec._replace(gradient=gradient)
-        return self._transition(spec, state, target, adapting)
+                              model_args, model_kwargs, state.i if step is None else step,
+                              self.num_data)
+        setting = self._setting if gradient is None else parts.with_gradient(self._setting,
+                                                                             gradient)
+        return self._transition(setting, state, target, adapting)
 
     def after_warmup(self, state):
         """This kernel's transitions for the steps after the step-size adaptation's warm-up,
@@ -248,9 +245,9 @@ class SGMCMC(MCMCKernel):
         control variates on or off, no branch). The same transitions as :meth:`sample`'s;
         the same object for the same settled form, so that a loop compiled for it is found
         again. ``None`` without a step-size adaptation (nothing to settle)."""
-        if state.adaptation is None or self._spec is None:
+        if state.warmup is None or self._setting is None:
             return None
-        gradient = self._spec.gradient
+        gradient = self.algorithm.gradient
         if gradient.settled is not None:
             gradient = gradient.settled(state.gradient_state)
         if gradient not in self._settled:  # one per settled form: the spec is read when traced
@@ -292,15 +289,11 @@ class SGMCMC(MCMCKernel):
         self._axis_name = CHAIN_AXIS if vectorized else None
         if self.cycles is not None:  # the cycles begin after an adapted warm-up
             self.cycle_start = choices.cycle_start(num_warmup, self.adapts_step_size)
-            self._transition = cycles_.exploration_stage(
-                warmup_steps.transition, *self.cycles, self.cycle_start)
-        # the composed sampler from the attributes (one source: they are what a reader sees)
-        sampler = build_sampler(self.metric, self.integrator, self.correction,
-                                self._correction_form)
-        self._spec = Spec(sampler, self.gradient, self.temperature, self._check_proposal,
-                          self.target_bias, self._step_size,
-                          partial(parts.draw, self.setup.plates, self._index_sharding),
-                          self.num_data, _setup.steps_per_epoch(self.setup.plates))
+            self._transition = cycles_.exploration_stage(transition, *self.cycles,
+                                                         self.cycle_start)
+        self._setting = Setting(
+            self.algorithm, partial(parts.draw, self.setup.plates, self._index_sharding),
+            self.target_bias, parts.step_size_rule(self._schedule, self.cycles))
         if vectorized:
             self._sample_fn = partial(parts.sample_vectorized, self._sample_one)
             init_one = jax.vmap(self._init_one, in_axes=(0, 0, None, None, None))

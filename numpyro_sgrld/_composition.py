@@ -21,7 +21,12 @@ from jax import random
 from numpyro_sgrld._acceptance import averages_gradient
 from numpyro_sgrld._checks import named_field_lookup
 from numpyro_sgrld._traits import trait
-from numpyro_sgrld.correction import check_correction, init_correction, lagged_correction
+from numpyro_sgrld.correction import (
+    as_correction,
+    check_correction,
+    init_correction,
+    lagged_correction,
+)
 from numpyro_sgrld.integrators import Integrator, NeedsConstantMetric, StepSetting
 from numpyro_sgrld.metrics import Constant, Metric, WarmStart
 
@@ -47,12 +52,12 @@ class SamplerState(NamedTuple):
 
 
 class Sampler(NamedTuple):
-    """The pieces of a composed kernel (checked by :func:`build_sampler`)."""
+    """The pieces of a composed kernel (checked by :func:`build_sampler`): a metric, an
+    integrator and a :class:`~numpyro_sgrld.correction.Correction` (``None``: none)."""
 
     metric: Any
     integrator: Any
-    correction: str | None = None
-    correction_form: str = "lagged"
+    correction: Any = None
 
     @property
     def state_averages_gradient(self):
@@ -61,8 +66,9 @@ class Sampler(NamedTuple):
         return averages_gradient(self.metric, self.integrator)
 
 
-def build_sampler(metric, integrator, correction=None, correction_form="lagged"):
-    """The :class:`Sampler`, refusing pieces that do not fit (with the piece and the fix)."""
+def build_sampler(metric, integrator, correction=None):
+    """The :class:`Sampler`, refusing pieces that do not fit (with the piece and the fix);
+    ``correction`` a :class:`~numpyro_sgrld.correction.Correction`, its name or ``None``."""
     if not isinstance(metric, Metric):
         hint = (
             " (a metric factory: call it, e.g. metrics.rmsprop(decay=0.99); the data size now "
@@ -86,8 +92,8 @@ def build_sampler(metric, integrator, correction=None, correction_form="lagged")
             "identity(), diagonal(...), learnt_diagonal(), learnt() or one whitened in "
             f"warm-up), not {metric.name!r}: {needs.hint}. Use metrics.identity()."
         )
-    check_correction(correction, metric, integrator, correction_form)
-    return Sampler(metric, integrator, correction, correction_form)
+    correction = check_correction(as_correction(correction), metric, integrator)
+    return Sampler(metric, integrator, correction)
 
 
 def init_sampler(sampler, key, position, curvature, context, step_size, temperature):
@@ -127,8 +133,7 @@ def transition_with_preconditioner(
             state.correction,
             step_size,
             temperature,
-            sampler.correction_form,
-            context,
+            context=context,
         )
         preconditioner = preconditioner._replace(correction=gamma)
     position, integrator_state = sampler.integrator.step(

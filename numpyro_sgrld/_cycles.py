@@ -29,7 +29,7 @@ class Cycles(NamedTuple):
 
 
 def exploration_stage(transition, length, explore, start):
-    """``transition`` (``(spec, state, target, adapting) -> state``,
+    """``transition`` (``(setting, state, target, adapting) -> state``,
     :func:`numpyro_sgrld.warmup.steps.transition`) with cyclical SG-MCMC's exploration stage
     (Zhang et al. 2020) in front of it at the first step of every cycle of ``length`` steps
     counted from step ``start``: ``explore`` transitions at temperature 0 (stochastic gradient
@@ -37,10 +37,10 @@ def exploration_stage(transition, length, explore, start):
     is a sampling-stage state. The transition's index is ``target.step`` (unbatched for
     vectorised chains: the branch stays a branch)."""
 
-    def with_exploration(spec, state, target, adapting=None):
+    def with_exploration(setting, state, target, adapting=None):
         i = target.step
         starts = (i - start >= 0) & ((i - start) % length == 0)
-        cold = spec._replace(temperature=0.0)
+        cold = setting.cold()
         # after warm-up (``adapting=False`` known when traced) so are the exploration's steps
         during = False if adapting is False else None
 
@@ -50,7 +50,7 @@ def exploration_stage(transition, length, explore, start):
                 lambda j, s: transition(cold, s, target._replace(step=i + j), during), state)
 
         state = jax.lax.cond(starts, run, lambda s: s, state)
-        return transition(spec, state, target._replace(step=i + explore * starts), adapting)
+        return transition(setting, state, target._replace(step=i + explore * starts), adapting)
 
     return with_exploration
 

@@ -135,7 +135,8 @@ class Target(NamedTuple):
     """What a gradient estimator may evaluate: ``potential(z, batch) -> (value, aux)`` on a
     minibatch, ``full_potential(z) -> value`` on all the data (``None`` when the kernel was built
     from a ``potential_fn``), and ``draw_batch(key) -> batch``, fresh minibatch indices;
-    ``steps_per_epoch`` (:math:`N/n` of the largest subsample plate) and ``step``, the
+    ``steps_per_epoch`` (:math:`N/n` of the largest subsample plate), ``num_data``
+    (:math:`N`, read by adaptive metrics through the step's context) and ``step``, the
     transition's index (the same for all chains of a vectorised run, so that a decision on it
     stays a branch under ``vmap``); ``axis_name``, the name of the vectorised chains' axis
     (``None`` otherwise), over which a decision shared by the chains is made one value."""
@@ -146,6 +147,7 @@ class Target(NamedTuple):
     steps_per_epoch: int = 1
     step: Any = None
     axis_name: Any = None
+    num_data: int = 1
 
 
 class Estimate(NamedTuple):

@@ -1,7 +1,8 @@
 """What :class:`~numpyro_sgrld.SGMCMC` uses besides its methods: its arguments' checks, the
-gradient estimator its arguments name, the :class:`~numpyro_sgrld.gradients.Target` a step
-evaluates, a chain's first state, the minibatch draw (sharded with ``data_parallel``),
-vectorised chains' lockstep transition and the progress bar's line."""
+gradient estimator its arguments name, the step-size rule, the
+:class:`~numpyro_sgrld.gradients.Target` a step evaluates, a chain's first state, the
+minibatch draw (sharded with ``data_parallel``), vectorised chains' lockstep transition and
+the progress bar's line."""
 
 from functools import partial
 
@@ -9,38 +10,110 @@ import jax
 import jax.numpy as jnp
 from jax import random
 
-from numpyro_sgrld import equipartition
+from numpyro_sgrld import _cycles as cycles_
 from numpyro_sgrld._checks import flag, integer, real
-from numpyro_sgrld._composition import init_sampler
 from numpyro_sgrld._potentials import minibatch_potential, minibatch_potential_with_aux
 from numpyro_sgrld._setup import steps_per_epoch
 from numpyro_sgrld._state import SGState
-from numpyro_sgrld._step import context
+from numpyro_sgrld._step import Algorithm, compose
 from numpyro_sgrld._traits import trait
-from numpyro_sgrld._tree import tree_norm
+from numpyro_sgrld.correction import as_correction
 from numpyro_sgrld.gradients import (
     GradientEstimator,
     Target,
     control_variates,
-    hessian_diagonal_estimate,
     minibatch,
 )
+from numpyro_sgrld.integrators import langevin
 from numpyro_sgrld.metrics import Aux
 from numpyro_sgrld.subsample import as_jax_array, draw_indices, full_batch_opaque, init_batching
-from numpyro_sgrld.warmup import steps as warmup_steps
+from numpyro_sgrld.warmup import choices
 from numpyro_sgrld.warmup.adaptation import CHAIN_AXIS
+from numpyro_sgrld.warmup.steps import init_warmup
 
-__all__ = ["check_scalars", "check_init_strategy", "check_aux", "check_num_data",
-           "gradient_estimator", "target", "init_state", "draw", "sample_vectorized",
+__all__ = ["algorithm", "check_target_bias", "check_algorithm", "check_gradient",
+           "check_init_strategy", "check_aux", "check_num_data", "gradient_estimator",
+           "with_gradient", "step_size_rule", "target", "init_state", "draw", "sample_vectorized",
            "diagnostics_str"]
 
 
-def check_scalars(temperature, target_bias):
-    """``(temperature, target_bias)``, checked."""
-    return (real(temperature, "temperature", low=0, hint="1 samples the posterior."),
-            real(target_bias, "target_bias", low=0, low_open=True,
-                 hint="It is the relative inflation of the stationary variance that "
-                 "`step_size=None` allows (default 0.1)."))
+def check_target_bias(target_bias):
+    """``target_bias``, checked."""
+    return real(target_bias, "target_bias", low=0, low_open=True,
+                hint="It is the relative inflation of the stationary variance that "
+                "`step_size=None` allows (default 0.1).")
+
+
+def algorithm(given, step_size, model, metric, integrator, gradient, correction,
+              correction_form, control_variate, temperature, check_proposal, mode_steps,
+              start_at_centre):
+    """The kernel's :class:`~numpyro_sgrld.Algorithm`: ``given`` (checked, and refused
+    together with pieces it holds), or composed from the pieces, with what ``step_size=None``
+    turns on where a piece is not given (:mod:`numpyro_sgrld.warmup.choices`)."""
+    if given is not None:
+        check_algorithm(given, metric, integrator, gradient, correction, correction_form,
+                        control_variate, temperature, check_proposal)
+        check_gradient(given.gradient, model)
+        return given
+    estimator = gradient_estimator(gradient, control_variate, mode_steps, start_at_centre,
+                                   model)
+    return compose(
+        choices.default_metric(step_size) if metric is None else metric,
+        langevin() if integrator is None else integrator,
+        choices.default_gradient(step_size, gradient, control_variate, model is not None)
+        or estimator,
+        as_correction(correction, correction_form),
+        temperature=1.0 if temperature is None else temperature,
+        check_proposal=True if check_proposal is None else check_proposal)
+
+
+def check_algorithm(algorithm, *pieces):
+    """Refuse an ``algorithm`` that is not an :class:`~numpyro_sgrld.Algorithm`, or one given
+    together with the pieces it already holds (``metric``, ``integrator``, ``gradient``,
+    ``correction``, ``correction_form``, ``control_variate``, ``temperature``,
+    ``check_proposal``)."""
+    if not isinstance(algorithm, Algorithm):
+        raise TypeError(
+            "`algorithm` must be a numpyro_sgrld.Algorithm, made by numpyro_sgrld.compose("
+            f"metric, integrator, gradient, correction), got {algorithm!r}.")
+    names = ("metric", "integrator", "gradient", "correction", "correction_form",
+             "control_variate", "temperature", "check_proposal")
+    given = [name for name, value in zip(names, pieces) if value is not None]
+    if given:
+        raise ValueError(
+            f"`algorithm=` already holds {', '.join(f'`{n}`' for n in given)}: give them to "
+            "numpyro_sgrld.compose(...) instead, or give the pieces without `algorithm`.")
+
+
+def check_gradient(gradient, model):
+    """Refuse an estimator that needs the full data without a model."""
+    if gradient.needs_full_data and model is None:
+        raise ValueError(
+            f"The gradient estimator {gradient.name!r} (`control_variate`) needs a model with "
+            "subsample plates (it evaluates the full-data gradient at the centre); it is not "
+            "available with `potential_fn`."
+        )
+
+
+def with_gradient(setting, gradient):
+    """The warm-up's :class:`~numpyro_sgrld.warmup.pieces.Setting` with the algorithm's
+    gradient estimator replaced by ``gradient``."""
+    return setting._replace(algorithm=setting.algorithm._replace(gradient=gradient))
+
+
+def step_size_rule(schedule, cycles):
+    """``(i, warmup_state) -> h_i``: the schedule's step without a warm-up state, else the
+    adapted step (with ``cycles``, after warm-up, times the cycle's cosine:
+    :func:`numpyro_sgrld._cycles.step_size`)."""
+
+    def rule(i, warm):
+        if warm is None:
+            return jnp.asarray(schedule(i), jnp.result_type(float))
+        if cycles is not None:
+            return cycles_.step_size(cycles, i, warm.step)
+        return warm.step.step_size
+
+    return rule
 
 
 def check_init_strategy(init_strategy):
@@ -95,23 +168,20 @@ def gradient_estimator(gradient, control_variate, mode_steps, start_at_centre, m
             "`gradient` must be a numpyro_sgrld.gradients.GradientEstimator such as "
             f"gradients.minibatch() or gradients.control_variates('mode'), got {gradient!r}."
         )
-    if gradient.needs_full_data and model is None:
-        raise ValueError(
-            f"The gradient estimator {gradient.name!r} (`control_variate`) needs a model with "
-            "subsample plates (it evaluates the full-data gradient at the centre); it is not "
-            "available with `potential_fn`."
-        )
+    check_gradient(gradient, model)
     return gradient
 
 
-def target(setup, model, potential_fn, axis_name, model_args, model_kwargs, step=None):
+def target(setup, model, potential_fn, axis_name, model_args, model_kwargs, step=None,
+           num_data=1):
     """The :class:`~numpyro_sgrld.gradients.Target` the gradient estimator evaluates: the
     model's minibatch potential from its ``setup``
     (:class:`~numpyro_sgrld._model_host.ModelSetup`), or ``potential_fn`` without a model, at
-    transition ``step`` (unbatched for vectorised chains: a branch on it stays one)."""
+    transition ``step`` (unbatched for vectorised chains: a branch on it stays one), for
+    ``num_data`` :math:`N`."""
     if model is None:
         return Target(lambda z, idx: (potential_fn(z), {}), None, None, step=step,
-                      axis_name=axis_name)
+                      axis_name=axis_name, num_data=num_data)
     # NumPy arrays in the model arguments become JAX arrays, so that the model can index
     # them with the (traced) minibatch indices, e.g. ``X[idx]``.
     args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
@@ -123,61 +193,42 @@ def target(setup, model, potential_fn, axis_name, model_args, model_kwargs, step
         steps_per_epoch=steps_per_epoch(setup.plates),
         step=step,
         axis_name=axis_name,
+        num_data=num_data,
     )
 
 
-def init_state(spec, target, z, rng_key, num_warmup, plates, batching, adapts,
+def init_state(setting, target, z, rng_key, num_warmup, plates, batching, adapts,
                proposal_next_step, first_sampling_step):
     """One chain's first :class:`~numpyro_sgrld._state.SGState` at the unconstrained
-    position ``z``: the batching state, the gradient estimator's state (which may move the
-    start, ``gradient.start``), the estimate there, the composed sampler's state, and with
-    ``adapts`` (``step_size=None``) the warm-up's states
-    (:func:`~numpyro_sgrld.warmup.steps.init_warmup`). ``proposal_next_step``: whether the
-    next step checks the proposal (the state holds one); ``first_sampling_step``: the step
-    counter where the equipartition check starts counting."""
+    position ``z``: the batching state, the algorithm's start
+    (:meth:`Algorithm.begin <numpyro_sgrld._step.Algorithm>`: the gradient estimator's state,
+    which may move the start, and the estimate there), with ``adapts`` (``step_size=None``)
+    the warm-up's state (:func:`~numpyro_sgrld.warmup.steps.init_warmup`), and the chain's
+    first state at the first step. ``proposal_next_step``: whether the next step checks the
+    proposal (the state holds one); ``first_sampling_step``: the step counter where the
+    equipartition check starts counting."""
     key_next, key_sampler, key_batch, key_idx = random.split(rng_key, 4)
     batch_state = init_batching(key_batch, plates, batching)
-    idx, _ = spec.draw(key_idx, batch_state)
-    gradient = spec.gradient
-    gradient_state = gradient.init(z, key_sampler, target)
-    if gradient.start is not None:
-        z = gradient.start(gradient_state, z)
-    est = gradient.estimate(z, idx, gradient_state, target)
-    curvature = partial(hessian_diagonal_estimate, lambda x, b: target.potential(x, b)[0],
-                        z, idx, random.fold_in(key_sampler, 2))
-    start = partial(init_sampler, spec.sampler, key_sampler, z, curvature,
-                    context(spec, 0, est.aux))
-    adaptation = warmup = None
+    idx, _ = setting.draw(key_idx, batch_state)
+    algorithm = setting.algorithm
+    start = algorithm.begin(key_sampler, z, target, idx)
+    warm = None
     if adapts:
-        adaptation, warmup = warmup_steps.init_warmup(
-            spec, random.fold_in(key_sampler, 3), z, est,
-            start(1.0, spec.temperature), target, idx, num_warmup)
-    step_size = spec.step_size(0, adaptation)
+        warm = init_warmup(setting, random.fold_in(key_sampler, 3), start, target, num_warmup)
+    step_size = setting.step_size(0, warm)
+    chain = algorithm.init(start, target, step_size, first_sampling_step, proposal_next_step)
     return SGState(
-        i=jnp.zeros((), jnp.int32),
-        z=z,
-        sampler_state=start(step_size, spec.temperature),
+        **chain._asdict(),
         batch_state=batch_state,
-        potential_energy=est.value,
-        grad_norm=tree_norm(est.grad),
-        step_size=step_size,
-        diverging=jnp.zeros((), bool),
         rng_key=key_next,
-        num_rejected=jnp.zeros((), jnp.int32),
-        gradient_state=est.state,
-        adaptation=adaptation,
-        warmup=warmup,
-        proposal=z if proposal_next_step else None,
-        equipartition=equipartition.init(z, first_sampling_step),
-        configurational_temperature=jnp.zeros((), step_size.dtype),
+        warmup=warm,
     )
 
 
 def diagnostics_str(state):
     """The progress bar's line for ``state``: the step (and whether it is still adapted), the
     gradient's norm, the minibatch potential, rejections and divergence."""
-    adapting = state.adaptation is not None and int(state.i) < int(
-        state.adaptation.num_warmup)
+    adapting = state.warmup is not None and int(state.i) < int(state.warmup.num_warmup)
     rejected = int(state.num_rejected)
     return (f"h={float(state.step_size):.2e}{' (adapting)' if adapting else ''} "
             f"|grad|={float(state.grad_norm):.2e} U_batch={float(state.potential_energy):.4g}"
@@ -200,8 +251,8 @@ def sample_vectorized(sample_one, state, model_args, model_kwargs, adapting=None
     are in warm-up is one unbatched flag: the adaptation's ``lax.cond`` stays a branch (under
     ``vmap`` a batched predicate would run both branches on every step). ``adapting`` and
     ``gradient`` as in the kernel's one-chain transition (``adapting=None``: from the state)."""
-    if adapting is None and state.adaptation is not None:
-        adapting = state.i[0] < state.adaptation.num_warmup[0]
+    if adapting is None and state.warmup is not None:
+        adapting = state.i[0] < state.warmup.num_warmup[0]
     return jax.vmap(partial(sample_one, adapting=adapting, step=state.i[0], gradient=gradient),
                     in_axes=(0, None, None), axis_name=CHAIN_AXIS)(
         state, model_args, model_kwargs

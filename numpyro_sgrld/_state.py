@@ -1,11 +1,14 @@
-"""The state of every stochastic-gradient kernel (:class:`SGState`)."""
+"""The state of every stochastic-gradient kernel: the algorithm's (:class:`ChainState`, what
+:func:`numpyro_sgrld._step.step` reads and returns) and the host's record of it for NumPyro
+(:class:`SGState`: the chain's state, the minibatch sampler's, the next key, the warm-up's
+and the run monitor's)."""
 
 from typing import Any, NamedTuple
 
 from numpyro_sgrld._checks import named_field_lookup
 from numpyro_sgrld.gradients import ControlVariate
 
-__all__ = ["SGState"]
+__all__ = ["ChainState", "SGState", "chain_of", "with_chain"]
 
 
 class SGState(NamedTuple):
@@ -42,14 +45,12 @@ class SGState(NamedTuple):
       gradient; the :class:`~numpyro_sgrld.gradients.ControlVariate` (centre, full-data
       potential and gradient there, estimated distance of the centre from the mode) for control
       variates (also readable as ``control_variate``).
-    - **adaptation** – with ``step_size=None``, the step-size adaptation's
-      :class:`~numpyro_sgrld.adaptation.StepSizeState` (``None`` with a given step size).
-    - **warmup** – with ``step_size=None`` and a metric learnt in warm-up
-      (:func:`~numpyro_sgrld.metrics.learnt`, the default then, or the dense part of an
-      adaptive preset's :func:`~numpyro_sgrld.metrics.whitened`), the current slow
-      window's statistics (:class:`~numpyro_sgrld.warmup.PreconditionerWarmup`); ``None``
-      otherwise. The learnt preconditioner itself is ``sampler_state.metric.scale`` (its
-      diagonal) and ``sampler_state.metric.factor`` (a root of it, where it is dense).
+    - **warmup** – with ``step_size=None``, the warm-up's
+      :class:`~numpyro_sgrld.warmup.WarmupState` (the step-size adaptation's state, its
+      ``step``, and, for a metric learnt in warm-up, the current slow window's statistics, its
+      ``preconditioner``); ``None`` with a given step size. The learnt preconditioner itself is
+      ``sampler_state.metric.scale`` (its diagonal) and ``sampler_state.metric.factor`` (a
+      root of it, where it is dense). ``adaptation`` reads its ``step``.
     - **monitor** – when ``numpyro.infer.MCMC``'s own loop runs the kernel, the run's streaming
       moments for the verdict at its end (:class:`~numpyro_sgrld.monitor.RunMonitor`);
       ``None`` otherwise.
@@ -79,12 +80,17 @@ class SGState(NamedTuple):
     rng_key: Any
     num_rejected: Any = 0
     gradient_state: Any = None
-    adaptation: Any = None
     warmup: Any = None
     monitor: Any = None
     proposal: Any = None
     equipartition: Any = None
     configurational_temperature: Any = None
+
+    @property
+    def adaptation(self):
+        """The step-size adaptation's :class:`~numpyro_sgrld.adaptation.StepSizeState`
+        (``warmup.step``), or ``None`` with a given step size."""
+        return None if self.warmup is None else self.warmup.step
 
     @property
     def control_variate(self):
@@ -94,3 +100,32 @@ class SGState(NamedTuple):
 
     # NumPyro's `extra_fields` look-up tries `state[name]` after `getattr` fails
     __getitem__ = named_field_lookup
+
+
+class ChainState(NamedTuple):
+    """The algorithm's state: the fields of :class:`SGState` that one step
+    (:func:`numpyro_sgrld._step.step`) reads and returns, none of the warm-up's or the
+    host's (the minibatch sampler's state, the next key)."""
+
+    i: Any
+    z: Any
+    sampler_state: Any
+    potential_energy: Any
+    grad_norm: Any
+    step_size: Any
+    diverging: Any
+    num_rejected: Any = 0
+    gradient_state: Any = None
+    proposal: Any = None
+    equipartition: Any = None
+    configurational_temperature: Any = None
+
+
+def chain_of(state):
+    """The :class:`ChainState` in an :class:`SGState` (the same arrays)."""
+    return ChainState(*(getattr(state, name) for name in ChainState._fields))
+
+
+def with_chain(state, chain):
+    """``state`` with the fields of the :class:`ChainState` ``chain``."""
+    return state._replace(**chain._asdict())

@@ -1,5 +1,7 @@
-r"""One step of a stochastic-gradient kernel as a pure function ``(state, inputs) -> (state,
-info)``, knowing nothing of NumPyro:
+r"""A stochastic-gradient algorithm as a value: :func:`compose` a metric, an integrator, a
+gradient estimator and optionally the Γ correction into an :class:`Algorithm` whose
+``init`` gives a chain's first :class:`~numpyro_sgrld._state.ChainState` and whose
+``step(state, inputs) -> (state, info)`` is one step, knowing nothing of NumPyro:
 
 1. estimate :math:`\nabla\hat U` at the state's position on the step's minibatch (the
    :class:`~numpyro_sgrld.gradients.GradientEstimator`);
@@ -8,61 +10,99 @@ info)``, knowing nothing of NumPyro:
 3. the acceptance policy (:mod:`numpyro_sgrld._acceptance`): a step that cannot be used is
    rejected and the chain stays where it was.
 
-What does not change during a run is the kernel's :class:`Spec`; what changes from step to step
-besides the state is :class:`StepInputs`. The warm-up is a transformation around this step
-(:func:`numpyro_sgrld.warmup.steps.transition`), and :class:`numpyro_sgrld.SGMCMC` hosts both
-for NumPyro (model set-up, minibatch indices, chains, postprocessing).
+The step size and the minibatch are the step's *inputs* (:class:`StepInputs`), as in
+BlackJAX's ``SamplingAlgorithm``: whoever drives the step chooses them. The warm-up
+(:mod:`numpyro_sgrld.warmup`) chooses the step size around the step, in its own
+:class:`~numpyro_sgrld.warmup.WarmupState`, and :class:`numpyro_sgrld.SGMCMC` hosts both for
+NumPyro (model set-up, minibatch draws, chains, postprocessing).
 """
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax import random
 
 from numpyro_sgrld import equipartition as equi
 from numpyro_sgrld._acceptance import accept, accept_pending, usable
-from numpyro_sgrld._composition import Sampler, transition_with_preconditioner
-from numpyro_sgrld._state import SGState
+from numpyro_sgrld._checks import flag, real
+from numpyro_sgrld._composition import (
+    Sampler,
+    build_sampler,
+    init_sampler,
+    transition_with_preconditioner,
+)
+from numpyro_sgrld._state import ChainState
 from numpyro_sgrld._tree import tree_all_finite, tree_norm, tree_where
-from numpyro_sgrld.gradients import Estimate, GradientEstimator
+from numpyro_sgrld.gradients import (
+    Estimate,
+    GradientEstimator,
+    hessian_diagonal_estimate,
+    minibatch,
+)
 from numpyro_sgrld.metrics import Preconditioner, StepContext
 
-__all__ = ["Spec", "StepInputs", "StepInfo", "context", "start", "step"]
+__all__ = ["Algorithm", "Start", "StepInputs", "StepInfo", "compose", "context", "start",
+           "step"]
 
 
-class Spec(NamedTuple):
-    """What a kernel's step needs that does not change during a run.
+class Algorithm(NamedTuple):
+    """A stochastic-gradient algorithm (:func:`compose`): its pieces, and as methods its
+    ``init`` (:meth:`begin`, then :meth:`init`) and its :meth:`step`.
 
     - **sampler** – the composed :class:`~numpyro_sgrld._composition.Sampler` (metric,
       integrator, correction).
     - **gradient** – the :class:`~numpyro_sgrld.gradients.GradientEstimator`.
     - **temperature** – :math:`T`.
     - **check_proposal** – whether the potential at the proposal must be finite.
-    - **target_bias** – :math:`\\delta` of the step-size adaptation (read in warm-up only).
-    - **step_size** – ``(i, adaptation) -> h_i``: the schedule's step, or the adaptation's.
-    - **draw** – ``(key, batch_state) -> (idx, batch_state)``: a minibatch's indices.
-    - **num_data**, **steps_per_epoch** – for the :class:`~numpyro_sgrld.metrics.StepContext`.
     """
 
     sampler: Sampler
     gradient: GradientEstimator
-    temperature: float
-    check_proposal: bool
-    target_bias: float
-    step_size: Callable
-    draw: Callable
-    num_data: int = 1
-    steps_per_epoch: int = 1
+    temperature: float = 1.0
+    check_proposal: bool = True
+
+    def begin(self, key, z, target, idx):
+        """What a chain's start needs before its step size is known: :func:`begin`."""
+        return begin(self, key, z, target, idx)
+
+    def init(self, start, target, step_size, first_sampling_step, proposal_next_step):
+        """The chain's first :class:`~numpyro_sgrld._state.ChainState`: :func:`init`."""
+        return init(self, start, target, step_size, first_sampling_step, proposal_next_step)
+
+    def step(self, state, inputs):
+        """One step: :func:`step`."""
+        return step(self, state, inputs)
+
+
+def compose(metric, integrator, gradient=None, correction=None, *, temperature=1.0,
+            check_proposal=True):
+    """The :class:`Algorithm` of a metric (:mod:`numpyro_sgrld.metrics`), an integrator
+    (:mod:`numpyro_sgrld.integrators`), a gradient estimator (:mod:`numpyro_sgrld.gradients`,
+    default :func:`~numpyro_sgrld.gradients.minibatch`) and the Γ correction (a
+    :class:`~numpyro_sgrld.correction.Correction` such as
+    :func:`~numpyro_sgrld.correction.exact`, its name, or ``None``), at temperature
+    ``temperature``; pieces that do not fit are refused with the fix."""
+    gradient = minibatch() if gradient is None else gradient
+    if not isinstance(gradient, GradientEstimator):
+        raise TypeError(
+            "`gradient` must be a numpyro_sgrld.gradients.GradientEstimator such as "
+            f"gradients.minibatch() or gradients.control_variates('mode'), got {gradient!r}."
+        )
+    temperature = real(temperature, "temperature", low=0, hint="1 samples the posterior.")
+    return Algorithm(build_sampler(metric, integrator, correction), gradient, temperature,
+                     flag(check_proposal, "check_proposal"))
 
 
 class StepInputs(NamedTuple):
     """One step's inputs besides the state.
 
     - **target** – the :class:`~numpyro_sgrld.gradients.Target` (the minibatch potential).
-    - **idx** – this step's minibatch indices; **batch_state** – the minibatch sampler's
-      state after drawing them.
-    - **key** – the step's random key; **next_key** – the state's key for the next step.
+    - **idx** – this step's minibatch indices.
+    - **key** – the step's random key.
+    - **step_size** – :math:`h` of this step.
     - **check_now** – ``None``, or a scalar bool (the same for vectorised chains): whether to
       check the proposal's minibatch potential on this step's minibatch at once (one more
       forward pass; the warm-up does, to reject steps that climb too steeply).
@@ -73,11 +113,65 @@ class StepInputs(NamedTuple):
 
     target: Any
     idx: Any
-    batch_state: Any
     key: Any
-    next_key: Any
+    step_size: Any
     check_now: Any = None
     reject: Callable | None = None
+
+
+class Start(NamedTuple):
+    """A chain's start before its step size is known (:func:`begin`): the position ``z`` (the
+    gradient estimator may move it), the :class:`~numpyro_sgrld.gradients.Estimate` there on
+    the first minibatch ``idx``, the key of the composed sampler's state, and
+    ``curvature()``, a Hessian-diagonal estimate at ``z`` (for a metric's warm start)."""
+
+    z: Any
+    estimate: Any
+    idx: Any
+    key: Any
+    curvature: Callable
+
+    def sampler_state(self, algorithm, target, step_size, temperature):
+        """The composed sampler's first state for step ``step_size``."""
+        return init_sampler(algorithm.sampler, self.key, self.z, self.curvature,
+                            context(target, 0, self.estimate.aux), step_size, temperature)
+
+
+def begin(algorithm, key, z, target, idx):
+    """A chain's :class:`Start` at ``z`` on the minibatch ``idx``: the gradient estimator's
+    state (which may move the start, ``gradient.start``) and the estimate there."""
+    gradient = algorithm.gradient
+    gradient_state = gradient.init(z, key, target)
+    if gradient.start is not None:
+        z = gradient.start(gradient_state, z)
+    est = gradient.estimate(z, idx, gradient_state, target)
+    curvature = partial(hessian_diagonal_estimate, lambda x, b: target.potential(x, b)[0],
+                        z, idx, random.fold_in(key, 2))
+    return Start(z, est, idx, key, curvature)
+
+
+def init(algorithm, start, target, step_size, first_sampling_step, proposal_next_step):
+    """The chain's first :class:`~numpyro_sgrld._state.ChainState` from its :class:`Start`
+    at step ``step_size``;
+    ``first_sampling_step`` is the step counter where the equipartition check starts
+    counting, ``proposal_next_step`` whether the next step checks the proposal (the state
+    holds one)."""
+    z, est = start.z, start.estimate
+    return ChainState(
+        i=jnp.zeros((), jnp.int32),
+        z=z,
+        sampler_state=start.sampler_state(algorithm, target, step_size,
+                                          algorithm.temperature),
+        potential_energy=est.value,
+        grad_norm=tree_norm(est.grad),
+        step_size=step_size,
+        diverging=jnp.zeros((), bool),
+        num_rejected=jnp.zeros((), jnp.int32),
+        gradient_state=est.state,
+        proposal=z if proposal_next_step else None,
+        equipartition=equi.init(z, first_sampling_step),
+        configurational_temperature=jnp.zeros((), step_size.dtype),
+    )
 
 
 class StepInfo(NamedTuple):
@@ -92,10 +186,10 @@ class StepInfo(NamedTuple):
     step_size: Any
 
 
-def context(spec, i, aux):
-    """The :class:`~numpyro_sgrld.metrics.StepContext` of step ``i``."""
-    return StepContext(num_data=spec.num_data, steps_per_epoch=spec.steps_per_epoch, step=i,
-                       aux=aux or None)
+def context(target, i, aux):
+    """The :class:`~numpyro_sgrld.metrics.StepContext` of step ``i`` on ``target``."""
+    return StepContext(num_data=target.num_data, steps_per_epoch=target.steps_per_epoch,
+                       step=i, aux=aux or None)
 
 
 def start(state):
@@ -105,7 +199,8 @@ def start(state):
 
 
 def step(spec, state, inputs):
-    r"""One step from ``state`` (an :class:`~numpyro_sgrld._state.SGState`):
+    r"""One step of the :class:`Algorithm` ``spec`` from ``state`` (a
+    :class:`~numpyro_sgrld._state.ChainState`):
     ``(new state, StepInfo)``.
 
     .. math::
@@ -127,10 +222,10 @@ def step(spec, state, inputs):
     target, idx = inputs.target, inputs.idx
     position = start(state)
     est = spec.gradient.estimate(position, idx, state.gradient_state, target)
-    step_size = spec.step_size(state.i, state.adaptation)
+    step_size = inputs.step_size
     z, sampler_state, preconditioner = transition_with_preconditioner(
         spec.sampler, inputs.key, position, state.sampler_state, est.grad, est.oracle,
-        step_size, spec.temperature, context(spec, state.i, est.aux),
+        step_size, spec.temperature, context(target, state.i, est.aux),
     )
     grad_norm = tree_norm(est.grad)
     ready = usable(est.value, grad_norm, step_size)
@@ -158,21 +253,16 @@ def step(spec, state, inputs):
                                            averages)
         z, proposal = here, tree_where(ok, z, here)
     checked, reading = _equipartition(spec, state, position, est.grad, ready)
-    new = SGState(
+    new = ChainState(
         i=state.i + 1,
         z=z,
         sampler_state=sampler_state,
-        batch_state=inputs.batch_state,
         potential_energy=est.value,
         grad_norm=grad_norm,
         step_size=step_size,
         diverging=~ok,
-        rng_key=inputs.next_key,
         num_rejected=state.num_rejected + (~ok).astype(jnp.int32),
         gradient_state=est.state,
-        adaptation=state.adaptation,
-        warmup=state.warmup,
-        monitor=state.monitor,
         proposal=proposal,
         equipartition=checked,
         configurational_temperature=reading,

@@ -117,15 +117,17 @@ def _run_baseline(name, problem, num_warmup, num_steps, thinning, num_chains, se
     from numpyro_sgrld import baselines
 
     init = problem.init_strategy
-    if name == "MALA":
-        kernel = baselines.mala_kernel(problem.model, init)
+    kernels = {  # the baselines that run through MCMC: (kernel, extra fields)
+        "MALA": lambda: (baselines.mala_kernel(problem.model, init),
+                         baselines.MALA_EXTRA_FIELDS),
+        "ConstantSGD": lambda: (baselines.constant_sgd(problem.model, problem.args, seed=seed,
+                                                       init_strategy=init)[0],
+                                SG_EXTRA_FIELDS),
+    }
+    if name in kernels:
+        kernel, extra = kernels[name]()
         return _run_kernel(kernel, problem, num_warmup, num_steps, thinning, num_chains, seed,
-                           target_ess, max_steps, extra_fields=baselines.MALA_EXTRA_FIELDS)
-    if name == "ConstantSGD":
-        kernel, _, _ = baselines.constant_sgd(problem.model, problem.args, seed=seed,
-                                              init_strategy=init)
-        return _run_kernel(kernel, problem, num_warmup, num_steps, thinning, num_chains, seed,
-                           target_ess, max_steps)
+                           target_ess, max_steps, extra_fields=extra)
     draws, info = baselines.bayes_by_backprop(problem.model, problem.args, num_steps=num_steps,
                                               num_chains=num_chains,
                                               num_draws=num_steps // thinning, seed=seed)

@@ -65,6 +65,7 @@ where one noise step exceeds the distance to the mode); minibatch noise or
   the step at order h, like gradient noise, so it does not bias the small-step limit.
 """
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -75,22 +76,25 @@ from jax.flatten_util import ravel_pytree
 from numpyro_sgrld._traits import trait
 
 __all__ = [
-    "CORRECTIONS",
+    "BY_NAME",
     "FORMS",
     "GammaBias",
     "Lag",
     "NoLag",
     "CorrectionState",
     "CorrectionTerms",
+    "Correction",
+    "as_correction",
     "check_correction",
     "correction_drift",
     "correction_terms",
+    "exact",
+    "hutchinson",
     "init_correction",
     "lag_response",
     "lagged_correction",
 ]
 
-CORRECTIONS = (None, "exact", "hutchinson")
 EXACT_BATCH = 32  # basis vectors differentiated together by the exact form
 FORMS = ("lagged", "instant")
 
@@ -144,14 +148,89 @@ class CorrectionTerms(NamedTuple):
     metric_diag: Any
 
 
-def check_correction(correction, metric, integrator, form="lagged"):
-    """Refuse a correction the metric or the integrator cannot carry, naming the piece and the
-    fix; returns ``correction``."""
-    if correction not in CORRECTIONS:
+class Correction(NamedTuple):
+    r"""The Γ correction as a piece of the composition: ``terms``, its estimator of
+    :math:`\sum_j \partial_j D_{ij}` and the diagonals the lagged form reads
+    (``(key, flat, apply, metric_at) -> (total, curvature, metric_diag)``, see
+    :func:`correction_terms`), ``instant`` its form (Rensmeyer & Niggemann's Γ as written, or
+    the lagged one), and ``name`` (``"exact"`` or ``"hutchinson"``)."""
+
+    name: str
+    terms: Callable
+    instant: bool = False
+
+    def __repr__(self):
+        return repr(self.name)
+
+
+def _exact_terms(key, flat, apply, metric_at, unravel):
+    r"""Every column of :math:`\partial(D v)/\partial\theta` along the basis (``d``
+    forward-over-reverse passes, batched)."""
+
+    def column(e):
+        (grad, d_e), (h_e, dd_e) = jax.jvp(lambda th: apply(th, e), (flat,), (e,))
+        dh_e = ravel_pytree(metric_at(grad).drift(unravel(h_e)))[0]
+        return dd_e, jnp.dot(e, dh_e), jnp.dot(e, d_e)
+
+    basis = jnp.eye(flat.shape[0], dtype=flat.dtype)
+    columns, curvature, metric_diag = jax.lax.map(
+        column, basis, batch_size=min(flat.shape[0], EXACT_BATCH)
+    )
+    return columns.sum(axis=0), curvature, metric_diag
+
+
+def _hutchinson_terms(key, flat, apply, metric_at, unravel):
+    r"""One Rademacher probe :math:`z`: :math:`\hat\Gamma = J z` (one pass)."""
+    z = random.rademacher(key, flat.shape, dtype=flat.dtype)
+    (grad, d_z), (h_z, total) = jax.jvp(lambda th: apply(th, z), (flat,), (z,))
+    curvature = z * ravel_pytree(metric_at(grad).drift(unravel(h_z)))[0]
+    return total, curvature, z * d_z
+
+
+def exact(form="lagged"):
+    """Γ from every column of the metric's Jacobian (small models)."""
+    return Correction("exact", _exact_terms, _instant(form))
+
+
+def hutchinson(form="lagged"):
+    """Γ from one Rademacher probe a step (one extra forward-over-reverse pass)."""
+    return Correction("hutchinson", _hutchinson_terms, _instant(form))
+
+
+def _instant(form):
+    if form not in FORMS:
+        raise ValueError(
+            f"Unknown correction_form={form!r}; use 'lagged' (default: Γ scaled by the moving "
+            "average's response, tamed) or 'instant' (Rensmeyer & Niggemann's Γ as written)."
+        )
+    return form == "instant"
+
+
+#: The corrections by the names ``correction=`` accepts.
+BY_NAME = {"exact": exact, "hutchinson": hutchinson}
+
+
+def as_correction(correction, form=None):
+    """``correction`` as a :class:`Correction` (``None`` stays ``None``): a name in
+    :data:`BY_NAME` with ``form`` (default ``"lagged"``), or a :class:`Correction` (then in
+    ``form`` where one is given)."""
+    if correction is None or isinstance(correction, Correction):
+        if correction is not None and form is not None:
+            correction = correction._replace(instant=_instant(form))
+        elif correction is None:
+            _instant("lagged" if form is None else form)
+        return correction
+    if correction not in BY_NAME:
         raise ValueError(
             f"Unknown correction={correction!r}; use None, 'exact' (small models) or "
             "'hutchinson' (one extra forward-over-reverse pass per step)."
         )
+    return BY_NAME[correction]("lagged" if form is None else form)
+
+
+def check_correction(correction, metric, integrator):
+    """Refuse a :class:`Correction` the metric or the integrator cannot carry, naming the piece
+    and the fix; returns ``correction``."""
     if correction is not None and _lag(metric) is None:
         reason = trait(metric, NoLag)
         hint = reason.hint if reason else "it has no moving-average statistic to differentiate"
@@ -160,21 +239,17 @@ def check_correction(correction, metric, integrator, form="lagged"):
                         "update_interval=1") if not m.startswith(f"metrics.{metric.name}")
         )
         raise ValueError(
-            f"The metric {metric.name!r} cannot carry correction={correction!r}: {hint}. "
+            f"The metric {metric.name!r} cannot carry correction={correction.name!r}: {hint}. "
             f"Otherwise use correction=None, or a metric whose statistic Γ differentiates "
             f"({others})."
         )
     if correction is not None and not integrator.carries_correction:
         raise ValueError(
-            f"The integrator {integrator.name!r} cannot carry correction={correction!r}: the Γ "
-            "drift is the first-order (Langevin) correction of a position-dependent metric; "
-            "with momentum or an extra drift the exact dynamics need other terms (Ma, Chen & Fox "
-            "2015). Use integrators.langevin() with the correction, or correction=None."
-        )
-    if form not in FORMS:
-        raise ValueError(
-            f"Unknown correction_form={form!r}; use 'lagged' (default: Γ scaled by the moving "
-            "average's response, tamed) or 'instant' (Rensmeyer & Niggemann's Γ as written)."
+            f"The integrator {integrator.name!r} cannot carry correction={correction.name!r}: "
+            "the Γ drift is the first-order (Langevin) correction of a position-dependent "
+            "metric; with momentum or an extra drift the exact dynamics need other terms (Ma, "
+            "Chen & Fox 2015). Use integrators.langevin() with the correction, or "
+            "correction=None."
         )
     return correction
 
@@ -194,35 +269,19 @@ def _grad_and_metric_times(metric, state, grad_fn, unravel, context):
 
 def correction_terms(kind, key, position, grad_fn, metric, state, context=None):
     """Γ, :math:`\\mathrm{diag}(D\\hat H)` and :math:`\\mathrm{diag}(D)` at ``position`` (flat
-    vectors; see :class:`CorrectionTerms`). ``grad_fn(theta)`` is the minibatch gradient on the
-    current minibatch, ``state`` the metric state *before* this step's update, ``context`` the
-    step's :class:`~numpyro_sgrld.metrics.StepContext` (held fixed: the metric is
-    differentiated through the gradient only)."""
+    vectors; see :class:`CorrectionTerms`) by the :class:`Correction` ``kind`` (or its name).
+    ``grad_fn(theta)`` is the minibatch gradient on the current minibatch, ``state`` the metric
+    state *before* this step's update, ``context`` the step's
+    :class:`~numpyro_sgrld.metrics.StepContext` (held fixed: the metric is differentiated
+    through the gradient only)."""
     flat, unravel = ravel_pytree(position)
     apply = _grad_and_metric_times(metric, state, grad_fn, unravel, context)
 
     def metric_at_position(grad_flat):
         return metric.update(unravel(grad_flat), state, position, context)[0]
 
-    if kind == "exact":
-
-        def column(e):
-            (grad, d_e), (h_e, dd_e) = jax.jvp(lambda th: apply(th, e), (flat,), (e,))
-            dh_e = ravel_pytree(metric_at_position(grad).drift(unravel(h_e)))[0]
-            return dd_e, jnp.dot(e, dh_e), jnp.dot(e, d_e)
-
-        basis = jnp.eye(flat.shape[0], dtype=flat.dtype)
-        columns, curvature, metric_diag = jax.lax.map(
-            column, basis, batch_size=min(flat.shape[0], EXACT_BATCH)
-        )
-        total = columns.sum(axis=0)
-    elif kind == "hutchinson":
-        z = random.rademacher(key, flat.shape, dtype=flat.dtype)
-        (grad, d_z), (h_z, total) = jax.jvp(lambda th: apply(th, z), (flat,), (z,))
-        curvature = z * ravel_pytree(metric_at_position(grad).drift(unravel(h_z)))[0]
-        metric_diag = z * d_z
-    else:
-        raise ValueError(f"unknown correction {kind!r}")
+    total, curvature, metric_diag = as_correction(kind).terms(
+        key, flat, apply, metric_at_position, unravel)
     return CorrectionTerms(total / (1.0 - _lag(metric).decay), curvature, metric_diag)
 
 
@@ -249,16 +308,18 @@ def init_correction(position):
 
 def lagged_correction(
     kind, key, position, grad_fn, metric, state, correction_state, step_size, temperature,
-    form="lagged", context=None,
+    form=None, context=None,
 ):
     r"""The correction drift Γ to add as :math:`hT\Gamma` this step, and the new
     :class:`CorrectionState`.
 
+    ``kind``: a :class:`Correction`, or its name with ``form`` (default ``"lagged"``).
     ``form="instant"``: Rensmeyer & Niggemann's Γ. ``form="lagged"``: :math:`\kappa\Gamma`
     with :math:`\kappa` from :func:`lag_response` at :math:`r = h|\overline{(D\hat H)}_{ii}|`,
     tamed so that :math:`hT|\Gamma_i|` stays below the noise step
     :math:`\sqrt{2hTD_{ii}}` (see the module docstring)."""
     flat, unravel = ravel_pytree(position)
+    kind = as_correction(kind, form)
     terms = correction_terms(kind, key, position, grad_fn, metric, state, context)
     decay, order = _lag(metric)
     count = correction_state.count + 1
@@ -269,7 +330,7 @@ def lagged_correction(
         correction_state.curvature,
     )
     new_state = CorrectionState(average, count)
-    if form == "instant":
+    if kind.instant:
         return unravel(terms.gamma), new_state
     seen = 1.0 - decay ** count.astype(average.dtype)
     curvature = jnp.abs(average) / jnp.where(seen > 0, seen, 1.0)

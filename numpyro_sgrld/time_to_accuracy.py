@@ -215,6 +215,8 @@ class Setting(NamedTuple):
 
 
 def _runner(method, setting, X, y):
+    from functools import partial
+
     from numpyro.infer import NUTS
 
     from numpyro_sgrld.baselines import mala_kernel
@@ -223,20 +225,17 @@ def _runner(method, setting, X, y):
     from numpyro_sgrld.subsample import full_batch
 
     args = (X, y)
-    if method == "NUTS":
-        return mcmc_runner(NUTS(full_batch(lr.model)), args, setting.exact_warmup, 50,
-                           num_chains=setting.chains)
-    if method == "MALA":
-        return mcmc_runner(mala_kernel(lr.model), args, setting.exact_warmup, 500,
-                           num_chains=setting.chains)
-    if method == "HMCECS":
-        from functools import partial
-
-        return hmcecs_runner(partial(lr.model, subsample_size=setting.hmcecs_subsample), args,
-                             num_warmup=setting.exact_warmup, seed=setting.seed,
-                             num_chains=setting.chains)
-    from functools import partial
-
+    exact = {  # the references, each with its own runner
+        "NUTS": lambda: mcmc_runner(NUTS(full_batch(lr.model)), args, setting.exact_warmup, 50,
+                                    num_chains=setting.chains),
+        "MALA": lambda: mcmc_runner(mala_kernel(lr.model), args, setting.exact_warmup, 500,
+                                    num_chains=setting.chains),
+        "HMCECS": lambda: hmcecs_runner(
+            partial(lr.model, subsample_size=setting.hmcecs_subsample), args,
+            num_warmup=setting.exact_warmup, seed=setting.seed, num_chains=setting.chains),
+    }
+    if method in exact:
+        return exact[method]()
     kernel = KERNELS[method](partial(lr.model, subsample_size=setting.batch))
     return mcmc_runner(kernel, args, setting.sg_warmup, setting.sg_chunk, thinning=10,
                        num_chains=setting.chains)
@@ -432,8 +431,9 @@ def _race_all(contenders, kernels, setting, ref, sg_cap, speedup, mala_share, lo
     fastest = min(reached) if reached else sg_cap
     exact_cap, mala_cap = speedup * fastest, mala_share * fastest
     measured = {}
-    for name, cap in (("NUTS", exact_cap), ("HMCECS", exact_cap), ("MALA", mala_cap)):
-        data = (f"subsample {setting.hmcecs_subsample}" if name == "HMCECS" else "full data")
+    for name, cap, data in (("NUTS", exact_cap, "full data"),
+                            ("HMCECS", exact_cap, f"subsample {setting.hmcecs_subsample}"),
+                            ("MALA", mala_cap, "full data")):
         cached = _measured(setting, name) if name in _race_cache.MEASURED else None
         first = name in _race_cache.MEASURED and cached is None
         if first:

@@ -33,7 +33,7 @@ def test_a_checked_step_costs_at_most_five_percent_more_than_the_update_by_hand(
     args = (p["X"], p["y"])
     hand = speed.hand_written(speed.HAND[name].removeprefix("hand "), p)
     kernel = speed._kernel(speed.KERNELS[name], p)  # the benchmark's settings, proposal check on
-    assert kernel._check_proposal
+    assert kernel.algorithm.check_proposal
     state = kernel.init(random.PRNGKey(0), 0, None, args, {})
     # the update and its checks; the equipartition check's own cost is bounded below
     ours = _flops(lambda s: kernel.sample(s, args, {}), state._replace(equipartition=None))

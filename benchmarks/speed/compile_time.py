@@ -4,9 +4,10 @@
 
 One chain, 40 steps, every 5th kept; the loop is lowered and compiled with
 ``jax.jit(...).lower(...).compile()`` and timed, and its optimized HLO's lines counted. The
-last configuration is the default with ``warmup.steps.learn`` (the learnt preconditioner's warm-up
-statistics and window ends) replaced by the identity: the share of the compile time that the
-rarely taken warm-up work costs. Results: docs/benchmarks.md ("The main job").
+last configuration is the default without the warm-up's preconditioner piece
+(``warmup.pieces.PRECONDITIONER``: the learnt preconditioner's statistics and window ends):
+the share of the compile time that the rarely taken warm-up work costs.
+Results: docs/benchmarks.md ("The main job").
 """
 
 import time
@@ -75,14 +76,12 @@ def main():
     for label, kwargs in CONFIGS.items():
         seconds, lines = compile_seconds(SGLD(problem.model, **kwargs), problem.args)
         print(f"| {label} | {seconds:.1f} | {lines:,} |", flush=True)
-    learn = steps.learn
+    pieces = steps.PIECES
     try:
-        steps.learn = (lambda spec, state, z, target, idx, est, adaptation, warmup,
-                                  sampler_state, key: (adaptation, warmup, sampler_state,
-                                                       est.state))
+        steps.PIECES = tuple(p for p in pieces if p.name != "preconditioner")
         seconds, lines = compile_seconds(SGLD(problem.model), problem.args)
     finally:
-        steps.learn = learn
+        steps.PIECES = pieces
     print(f"| the default without the learnt metric's warm-up updates and window ends | "
           f"{seconds:.1f} | {lines:,} |")
     for mode, label, alone in (("skipped", "the default, window end never taken", False),

@@ -1,9 +1,15 @@
-"""The warm-up's pieces, each an ``init``/``update`` pair with its own state (as NumPyro's
-``hmc_util`` adapts NUTS): the schedule of windows (:mod:`~numpyro_sgrld.warmup.schedule`) and
-the constant preconditioner learnt over them (:mod:`~numpyro_sgrld.warmup.preconditioner`).
-The step size is chosen by :mod:`numpyro_sgrld.adaptation` in the geometry they give.
-``docs/step_size.md`` says in one paragraph what the warm-up does."""
+"""The warm-up: small pieces, each an ``init``/``update`` pair with its own state
+(:mod:`~numpyro_sgrld.warmup.pieces`: the step of the bias law, the momentum, the constant
+preconditioner learnt over the slow windows, the control variates), composed into one
+``(init, update)`` with one :class:`WarmupState` (:mod:`~numpyro_sgrld.warmup.steps`), as
+NumPyro's ``warmup_adapter`` composes NUTS's. The windows are in
+:mod:`~numpyro_sgrld.warmup.schedule`, the preconditioner's statistics in
+:mod:`~numpyro_sgrld.warmup.preconditioner`, the step size's measurement in
+:mod:`~numpyro_sgrld.warmup.adaptation` (also :mod:`numpyro_sgrld.adaptation`), and what
+``step_size=None`` turns on in :mod:`~numpyro_sgrld.warmup.choices`. ``docs/step_size.md``
+says in one paragraph what the warm-up does."""
 
+from numpyro_sgrld.warmup.pieces import Piece, Setting
 from numpyro_sgrld.warmup.preconditioner import (
     PreconditionerWarmup,
     init_preconditioner,
@@ -18,9 +24,16 @@ from numpyro_sgrld.warmup.schedule import (
     first_window_start,
     window_ends,
 )
+from numpyro_sgrld.warmup.steps import PIECES, WarmupState, init_warmup, update_warmup
 
 __all__ = [
     "NUM_WINDOWS",
+    "PIECES",
+    "Piece",
+    "Setting",
+    "WarmupState",
+    "init_warmup",
+    "update_warmup",
     "PreconditionerWarmup",
     "final_window_start",
     "first_window_start",
