@@ -28,8 +28,8 @@ import numpyro.distributions as dist
 from numpyro import handlers
 
 from numpyro_sgrld import priors
-from numpyro_sgrld._potentials import AUX_SITE
 from numpyro_sgrld.haiku import random_haiku_module
+from numpyro_sgrld.host._potentials import AUX_SITE
 
 __all__ = ["cnn_classifier", "resnet_classifier"]
 

@@ -7,36 +7,10 @@ gradient estimator (:mod:`~numpyro_sgrld.gradients`), composed by :class:`SGMCMC
 kernels are presets of it.
 """
 
-from numpyro_sgrld import (
-    conv_priors,
-    correction,
-    diagnostics,
-    gradients,
-    inference_data,
-    integrators,
-    metrics,
-    plots,
-    predictive,
-    priors,
-    schedules,
-    sharding,
-    streaming,
-    verdict,
-    warmup,
-)
-from numpyro_sgrld._adapter import SGMCMC, SGState
-from numpyro_sgrld._compat import (
-    disable_fast_sampling_loop,
-    enable_fast_sampling_loop,
-    fast_sampling_loop,
-)
-from numpyro_sgrld._composition import SamplerState
-from numpyro_sgrld._cycles import Cycles
-from numpyro_sgrld._potentials import auxiliary, minibatch_potential
-from numpyro_sgrld._state import ChainState
-from numpyro_sgrld._step import Algorithm, StepInputs, compose
-from numpyro_sgrld.checkpoint import Checkpoint, load_checkpoint, resume, save_checkpoint
-from numpyro_sgrld.diagnostics import (
+from numpyro_sgrld import warmup
+from numpyro_sgrld.analysis import diagnostics, inference_data, plots, predictive, streaming
+from numpyro_sgrld.analysis.checkpoint import Checkpoint, load_checkpoint, resume, save_checkpoint
+from numpyro_sgrld.analysis.diagnostics import (
     bias_vs_step_size,
     compare_to_reference,
     energy_distance,
@@ -44,16 +18,50 @@ from numpyro_sgrld.diagnostics import (
     model_scores,
     score_function,
 )
-from numpyro_sgrld.equinox import random_eqx_module  # imports equinox only when called
-from numpyro_sgrld.haiku import random_haiku_module
-from numpyro_sgrld.inference_data import (
+from numpyro_sgrld.analysis.inference_data import (
     SG_EXTRA_FIELDS,
     load_netcdf,
     reference_posterior,
     save_netcdf,
     to_inference_data,
 )
-from numpyro_sgrld.kernels import (
+from numpyro_sgrld.analysis.predictive import (
+    calibration_bins,
+    classification_metrics,
+    expected_calibration_error,
+    maximum_calibration_error,
+    predict_sites,
+    regression_metrics,
+)
+from numpyro_sgrld.analysis.streaming import (
+    Accumulator,
+    StreamedRun,
+    classification_accumulator,
+    classification_metrics_from,
+    load_streamed,
+    regression_accumulator,
+    regression_metrics_from,
+    run_streaming,
+)
+from numpyro_sgrld.bridges import conv_priors, priors
+from numpyro_sgrld.bridges.equinox import random_eqx_module  # imports equinox only when called
+from numpyro_sgrld.bridges.haiku import random_haiku_module
+from numpyro_sgrld.bridges.nnx import random_nnx_module  # imports flax.nnx only when called
+from numpyro_sgrld.core import correction, gradients, integrators, metrics, schedules
+from numpyro_sgrld.core._composition import SamplerState
+from numpyro_sgrld.core._state import ChainState
+from numpyro_sgrld.core._step import Algorithm, StepInputs, compose
+from numpyro_sgrld.core.schedules import constant, cyclical, polynomial_decay
+from numpyro_sgrld.host import sharding, verdict
+from numpyro_sgrld.host._adapter import SGMCMC, SGState
+from numpyro_sgrld.host._compat import (
+    disable_fast_sampling_loop,
+    enable_fast_sampling_loop,
+    fast_sampling_loop,
+)
+from numpyro_sgrld.host._cycles import Cycles
+from numpyro_sgrld.host._potentials import auxiliary, minibatch_potential
+from numpyro_sgrld.host.kernels import (
     BADODAB,
     BAOAB,
     BNPSGLD,
@@ -69,29 +77,9 @@ from numpyro_sgrld.kernels import (
     ShampooSGLD,
     WenzelSGLD,
 )
-from numpyro_sgrld.nnx import random_nnx_module  # imports flax.nnx only when called
-from numpyro_sgrld.predictive import (
-    calibration_bins,
-    classification_metrics,
-    expected_calibration_error,
-    maximum_calibration_error,
-    predict_sites,
-    regression_metrics,
-)
-from numpyro_sgrld.schedules import constant, cyclical, polynomial_decay
-from numpyro_sgrld.sharding import data_mesh
-from numpyro_sgrld.streaming import (
-    Accumulator,
-    StreamedRun,
-    classification_accumulator,
-    classification_metrics_from,
-    load_streamed,
-    regression_accumulator,
-    regression_metrics_from,
-    run_streaming,
-)
-from numpyro_sgrld.subsample import SubsamplePlate, find_subsample_plates, full_batch
-from numpyro_sgrld.verdict import Verdict, check
+from numpyro_sgrld.host.sharding import data_mesh
+from numpyro_sgrld.host.subsample import SubsamplePlate, find_subsample_plates, full_batch
+from numpyro_sgrld.host.verdict import Verdict, check
 
 __version__ = "0.1.0"
 

@@ -23,8 +23,9 @@ from numpyro_sgrld import (
     full_batch,
     minibatch_potential,
 )
-from numpyro_sgrld._tree import tree_all_finite
-from numpyro_sgrld.subsample import draw_indices, init_batching
+from numpyro_sgrld.core._tree import tree_all_finite
+from numpyro_sgrld.host import _host_parts
+from numpyro_sgrld.host.subsample import draw_indices, init_batching
 
 
 def _data(n=50, d=3, seed=0):
@@ -60,7 +61,8 @@ def test_minibatch_potential_matches_hand_computation():
     # the kernel differentiates exactly this function
     kernel = SGLD(regression, step_size=1e-3)
     MCMC(kernel, num_warmup=0, num_samples=1, progress_bar=False).run(random.PRNGKey(0), X, y)
-    got_kernel, _ = kernel._target((X, y), {}).potential(z, {"data": idx})
+    target = _host_parts.target(kernel.setup, kernel.model, None, None, (X, y), {})
+    got_kernel, _ = target.potential(z, {"data": idx})
     np.testing.assert_allclose(got_kernel, expected, rtol=1e-5)
 
 
@@ -396,7 +398,7 @@ def test_progress_bar_diagnostics_string():
 
 @pytest.mark.slow  # compile-heavy: in the slow set, to keep the default run under 5 minutes
 def test_control_variate_estimator_is_unbiased_and_exact_at_its_centre():
-    from numpyro_sgrld.gradients import control_variate, control_variate_estimate
+    from numpyro_sgrld.core.gradients import control_variate, control_variate_estimate
 
     X, y = _data(n=6)
     model = partial(regression, subsample_size=1)
@@ -442,7 +444,7 @@ def test_control_variate_options():
 
 
 def test_centre_distance_is_exact_for_a_gaussian_along_an_eigenvector():
-    from numpyro_sgrld.gradients import centre_distance
+    from numpyro_sgrld.core.gradients import centre_distance
 
     precision = jnp.array([4.0, 25.0, 0.5])
     mode = jnp.array([1.0, -2.0, 0.5])
@@ -472,7 +474,7 @@ def test_the_far_centre_warning_reads_the_estimated_distance():
     distance, are reported; within sqrt(d) nothing is."""
     import warnings
 
-    from numpyro_sgrld.gradients import ControlVariate, warn_if_far_centre
+    from numpyro_sgrld.core.gradients import ControlVariate, warn_if_far_centre
 
     centre = {"w": jnp.zeros((2, 3)), "sigma": jnp.zeros(2)}  # two chains, d = 4
 

@@ -55,7 +55,7 @@ def test_lmc_is_mala_and_samples_its_target():
 
 
 def test_compare_refuses_a_step_for_a_baseline():
-    from numpyro_sgrld.compare import check_options
+    from numpyro_sgrld.app.compare import check_options
 
     with pytest.raises(ValueError, match="MALA is a baseline that chooses its own step"):
         check_options("linear_regression", ["SGLD", "MALA"], {"MALA": 1e-3}, 100, 200, 1, 2, 10)
@@ -74,7 +74,7 @@ def test_compare_reports_the_baselines(tmp_path):
     report's notes, and MALA and constant SGD within their Monte Carlo error of the reference
     (MALA is exact; Mandt's Gaussian is right for a Gaussian posterior with isotropic noise,
     here within the run's error), Bayes by Backprop's draws iid (ESS = draws)."""
-    from numpyro_sgrld.compare import run_compare
+    from numpyro_sgrld.app.compare import run_compare
 
     rows = run_compare("linear_regression",
                        kernels=["MALA", "BayesByBackprop", "ConstantSGD", "SGNHT", "CyclicalSGLD"],
@@ -96,7 +96,7 @@ def test_compare_reports_the_baselines(tmp_path):
 def test_compare_runs_every_kernel_at_its_defaults():
     """Every preset adapts its step, so none needs --step-size; the default list is
     DEFAULT_KERNELS, 'all' every kernel and baseline."""
-    from numpyro_sgrld.compare import BASELINES, DEFAULT_KERNELS, KERNELS, check_options
+    from numpyro_sgrld.app.compare import BASELINES, DEFAULT_KERNELS, KERNELS, check_options
 
     assert check_options("linear_regression", ["BAOAB", "CyclicalSGLD"], None, 100, 200, 1, 2,
                          10) == ["BAOAB", "CyclicalSGLD"]

@@ -79,8 +79,8 @@ def test_a_network_is_judged_in_function_space():
     log-likelihood of a fixed evaluation batch: chains in different modes that predict
     alike are trusted, chains that disagree on it are not."""
     from numpyro_sgrld import SGLD
-    from numpyro_sgrld._evaluation import NAME
-    from numpyro_sgrld._setup import network_sites
+    from numpyro_sgrld.host._evaluation import NAME
+    from numpyro_sgrld.host._setup import network_sites
     from numpyro_sgrld.verdict import judgement
 
     x, y = jnp.ones((20, 5)), jnp.zeros(20, jnp.int32)
@@ -115,7 +115,7 @@ def test_a_networks_cold_readings_are_a_note_and_its_hot_ones_a_problem():
     (judged in function space instead): a note. Above it, the step inflates the law, which
     chains agreeing on predictions do not show: a problem. A reading at another site is
     judged as in any model."""
-    from numpyro_sgrld._evaluation import NAME
+    from numpyro_sgrld.host._evaluation import NAME
     from numpyro_sgrld.verdict import judgement
 
     network = frozenset({"net/w", "net/b"})
@@ -142,7 +142,7 @@ def test_mcmcs_own_loop_streams_the_evaluation_batch_every_few_steps():
     from numpyro.infer import MCMC
 
     from numpyro_sgrld import SGLD
-    from numpyro_sgrld._evaluation import EVERY, NAME
+    from numpyro_sgrld.host._evaluation import EVERY, NAME
 
     x = random.normal(random.PRNGKey(0), (20, 5))
     y = (x[:, 0] > 0).astype(jnp.int32)

@@ -4,6 +4,7 @@ Exact laws of composed kernels that no named kernel covers, the refusals of piec
 fit, the auxiliary-value channel and the gradient oracle.
 """
 
+import warnings
 from typing import NamedTuple
 
 import jax
@@ -18,6 +19,7 @@ from numpyro.infer import MCMC
 from scipy.linalg import solve_discrete_lyapunov
 
 from numpyro_sgrld import (
+    PSGLD,
     SGHMC,
     SGLD,
     SGMCMC,
@@ -26,7 +28,7 @@ from numpyro_sgrld import (
     integrators,
     metrics,
 )
-from numpyro_sgrld._acceptance import Averages
+from numpyro_sgrld.core._acceptance import Averages
 
 # N(0, diag sigma^2) in three groups of REPLICAS independent coordinates each
 SIGMA = np.array([0.5, 1.0, 2.0])
@@ -214,7 +216,7 @@ def test_a_metric_reads_the_models_auxiliary_values_of_the_same_minibatch():
     kernel = SGMCMC(_aux_model, 1e-3, metric=_aux_metric())
     state = kernel.init(random.PRNGKey(0), 0, None, (X,), {})
     after = kernel.sample(state, (X,), {})
-    from numpyro_sgrld.subsample import draw_indices
+    from numpyro_sgrld.host.subsample import draw_indices
 
     _, key_idx, _ = random.split(state.rng_key, 3)
     idx, _ = draw_indices(key_idx, kernel.subsample_plates, state.batch_state)
@@ -349,3 +351,70 @@ def test_states_cross_jit_vmap_and_shard_map(metric_name, integrator_name):
     for other in (jax.tree.map(lambda x: x[0], batched), sharded):
         for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(other), strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _normal_model():
+    numpyro.sample("x", dist.Normal(0.0, 1.0).expand([3]).to_event(1))
+
+
+def _draws(kernel, **kw):
+    """Short runs: the verdict's warning that they cannot be trusted is expected."""
+    mcmc = MCMC(kernel, num_warmup=kw.get("num_warmup", 20), num_samples=30, progress_bar=False)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The draws cannot be trusted")
+        mcmc.run(random.PRNGKey(4))
+    return np.asarray(mcmc.get_samples()["x"]), mcmc.last_state
+
+
+def test_an_algorithm_value_gives_the_draws_of_its_pieces():
+    """``SGMCMC(model, algorithm=compose(...))`` is the kernel of the same pieces given one by
+    one, Γ included, and the preset it names."""
+    from numpyro_sgrld import SGMCMC, compose, correction
+
+    algorithm = compose(metrics.rmsprop(), integrators.langevin(),
+                        correction=correction.hutchinson())
+    by_value, _ = _draws(SGMCMC(_normal_model, 1e-3, algorithm=algorithm))
+    by_pieces, _ = _draws(SGMCMC(_normal_model, 1e-3, metric=metrics.rmsprop(),
+                                 integrator=integrators.langevin(), correction="hutchinson"))
+    np.testing.assert_array_equal(by_value, by_pieces)
+    preset, _ = _draws(PSGLD(_normal_model, 1e-3, correction="hutchinson"))
+    np.testing.assert_array_equal(by_value, preset)
+
+
+def test_an_algorithm_is_refused_with_the_pieces_it_holds():
+    from numpyro_sgrld import SGMCMC, compose
+
+    algorithm = compose(metrics.identity(), integrators.langevin())
+    with pytest.raises(ValueError, match="`algorithm=` already holds `metric`, `temperature`"):
+        SGMCMC(_normal_model, algorithm=algorithm, metric=metrics.identity(), temperature=1.0)
+    with pytest.raises(TypeError, match="`algorithm` must be a numpyro_sgrld.Algorithm"):
+        SGMCMC(_normal_model, algorithm=(metrics.identity(), integrators.langevin()))
+    with pytest.raises(ValueError, match="integrator 'sghmc' cannot carry correction='exact'"):
+        compose(metrics.rmsprop(), integrators.sghmc(friction=0.1), correction="exact")
+    with pytest.raises(ValueError, match="Unknown correction_form='late'"):
+        compose(metrics.rmsprop(), integrators.langevin(),
+                correction=__import__("numpyro_sgrld").correction.exact("late"))
+
+
+def test_the_step_takes_its_step_size_as_an_input_and_its_state_holds_no_warm_up():
+    """The algorithm's state has no warm-up field; the warm-up's one state lives beside it in
+    the host's record, and the step uses whatever step size it is given."""
+    from numpyro_sgrld import ChainState, SGState, StepInputs, compose
+    from numpyro_sgrld.gradients import Target
+    from numpyro_sgrld.warmup import WarmupState
+
+    assert not {"warmup", "adaptation", "monitor", "batch_state", "rng_key"} & set(
+        ChainState._fields)
+    _, state = _draws(SGLD(_normal_model), num_warmup=200)
+    assert isinstance(state, SGState) and isinstance(state.warmup, WarmupState)
+    assert state.adaptation is state.warmup.step
+
+    algorithm = compose(metrics.identity(), integrators.langevin(), temperature=0.0)
+    target = Target(lambda z, idx: (0.5 * jnp.sum(z["x"] ** 2), {}), None, None)
+    start = algorithm.begin(random.PRNGKey(0), {"x": jnp.ones(3)}, target, {})
+    chain = algorithm.init(start, target, jnp.asarray(0.1), 0, False)
+    for h in (0.1, 0.5):  # gradient descent at T = 0: x <- (1 - h) x
+        new, info = algorithm.step(chain, StepInputs(target, {}, random.PRNGKey(1),
+                                                     jnp.asarray(h)))
+        np.testing.assert_allclose(new.z["x"], (1 - h) * np.ones(3), rtol=1e-6)
+        assert info.step_size == np.float32(h)

@@ -20,8 +20,8 @@ from scipy import stats
 
 from numpyro_sgrld import PSGLD, SGLD, ShampooSGLD, priors
 from numpyro_sgrld.conv_priors import ConvCorrelatedNormal, correlated_normal
+from numpyro_sgrld.core.metrics.shampoo import shampoo_block_shapes
 from numpyro_sgrld.metrics import shampoo
-from numpyro_sgrld.metrics.shampoo import shampoo_block_shapes
 
 IMAGE = (6, 6, 1)
 N, BATCH = 24, 8

@@ -12,7 +12,8 @@ from numpyro.infer import MCMC, NUTS
 from numpyro_sgrld.models import linear_regression as lr
 from scipy import stats
 
-from numpyro_sgrld import SGLD, _arviz, diagnostics, full_batch, to_inference_data
+from numpyro_sgrld import SGLD, diagnostics, full_batch, to_inference_data
+from numpyro_sgrld.analysis import _arviz
 from numpyro_sgrld.inference_data import SG_EXTRA_FIELDS, reference_posterior
 
 

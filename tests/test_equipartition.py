@@ -230,7 +230,7 @@ def test_minibatch_noise_is_read_as_the_discretised_chains_exact_law():
 
 
 def test_the_readings_reach_arviz():
-    from numpyro_sgrld import _arviz
+    from numpyro_sgrld.analysis import _arviz
     from numpyro_sgrld.inference_data import SG_EXTRA_FIELDS, to_inference_data
 
     scales = np.array([0.5, 1.0, 2.0])

@@ -18,7 +18,7 @@ from jax import random
 from numpyro.infer import MCMC, NUTS
 
 import numpyro_sgrld
-from numpyro_sgrld import _compat, _loop
+from numpyro_sgrld.host import _compat, _loop
 
 # Run in a fresh interpreter: this process has imported numpyro_sgrld long ago. The snapshot is
 # taken after JAX and NumPyro are imported and a computation has run (backends initialised), so
@@ -206,7 +206,7 @@ def test_nuts_gets_numpyros_function_with_the_same_arguments(monkeypatch):
 
 
 def test_the_command_line_opts_in_for_its_own_run_only(monkeypatch):
-    from numpyro_sgrld import __main__ as cli
+    from numpyro_sgrld.app import cli
 
     seen = []
     monkeypatch.setattr(cli, "_quickstart", lambda args: seen.append(

@@ -9,7 +9,8 @@ from jax.flatten_util import ravel_pytree
 from scipy.linalg import eigh
 
 from numpyro_sgrld import metrics
-from numpyro_sgrld._traits import trait
+from numpyro_sgrld.core._traits import trait
+from numpyro_sgrld.core.metrics.monge import AUTO_STRENGTH
 from numpyro_sgrld.correction import (
     Lag,
     correction_drift,
@@ -18,7 +19,6 @@ from numpyro_sgrld.correction import (
     lag_response,
     lagged_correction,
 )
-from numpyro_sgrld.metrics.monge import AUTO_STRENGTH
 
 jax.config.update("jax_enable_x64", False)
 
@@ -133,7 +133,7 @@ def test_monge_auto_alpha2_freezes_after_k_updates_and_gamma_needs_it():
     from numpyro_sgrld.models.gaussian import standard_normal
 
     from numpyro_sgrld import SGMCMC, MongeSGLD
-    from numpyro_sgrld.metrics.monge import AUTO_FREEZE
+    from numpyro_sgrld.core.metrics.monge import AUTO_FREEZE
 
     keys = random.split(random.PRNGKey(0), 12)
     grads = [_tree(k, SHAPES) for k in keys]

@@ -19,8 +19,8 @@ from numpyro.infer.util import log_density
 from scipy import stats
 
 from numpyro_sgrld import BNPSGLD, SGLD, metrics, priors
+from numpyro_sgrld.core.metrics.bnp import layer_inputs_name
 from numpyro_sgrld.metrics import StepContext
-from numpyro_sgrld.metrics.bnp import layer_inputs_name
 
 D_IN, HIDDEN, D_OUT = 3, 4, 2
 

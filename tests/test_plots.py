@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy.stats import gaussian_kde
 
-from numpyro_sgrld.plots import _kde
+from numpyro_sgrld.analysis.plots import _kde
 
 
 @pytest.mark.parametrize("shape", ["normal", "bimodal", "few"])
@@ -48,7 +48,7 @@ def _tables(names, params=6, seed=0):
 def test_the_error_plot_names_kernels_and_parameters_and_zooms_to_the_data():
     from matplotlib.colors import to_hex
 
-    from numpyro_sgrld.plots import plot_errors
+    from numpyro_sgrld.analysis.plots import plot_errors
 
     names = ["SGLD", "SGHMC", "MALA"]
     fig = plot_errors(_tables(names), mean_tol=0.15, sd_band=(0.87, 1.15))
@@ -63,8 +63,8 @@ def test_the_error_plot_names_kernels_and_parameters_and_zooms_to_the_data():
 
 
 def test_trace_plot_chains_show_through_and_rank_histograms_keep_their_scale():
-    from numpyro_sgrld._arviz import from_dict
-    from numpyro_sgrld.plots import plot_trace_rank
+    from numpyro_sgrld.analysis._arviz import from_dict
+    from numpyro_sgrld.analysis.plots import plot_trace_rank
 
     draws = from_dict(posterior={"w": np.random.default_rng(1).normal(size=(4, 300, 2))})
     fig = plot_trace_rank(draws, params=["w[0]", "w[1]"])
@@ -76,7 +76,7 @@ def test_trace_plot_chains_show_through_and_rank_histograms_keep_their_scale():
 
 
 def test_marginal_curves_differ_in_colour_and_style_and_are_named():
-    from numpyro_sgrld.plots import plot_marginals
+    from numpyro_sgrld.analysis.plots import plot_marginals
 
     rng = np.random.default_rng(2)
     runs = {f"k{i}": {"w": rng.normal(size=(400, 2))} for i in range(12)}

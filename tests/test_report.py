@@ -8,9 +8,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from numpyro_sgrld import _arviz, _rows, diagnostics
+from numpyro_sgrld import diagnostics
 from numpyro_sgrld import time_to_accuracy as tta
-from numpyro_sgrld.report import _write_report, distance_cell, format_table
+from numpyro_sgrld.analysis import _arviz
+from numpyro_sgrld.app import _rows
+from numpyro_sgrld.app.report import _write_report, distance_cell, format_table
 
 D = 5
 
@@ -173,7 +175,8 @@ def test_the_energy_distance_error_follows_its_spread():
 
 
 def test_each_trace_plot_shows_its_runs_own_worst_parameters(runs, tmp_path, monkeypatch):
-    from numpyro_sgrld import compare, plots
+    from numpyro_sgrld.analysis import plots
+    from numpyro_sgrld.app import compare
 
     ref, idatas, tables = runs
     shown = {}

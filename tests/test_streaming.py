@@ -18,8 +18,7 @@ from numpyro_sgrld.models.bnn import mlp_classifier, mlp_regressor
 
 import numpyro_sgrld
 from numpyro_sgrld import SGLD, load_checkpoint, priors, save_checkpoint, to_inference_data
-from numpyro_sgrld.predictive import classification_metrics, regression_metrics
-from numpyro_sgrld.streaming import (
+from numpyro_sgrld.analysis.streaming import (
     Accumulator,
     checkpoint_path,
     classification_accumulator,
@@ -29,6 +28,7 @@ from numpyro_sgrld.streaming import (
     regression_metrics_from,
     run_streaming,
 )
+from numpyro_sgrld.predictive import classification_metrics, regression_metrics
 
 X, Y, _ = lr.make_data(seed=1, num_data=100, num_features=3)
 # jit_model_args: one compiled program for all segments (run_streaming warns without it)
@@ -261,7 +261,7 @@ def test_rejected_steps_and_non_finite_values_are_written_and_flagged(tmp_path):
 def test_a_run_that_would_recompile_every_segment_is_warned_about():
     # NumPyro's loop without jit_model_args compiles each segment anew with the data as
     # constants, and memory grows by about the data's size per segment (docs/streaming.md)
-    from numpyro_sgrld.streaming import _warn_if_recompiling
+    from numpyro_sgrld.analysis.streaming import _warn_if_recompiling
 
     with pytest.warns(UserWarning, match="jit_model_args=False.*each segment again.*"
                       "jit_model_args=True.*enable_fast_sampling_loop"):

@@ -17,32 +17,27 @@ def _modules():
     return mods
 
 
-#: The layers of docs/architecture.md, lowest first: a module's top-level name (the package's
-#: sub-package or module it belongs to) and the layer it lives in.
+#: The layers of docs/architecture.md, lowest first: each is a folder of the package (the
+#: command's layer also holds ``models``, the bundled models, at their own public path); the
+#: modules at the package's top are the public paths, facades that re-export a module of a
+#: folder (:func:`test_the_public_paths_only_re_export`).
 LAYERS = [
-    ("helpers", {"_checks", "_tree", "_traits", "schedules", "_cache"}),
-    ("the step's pieces", {"metrics", "integrators", "_integrator_base", "_thermostats",
-                           "gradients", "_estimators", "correction", "_composition", "_acceptance",
-                           "_state",
-                           "_step", "equipartition"}),
-    ("warm-up", {"warmup", "adaptation"}),
-    ("the NumPyro host", {"subsample", "_setup", "_data_checks", "_model_host", "_host_parts",
-                          "_adapter", "kernels", "_presets", "_momentum_kernels", "_layer_kernels",
-                          "_cyclical_kernels", "_cycles", "_loop", "_loop_report",
-                          "_compat", "_run_verdict", "monitor", "verdict", "sharding",
-                          "_evaluation", "_advice", "_potentials"}),
-    ("bridges", {"haiku", "nnx", "equinox", "priors", "conv_priors", "_network_priors"}),
-    ("analysis", {"diagnostics", "distances", "inference_data", "_arviz", "plots", "predictive",
-                  "streaming", "_streaming_file", "accumulators", "checkpoint", "baselines"}),
-    ("the command and its problems", {"models", "__main__", "quickstart", "problems",
-                                      "compare", "_rows", "time_to_accuracy", "report",
-                                      "_parallel", "_laplace", "_race_cache"}),
+    ("the step's pieces", {"core"}),
+    ("warm-up", {"warmup"}),
+    ("the NumPyro host", {"host"}),
+    ("bridges", {"bridges"}),
+    ("analysis", {"analysis"}),
+    ("the command and its problems", {"app", "models"}),
+    ("the public paths", set()),
 ]
 
 
 def _layer(module):
     top = module.split(".")[1]
-    return next((k for k, (_, names) in enumerate(LAYERS) if top in names), None)
+    found = next((k for k, (_, names) in enumerate(LAYERS) if top in names), None)
+    if found is None and (PACKAGE / f"{top}.py").is_file():
+        return len(LAYERS) - 1  # a public path
+    return found
 
 
 def _imports(path, mods):
@@ -95,9 +90,9 @@ def test_every_module_imports_only_from_its_layer_and_the_ones_below():
     upward = []
     for name, path in sorted(mods.items()):
         for imported in _imports(path, _modules()):
-            # the package root (the public API) only from the command's layer, the last
+            # the package root (the public API) only from the command's layer and above
             if imported == "numpyro_sgrld":
-                if _layer(name) < len(LAYERS) - 1 and _root_names(path):
+                if _layer(name) < len(LAYERS) - 2 and _root_names(path):
                     upward.append(f"{name} -> numpyro_sgrld ({', '.join(_root_names(path))})")
             elif _layer(imported) > _layer(name):
                 upward.append(f"{name} ({LAYERS[_layer(name)][0]}) -> {imported} "
@@ -117,8 +112,35 @@ def _root_names(path):
 
 
 def test_the_layer_check_sees_an_upward_import():
-    assert _layer("numpyro_sgrld._step") < _layer("numpyro_sgrld.warmup.steps")
-    assert _layer("numpyro_sgrld.metrics.monge") < _layer("numpyro_sgrld.compare")
+    assert _layer("numpyro_sgrld.core._step") < _layer("numpyro_sgrld.warmup.steps")
+    assert _layer("numpyro_sgrld.core.metrics.monge") < _layer("numpyro_sgrld.app.compare")
+    assert _layer("numpyro_sgrld.host.kernels") < _layer("numpyro_sgrld.kernels")
+
+
+def test_every_module_lives_in_a_layers_folder():
+    """The package's top holds only its ``__init__`` (the public API), ``__main__`` and the
+    public paths; every other module lives in the folder of its layer."""
+    top = sorted(p.name for p in PACKAGE.iterdir()
+                 if p.is_dir() and p.name != "__pycache__")
+    assert top == sorted(n for _, names in LAYERS for n in names if n != "models")
+
+
+def test_the_public_paths_only_re_export():
+    """A module at the package's top (``numpyro_sgrld.metrics``, ``.kernels``, ...) is a facade:
+    its docstring and imports from the folders, nothing else (optax's public modules over its
+    private ``_src``)."""
+    offenders = []
+    for path in sorted(PACKAGE.glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        body = ast.parse(path.read_text()).body
+        for node in body[1:]:
+            plain = isinstance(node, ast.ImportFrom) and node.module.startswith("numpyro_sgrld.")
+            entry = path.name == "__main__.py" and (
+                isinstance(node, (ast.If, ast.Import)))
+            if not (plain or entry):
+                offenders.append(f"{path.name}:{node.lineno}")
+    assert offenders == []
 
 
 def test_the_finder_sees_a_circle():
@@ -142,7 +164,7 @@ def test_no_module_is_over_500_lines():
 def test_the_host_class_is_thin():
     """``SGMCMC``, NumPyro's side of a kernel, has at most 15 methods in at most 300 lines:
     what it uses besides lives in functions of explicit values (``_host_parts``)."""
-    tree = ast.parse((PACKAGE / "_adapter.py").read_text())
+    tree = ast.parse((PACKAGE / "host" / "_adapter.py").read_text())
     host = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "SGMCMC")
     methods = [n.name for n in host.body if isinstance(n, ast.FunctionDef)]
     lines = host.end_lineno - host.lineno + 1

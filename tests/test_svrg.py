@@ -13,8 +13,8 @@ from jax import random
 from numpyro.infer import MCMC
 
 from numpyro_sgrld import SGLD, gradients
-from numpyro_sgrld._potentials import minibatch_potential, minibatch_potential_with_aux
 from numpyro_sgrld.gradients import Target
+from numpyro_sgrld.host._potentials import minibatch_potential, minibatch_potential_with_aux
 from numpyro_sgrld.subsample import full_batch
 
 

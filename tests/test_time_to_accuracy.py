@@ -5,7 +5,7 @@ tails, the accuracy rule, the race's clock and cap, and the report's verdict."""
 import numpy as np
 import pytest
 
-from numpyro_sgrld import time_to_accuracy as tta
+from numpyro_sgrld.app import time_to_accuracy as tta
 
 
 def _quadrature_moments(X, y, half_width=8.0, n=401):
@@ -133,7 +133,7 @@ def test_the_exact_methods_run_to_the_target_once_and_are_read_from_the_cache(
         tmp_path, monkeypatch):
     """On the first run NUTS and HMCECS race until the target (at most LIMIT) and their
     results are cached; a later run races them at the cap and reports the cached times."""
-    from numpyro_sgrld import _race_cache
+    from numpyro_sgrld.app import _race_cache
 
     monkeypatch.setenv("NUMPYRO_SGRLD_CACHE", str(tmp_path))
     own = {"SGLD": 10.0, "NUTS": 120.0, "HMCECS": 40.0, "MALA": 5.0}

@@ -12,9 +12,9 @@ import pytest
 from numpyro.infer import MCMC, init_to_value
 
 import numpyro_sgrld as ns
+from numpyro_sgrld.core.metrics.constant import DENSE_MAX_DIM
 from numpyro_sgrld.equipartition import Temperatures
 from numpyro_sgrld.gradients import Target, activate_control_variates, warmup_control_variates
-from numpyro_sgrld.metrics.constant import DENSE_MAX_DIM
 from numpyro_sgrld.verdict import MAX_RHAT, MAX_STEP_SPREAD, MIN_ESS, verdict
 from numpyro_sgrld.warmup import (
     final_window_start,
@@ -275,7 +275,7 @@ def test_numpyros_own_loop_judges_a_short_run_too(num_samples):
 def test_numpyros_own_loop_warns_at_the_end_with_the_verdict_of_the_draws(chain_method):
     """The streaming moments' split R-hat is the draws' exactly (every step kept), and the
     batch-means ESS agrees with the draws' to its own precision."""
-    from numpyro_sgrld._compat import fast_sampling_loop_enabled
+    from numpyro_sgrld.host._compat import fast_sampling_loop_enabled
 
     assert not fast_sampling_loop_enabled()
     model, X, y = _logistic(2000, 20)
@@ -344,7 +344,7 @@ def test_the_advice_for_chains_that_have_not_mixed_fits_the_model():
     """A centred hierarchy is told which site to reparametrise; a model that is already
     non-centred (the inference gym's sparse logistic regression) is told that no
     reparametrisation will help and where to go instead, with what that costs."""
-    from numpyro_sgrld._advice import mixing_advice as _mixing_advice
+    from numpyro_sgrld.host._advice import mixing_advice as _mixing_advice
 
     X = jax.random.normal(jax.random.PRNGKey(0), (400, 3))
     y = (X[:, 0] > 0).astype(jnp.float32)

@@ -7,7 +7,7 @@ NumPyro's loop and on the kernels' own loop, and at its defaults on the kernels'
     python benchmarks/investigations/draws_identity.py check before.npz 16  # the grouped loop
     python benchmarks/investigations/draws_identity.py check before.npz accelerator
 
-A third argument sets the kernels' loop (``numpyro_sgrld._loop.GROUP``: 0 the segment loop, a
+A third argument sets the kernels' loop (``numpyro_sgrld.host._loop.GROUP``: 0 the segment loop, a
 CPU's default; 16 the grouped loop); ``accelerator`` runs it as an accelerator does: the
 grouped loop, and the steps after warm-up compiled for that phase (``_loop.SETTLED``).
 
@@ -54,7 +54,7 @@ def main(argv):
     if len(argv) not in (2, 3) or argv[0] not in ("save", "check"):
         sys.exit(__doc__)
     if len(argv) == 3:
-        from numpyro_sgrld import _loop
+        from numpyro_sgrld.host import _loop
 
         if argv[2] == "accelerator":
             _loop.GROUP, _loop.SETTLED = _loop.ACCELERATOR_GROUP, True

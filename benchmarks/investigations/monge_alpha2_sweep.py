@@ -17,8 +17,8 @@ import step_size_adaptation as s  # noqa: E402
 
 from numpyro_sgrld import MongeSGLD  # noqa: E402
 
-# the module (``numpyro_sgrld.metrics.monge`` the attribute is the metric's function)
-monge = importlib.import_module("numpyro_sgrld.metrics.monge")
+# the module (``numpyro_sgrld.core.metrics.monge`` the attribute is the metric's function)
+monge = importlib.import_module("numpyro_sgrld.core.metrics.monge")
 
 RUNS = (
     [("sblrc-blr", f"alpha2 = {a:g}", a, None) for a in (1.0, 1e-2, 1e-4, 1e-6)]

@@ -24,8 +24,8 @@ from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
 from numpyro.infer import MCMC
 
 import numpyro_sgrld as ns
-from numpyro_sgrld import _evaluation
-from numpyro_sgrld.verdict import with_evaluation
+from numpyro_sgrld.host import _evaluation
+from numpyro_sgrld.host.verdict import with_evaluation
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "accuracy"))
 import defaults  # noqa: E402

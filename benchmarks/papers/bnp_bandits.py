@@ -39,10 +39,10 @@ import numpy as np
 from jax import random
 
 from numpyro_sgrld import metrics
-from numpyro_sgrld.haiku import _layer_inputs
+from numpyro_sgrld.bridges.haiku import _layer_inputs
+from numpyro_sgrld.core.metrics.bnp import layer_inputs_name
 from numpyro_sgrld.integrators import langevin_step
 from numpyro_sgrld.metrics import StepContext
-from numpyro_sgrld.metrics.bnp import layer_inputs_name
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "bandits" / "shuttle.csv.gz"
 ROUNDS, BATCH, HIDDEN, TEMPERATURE, L2 = 2000, 32, 50, 0.03, 1.0

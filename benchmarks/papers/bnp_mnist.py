@@ -60,9 +60,9 @@ from numpyro_sgrld import (
     priors,
     random_haiku_module,
 )
-from numpyro_sgrld._potentials import minibatch_potential_with_aux
+from numpyro_sgrld.analysis.plots import plot_reliability, pyplot
+from numpyro_sgrld.host._potentials import minibatch_potential_with_aux
 from numpyro_sgrld.metrics import StepContext
-from numpyro_sgrld.plots import plot_reliability, pyplot
 
 N = 50_000
 SAMPLERS = {

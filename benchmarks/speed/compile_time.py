@@ -17,7 +17,8 @@ import jax
 import numpy as np
 from jax import random
 
-from numpyro_sgrld import SGLD, _loop, compare, gradients, metrics
+from numpyro_sgrld import SGLD, compare, gradients, metrics
+from numpyro_sgrld.host import _loop
 from numpyro_sgrld.warmup import steps
 
 CONFIGS = {

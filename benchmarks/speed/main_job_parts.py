@@ -20,7 +20,7 @@ import arviz as az
 import numpy as np
 
 from numpyro_sgrld import diagnostics, plots
-from numpyro_sgrld.compare import ACCURATE_MEAN, ACCURATE_SD, _latent_only, _pooled
+from numpyro_sgrld.app.compare import ACCURATE_MEAN, ACCURATE_SD, _latent_only, _pooled
 from numpyro_sgrld.inference_data import save_netcdf
 from numpyro_sgrld.problems import PROBLEMS
 

@@ -78,9 +78,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import random
 
-from numpyro_sgrld._integrator_base import BiasLaw, StepHint
-from numpyro_sgrld._traits import trait
-from numpyro_sgrld._tree import tree_dot, tree_normal
+from numpyro_sgrld.core._integrator_base import BiasLaw, StepHint
+from numpyro_sgrld.core._traits import trait
+from numpyro_sgrld.core._tree import tree_dot, tree_normal
 from numpyro_sgrld.warmup.schedule import final_window_start, first_window_start
 
 __all__ = [

@@ -7,8 +7,8 @@ r"""What ``step_size=None`` turns on, in one place. A kernel built without a ste
    metric (:func:`default_metric`: :func:`~numpyro_sgrld.metrics.learnt`; with a step size,
    the identity);
 3. **an adaptive preset's metric in the learnt coordinates** (:func:`preset_metric`:
-   :func:`~numpyro_sgrld.metrics.whitened`, a dense metric for at most
-   :data:`~numpyro_sgrld.metrics.constant.DENSE_MAX_DIM` coordinates under the adaptive one);
+   :func:`~numpyro_sgrld.core.metrics.whitened`, a dense metric for at most
+   :data:`~numpyro_sgrld.core.metrics.constant.DENSE_MAX_DIM` coordinates under the adaptive one);
 4. **control variates switched on in warm-up** where they reduce the gradient noise enough to
    pay for their second gradient, where the kernel is given no gradient estimator and has a
    model (:func:`default_gradient`);
@@ -19,8 +19,8 @@ With a given ``step_size`` none of these happen: the step, the identity metric, 
 minibatch gradient, the adaptive metric in the model's own coordinates, cycles from step 0.
 """
 
-from numpyro_sgrld.gradients import warmup_control_variates
-from numpyro_sgrld.metrics import identity, learnt, whitened
+from numpyro_sgrld.core.gradients import warmup_control_variates
+from numpyro_sgrld.core.metrics import identity, learnt, whitened
 
 __all__ = ["cycle_start", "default_gradient", "default_metric", "preset_metric"]
 

@@ -29,11 +29,11 @@ import jax.numpy as jnp
 from jax import random
 from jax.flatten_util import ravel_pytree
 
-from numpyro_sgrld._integrator_base import BiasLaw, Rescale
-from numpyro_sgrld._step import context, start
-from numpyro_sgrld._traits import trait
-from numpyro_sgrld.gradients import hessian_diagonal_estimate, shared_flag
-from numpyro_sgrld.metrics import Learnt, Restart
+from numpyro_sgrld.core._integrator_base import BiasLaw, Rescale
+from numpyro_sgrld.core._step import context, start
+from numpyro_sgrld.core._traits import trait
+from numpyro_sgrld.core.gradients import hessian_diagonal_estimate, shared_flag
+from numpyro_sgrld.core.metrics import Learnt, Restart
 from numpyro_sgrld.warmup.adaptation import (
     init_step_size,
     phases,
@@ -56,7 +56,7 @@ __all__ = ["CONTROL_VARIATES", "MOMENTUM", "PRECONDITIONER", "STEP_SIZE", "Begin
 
 
 class Setting(NamedTuple):
-    """What the warm-up knows of a kernel: its :class:`~numpyro_sgrld._step.Algorithm`, the
+    """What the warm-up knows of a kernel: its :class:`~numpyro_sgrld.core._step.Algorithm`, the
     minibatch draw ``(key, batch_state) -> (idx, batch_state)``, the bias target
     :math:`\\delta` and the step-size rule ``(i, warmup_state) -> h_i`` (the schedule's
     step without a warm-up state, else the adapted one, or a cyclical preset's cosine of it)."""
@@ -72,7 +72,7 @@ class Setting(NamedTuple):
 
 
 class Begin(NamedTuple):
-    """What the pieces' ``init`` read: the chain's :class:`~numpyro_sgrld._step.Start`, its
+    """What the pieces' ``init`` read: the chain's :class:`~numpyro_sgrld.core._step.Start`, its
     first minibatch's ``target``, a key, the warm-up's length and the composed sampler's state
     at step 1."""
 
@@ -85,7 +85,7 @@ class Begin(NamedTuple):
 
 class Moment(NamedTuple):
     """What the pieces' ``update`` read: the chain's state before the step (``before``), the
-    step's :class:`~numpyro_sgrld._step.StepInfo`, its target, minibatch and the minibatch
+    step's :class:`~numpyro_sgrld.core._step.StepInfo`, its target, minibatch and the minibatch
     sampler's state after it, the pieces' keys and the warm-up's length."""
 
     before: Any
@@ -119,7 +119,7 @@ class Piece(NamedTuple):
     does not apply), ``update(setting, moment, warm, chain) -> (warm, chain)`` on every
     warm-up step, ``window_end(setting, end, warm, chain) -> (end, warm, chain)``
     at a slow window's end (``None``: nothing then), where ``warm`` is the dict of the pieces'
-    states by ``name`` and ``chain`` the :class:`~numpyro_sgrld._state.ChainState`."""
+    states by ``name`` and ``chain`` the :class:`~numpyro_sgrld.core._state.ChainState`."""
 
     name: str
     init: Callable
@@ -247,7 +247,7 @@ MOMENTUM = Piece("momentum", lambda setting, begin: None, _momentum_update,
 
 def learns_metric(metric):
     """Whether warm-up learns ``metric`` (:func:`~numpyro_sgrld.metrics.learnt`, or the
-    constant part of :func:`~numpyro_sgrld.metrics.whitened`) when the step is adapted."""
+    constant part of :func:`~numpyro_sgrld.core.metrics.whitened`) when the step is adapted."""
     return trait(metric, Learnt) is not None or trait(metric, Restart) is not None
 
 

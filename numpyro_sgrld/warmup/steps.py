@@ -1,10 +1,10 @@
 r"""The warm-up as one ``(init, update)`` pair around the algorithm's step, composed of its
 pieces (:mod:`numpyro_sgrld.warmup.pieces`), as NumPyro's ``warmup_adapter`` composes NUTS's:
 :func:`init_warmup` gives the one :class:`WarmupState` (the pieces' states, outside the
-chain's :class:`~numpyro_sgrld._state.ChainState`), :func:`update_warmup` runs every piece's
+chain's :class:`~numpyro_sgrld.core._state.ChainState`), :func:`update_warmup` runs every piece's
 update after a step and, at a slow window's end, every piece's window end. :func:`transition`
 is a whole transition: its keys, its minibatch, the step size (the :class:`Setting`'s rule),
-the step (:meth:`Algorithm.step <numpyro_sgrld._step.Algorithm>`) and, where there is a
+the step (:meth:`Algorithm.step <numpyro_sgrld.core._step.Algorithm>`) and, where there is a
 warm-up, the warm-up's update. What the warm-up does, in one paragraph:
 ``docs/step_size.md``; what ``step_size=None`` turns on: :mod:`numpyro_sgrld.warmup.choices`.
 """
@@ -15,11 +15,11 @@ import jax
 import jax.numpy as jnp
 from jax import random
 
-from numpyro_sgrld._integrator_base import Settle
-from numpyro_sgrld._state import chain_of, with_chain
-from numpyro_sgrld._step import StepInputs, start
-from numpyro_sgrld._traits import trait
-from numpyro_sgrld.gradients import shared_flag
+from numpyro_sgrld.core._integrator_base import Settle
+from numpyro_sgrld.core._state import chain_of, with_chain
+from numpyro_sgrld.core._step import StepInputs, start
+from numpyro_sgrld.core._traits import trait
+from numpyro_sgrld.core.gradients import shared_flag
 from numpyro_sgrld.warmup.adaptation import too_steep
 from numpyro_sgrld.warmup.pieces import (
     CONTROL_VARIATES,
@@ -65,7 +65,7 @@ class WarmupState(NamedTuple):
 
 
 def init_warmup(setting, key, start_, target, num_warmup, pieces=None):
-    """The :class:`WarmupState` at the chain's :class:`~numpyro_sgrld._step.Start`: every
+    """The :class:`WarmupState` at the chain's :class:`~numpyro_sgrld.core._step.Start`: every
     piece's ``init``, with the composed sampler's state at step 1; ``pieces`` default
     :data:`PIECES`."""
     pieces = PIECES if pieces is None else pieces
@@ -104,7 +104,7 @@ def update_warmup(setting, moment, warm, chain, key_end, pieces=None):
 
 
 def transition(setting, state, target, adapting=None):
-    """One transition from ``state`` (an :class:`~numpyro_sgrld._state.SGState`): its keys
+    """One transition from ``state`` (an :class:`~numpyro_sgrld.core._state.SGState`): its keys
     (three, five with a warm-up: a split's cost grows with its keys), its minibatch, the step
     size, the step and, with a warm-up (``state.warmup``), during it: the check of each
     proposal on its own minibatch and the rejection of steps that climb too steeply, and the

@@ -1,0 +1,264 @@
+"""What :class:`~numpyro_sgrld.SGMCMC` uses besides its methods: its arguments' checks, the
+gradient estimator its arguments name, the step-size rule, the
+:class:`~numpyro_sgrld.gradients.Target` a step evaluates, a chain's first state, the
+minibatch draw (sharded with ``data_parallel``), vectorised chains' lockstep transition and
+the progress bar's line."""
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+from jax import random
+
+from numpyro_sgrld.core._checks import flag, integer, real
+from numpyro_sgrld.core._state import SGState
+from numpyro_sgrld.core._step import Algorithm, compose
+from numpyro_sgrld.core._traits import trait
+from numpyro_sgrld.core.correction import as_correction
+from numpyro_sgrld.core.gradients import (
+    GradientEstimator,
+    Target,
+    control_variates,
+    minibatch,
+)
+from numpyro_sgrld.core.integrators import langevin
+from numpyro_sgrld.core.metrics import Aux
+from numpyro_sgrld.host import _cycles as cycles_
+from numpyro_sgrld.host._potentials import minibatch_potential, minibatch_potential_with_aux
+from numpyro_sgrld.host._setup import steps_per_epoch
+from numpyro_sgrld.host.subsample import (
+    as_jax_array,
+    draw_indices,
+    full_batch_opaque,
+    init_batching,
+)
+from numpyro_sgrld.warmup import choices
+from numpyro_sgrld.warmup.adaptation import CHAIN_AXIS
+from numpyro_sgrld.warmup.steps import init_warmup
+
+__all__ = ["algorithm", "check_target_bias", "check_algorithm", "check_gradient",
+           "check_init_strategy", "check_aux", "check_num_data", "gradient_estimator",
+           "with_gradient", "step_size_rule", "target", "init_state", "draw", "sample_vectorized",
+           "diagnostics_str"]
+
+
+def check_target_bias(target_bias):
+    """``target_bias``, checked."""
+    return real(target_bias, "target_bias", low=0, low_open=True,
+                hint="It is the relative inflation of the stationary variance that "
+                "`step_size=None` allows (default 0.1).")
+
+
+def algorithm(given, step_size, model, metric, integrator, gradient, correction,
+              correction_form, control_variate, temperature, check_proposal, mode_steps,
+              start_at_centre):
+    """The kernel's :class:`~numpyro_sgrld.Algorithm`: ``given`` (checked, and refused
+    together with pieces it holds), or composed from the pieces, with what ``step_size=None``
+    turns on where a piece is not given (:mod:`numpyro_sgrld.warmup.choices`)."""
+    if given is not None:
+        check_algorithm(given, metric, integrator, gradient, correction, correction_form,
+                        control_variate, temperature, check_proposal)
+        check_gradient(given.gradient, model)
+        return given
+    estimator = gradient_estimator(gradient, control_variate, mode_steps, start_at_centre,
+                                   model)
+    return compose(
+        choices.default_metric(step_size) if metric is None else metric,
+        langevin() if integrator is None else integrator,
+        choices.default_gradient(step_size, gradient, control_variate, model is not None)
+        or estimator,
+        as_correction(correction, correction_form),
+        temperature=1.0 if temperature is None else temperature,
+        check_proposal=True if check_proposal is None else check_proposal)
+
+
+def check_algorithm(algorithm, *pieces):
+    """Refuse an ``algorithm`` that is not an :class:`~numpyro_sgrld.Algorithm`, or one given
+    together with the pieces it already holds (``metric``, ``integrator``, ``gradient``,
+    ``correction``, ``correction_form``, ``control_variate``, ``temperature``,
+    ``check_proposal``)."""
+    if not isinstance(algorithm, Algorithm):
+        raise TypeError(
+            "`algorithm` must be a numpyro_sgrld.Algorithm, made by numpyro_sgrld.compose("
+            f"metric, integrator, gradient, correction), got {algorithm!r}.")
+    names = ("metric", "integrator", "gradient", "correction", "correction_form",
+             "control_variate", "temperature", "check_proposal")
+    given = [name for name, value in zip(names, pieces) if value is not None]
+    if given:
+        raise ValueError(
+            f"`algorithm=` already holds {', '.join(f'`{n}`' for n in given)}: give them to "
+            "numpyro_sgrld.compose(...) instead, or give the pieces without `algorithm`.")
+
+
+def check_gradient(gradient, model):
+    """Refuse an estimator that needs the full data without a model."""
+    if gradient.needs_full_data and model is None:
+        raise ValueError(
+            f"The gradient estimator {gradient.name!r} (`control_variate`) needs a model with "
+            "subsample plates (it evaluates the full-data gradient at the centre); it is not "
+            "available with `potential_fn`."
+        )
+
+
+def with_gradient(setting, gradient):
+    """The warm-up's :class:`~numpyro_sgrld.warmup.pieces.Setting` with the algorithm's
+    gradient estimator replaced by ``gradient``."""
+    return setting._replace(algorithm=setting.algorithm._replace(gradient=gradient))
+
+
+def step_size_rule(schedule, cycles):
+    """``(i, warmup_state) -> h_i``: the schedule's step without a warm-up state, else the
+    adapted step (with ``cycles``, after warm-up, times the cycle's cosine:
+    :func:`numpyro_sgrld.host._cycles.step_size`)."""
+
+    def rule(i, warm):
+        if warm is None:
+            return jnp.asarray(schedule(i), jnp.result_type(float))
+        if cycles is not None:
+            return cycles_.step_size(cycles, i, warm.step)
+        return warm.step.step_size
+
+    return rule
+
+
+def check_init_strategy(init_strategy):
+    """``init_strategy``, checked to be a NumPyro init strategy."""
+    if not callable(init_strategy):
+        raise ValueError(
+            f"`init_strategy` must be a NumPyro init strategy (a callable such as "
+            f"numpyro.infer.init_to_uniform, init_to_median or init_to_value(values=...)), "
+            f"got {init_strategy!r}."
+        )
+    return init_strategy
+
+
+def check_aux(metric, model):
+    """Refuse a metric that reads the forward pass's auxiliary values without a model."""
+    reads = trait(metric, Aux)
+    if reads is not None and model is None:
+        raise ValueError(
+            f"The metric {metric.name!r} reads auxiliary values of the model's forward pass "
+            f"({list(reads.names)}); a kernel built from `potential_fn` has none. Give a "
+            "model that records them with numpyro_sgrld.auxiliary(name, value)."
+        )
+
+
+def check_num_data(num_data):
+    """``num_data`` checked: ``None`` or a positive integer."""
+    if num_data is None:
+        return None
+    return integer(num_data, "num_data", hint="Or None (inferred from the model's plates).")
+
+
+def gradient_estimator(gradient, control_variate, mode_steps, start_at_centre, model):
+    """The gradient estimator from ``gradient=`` or the ``control_variate`` shortcut."""
+    if gradient is not None and control_variate is not None:
+        raise ValueError(
+            "Give either `gradient=` or `control_variate=` (the shortcut for "
+            "gradient=gradients.control_variates(...)), not both."
+        )
+    if start_at_centre and control_variate is None:
+        raise ValueError(
+            "`start_at_centre=True` starts the chain at the control-variate centre: also pass "
+            "`control_variate='mode'` (or a dict of unconstrained latent values)."
+        )
+    if control_variate is not None:
+        gradient = control_variates(control_variate, mode_steps, start_at_centre)
+    else:
+        integer(mode_steps, "mode_steps")
+        flag(start_at_centre, "start_at_centre")
+    gradient = minibatch() if gradient is None else gradient
+    if not isinstance(gradient, GradientEstimator):
+        raise TypeError(
+            "`gradient` must be a numpyro_sgrld.gradients.GradientEstimator such as "
+            f"gradients.minibatch() or gradients.control_variates('mode'), got {gradient!r}."
+        )
+    check_gradient(gradient, model)
+    return gradient
+
+
+def target(setup, model, potential_fn, axis_name, model_args, model_kwargs, step=None,
+           num_data=1):
+    """The :class:`~numpyro_sgrld.gradients.Target` the gradient estimator evaluates: the
+    model's minibatch potential from its ``setup``
+    (:class:`~numpyro_sgrld.host._model_host.ModelSetup`), or ``potential_fn`` without a model, at
+    transition ``step`` (unbatched for vectorised chains: a branch on it stays one), for
+    ``num_data`` :math:`N`."""
+    if model is None:
+        return Target(lambda z, idx: (potential_fn(z), {}), None, None, step=step,
+                      axis_name=axis_name, num_data=num_data)
+    # NumPy arrays in the model arguments become JAX arrays, so that the model can index
+    # them with the (traced) minibatch indices, e.g. ``X[idx]``.
+    args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
+    full = minibatch_potential(full_batch_opaque(setup.prepared), args, kwargs)
+    return Target(
+        minibatch_potential_with_aux(setup.prepared, args, kwargs),
+        lambda z: full(z, {}),
+        lambda key: draw_indices(key, setup.plates, None)[0],
+        steps_per_epoch=steps_per_epoch(setup.plates),
+        step=step,
+        axis_name=axis_name,
+        num_data=num_data,
+    )
+
+
+def init_state(setting, target, z, rng_key, num_warmup, plates, batching, adapts,
+               proposal_next_step, first_sampling_step):
+    """One chain's first :class:`~numpyro_sgrld.core._state.SGState` at the unconstrained
+    position ``z``: the batching state, the algorithm's start
+    (:meth:`Algorithm.begin <numpyro_sgrld.core._step.Algorithm>`: the gradient estimator's state,
+    which may move the start, and the estimate there), with ``adapts`` (``step_size=None``)
+    the warm-up's state (:func:`~numpyro_sgrld.warmup.steps.init_warmup`), and the chain's
+    first state at the first step. ``proposal_next_step``: whether the next step checks the
+    proposal (the state holds one); ``first_sampling_step``: the step counter where the
+    equipartition check starts counting."""
+    key_next, key_sampler, key_batch, key_idx = random.split(rng_key, 4)
+    batch_state = init_batching(key_batch, plates, batching)
+    idx, _ = setting.draw(key_idx, batch_state)
+    algorithm = setting.algorithm
+    start = algorithm.begin(key_sampler, z, target, idx)
+    warm = None
+    if adapts:
+        warm = init_warmup(setting, random.fold_in(key_sampler, 3), start, target, num_warmup)
+    step_size = setting.step_size(0, warm)
+    chain = algorithm.init(start, target, step_size, first_sampling_step, proposal_next_step)
+    return SGState(
+        **chain._asdict(),
+        batch_state=batch_state,
+        rng_key=key_next,
+        warmup=warm,
+    )
+
+
+def diagnostics_str(state):
+    """The progress bar's line for ``state``: the step (and whether it is still adapted), the
+    gradient's norm, the minibatch potential, rejections and divergence."""
+    adapting = state.warmup is not None and int(state.i) < int(state.warmup.num_warmup)
+    rejected = int(state.num_rejected)
+    return (f"h={float(state.step_size):.2e}{' (adapting)' if adapting else ''} "
+            f"|grad|={float(state.grad_norm):.2e} U_batch={float(state.potential_energy):.4g}"
+            f"{f' rejected={rejected}' if rejected else ''}"
+            f"{' DIVERGING' if bool(state.diverging) else ''}")
+
+
+def draw(plates, sharding, key, batch_state):
+    """A minibatch's indices for every subsample plate, sharded across devices with
+    ``data_parallel``: ``(idx, batch_state)``."""
+    idx, batch_state = draw_indices(key, plates, batch_state)
+    if sharding is not None:
+        idx = {name: jax.lax.with_sharding_constraint(i, sharding) for name, i in idx.items()}
+    return idx, batch_state
+
+
+def sample_vectorized(sample_one, state, model_args, model_kwargs, adapting=None,
+                       gradient=None):
+    """``sample_one`` over a batch of chains. The chains step in lockstep, so whether they
+    are in warm-up is one unbatched flag: the adaptation's ``lax.cond`` stays a branch (under
+    ``vmap`` a batched predicate would run both branches on every step). ``adapting`` and
+    ``gradient`` as in the kernel's one-chain transition (``adapting=None``: from the state)."""
+    if adapting is None and state.warmup is not None:
+        adapting = state.i[0] < state.warmup.num_warmup[0]
+    return jax.vmap(partial(sample_one, adapting=adapting, step=state.i[0], gradient=gradient),
+                    in_axes=(0, None, None), axis_name=CHAIN_AXIS)(
+        state, model_args, model_kwargs
+    )
