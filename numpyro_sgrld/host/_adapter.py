@@ -23,7 +23,7 @@ from numpyro_sgrld.host import _cycles as cycles_
 from numpyro_sgrld.host import _host_parts as parts
 from numpyro_sgrld.host import _model_host as model_host
 from numpyro_sgrld.host import _run_verdict as run_verdict
-from numpyro_sgrld.host import _setup
+from numpyro_sgrld.host import _setup, sharded_data
 from numpyro_sgrld.host.sharding import check_divisible, index_sharding
 from numpyro_sgrld.host.subsample import (
     as_jax_array,
@@ -283,7 +283,9 @@ class SGMCMC(MCMCKernel):
             _setup.check_potential_init_params(
                 init_params, rng_key.shape[0] if vectorized else None
             )
-        check_divisible(self.setup.plates, self._index_sharding)
+        sharding, strata = sharded_data.plan((model_args, model_kwargs), self._index_sharding,
+                                             self.setup.plates, self._batching)
+        check_divisible(self.setup.plates, sharding)
         if self.adapts_step_size:
             check_adaptation(num_warmup, self.integrator, self.temperature)
         self._axis_name = CHAIN_AXIS if vectorized else None
@@ -292,7 +294,7 @@ class SGMCMC(MCMCKernel):
             self._transition = cycles_.exploration_stage(transition, *self.cycles,
                                                          self.cycle_start)
         self._setting = Setting(
-            self.algorithm, partial(parts.draw, self.setup.plates, self._index_sharding),
+            self.algorithm, partial(parts.draw, self.setup.plates, sharding, strata=strata),
             self.target_bias, parts.step_size_rule(self._schedule, self.cycles))
         if vectorized:
             self._sample_fn = partial(parts.sample_vectorized, self._sample_one)

@@ -112,9 +112,9 @@ def raise_if_bad_data(checked, model_trace):
     or whose value lies outside the support (``checked`` from :func:`observed_ok_fn`; the
     plates are named from ``model_trace``, the set-up trace of the model)."""
     for name, (ok, value_ok) in checked.items():
-        ok, value_ok = np.asarray(ok), np.asarray(value_ok)
-        if ok.all():
+        if bool(jnp.all(ok)):  # on the devices: data sharded across processes stay there
             continue
+        ok, value_ok = _gathered(ok), _gathered(value_ok)
         bad = np.argwhere(~ok)
         first = tuple(bad[0].tolist())
         site = model_trace.get(name, {"cond_indep_stack": []})
@@ -137,3 +137,13 @@ def raise_if_bad_data(checked, model_trace):
             "stochastic-gradient chain would meet them only on the minibatches that hold them, "
             "as rejected steps.)"
         )
+
+
+def _gathered(x):
+    """``x`` as a NumPy array on this process (gathered from every process where ``x`` is
+    sharded across them)."""
+    if getattr(x, "is_fully_addressable", True):
+        return np.asarray(x)
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))

@@ -26,6 +26,7 @@ from numpyro_sgrld.core.metrics import Aux
 from numpyro_sgrld.host import _cycles as cycles_
 from numpyro_sgrld.host._potentials import minibatch_potential, minibatch_potential_with_aux
 from numpyro_sgrld.host._setup import steps_per_epoch
+from numpyro_sgrld.host.sharded_data import stratified_indices
 from numpyro_sgrld.host.subsample import (
     as_jax_array,
     draw_indices,
@@ -241,10 +242,17 @@ def diagnostics_str(state):
             f"{' DIVERGING' if bool(state.diverging) else ''}")
 
 
-def draw(plates, sharding, key, batch_state):
+def draw(plates, sharding, key, batch_state, strata=None):
     """A minibatch's indices for every subsample plate, sharded across devices with
-    ``data_parallel``: ``(idx, batch_state)``."""
-    idx, batch_state = draw_indices(key, plates, batch_state)
+    ``data_parallel``: ``(idx, batch_state)``; with ``strata`` (data in
+    :class:`~numpyro_sgrld.sharding.ShardedRows`), drawn share by share
+    (:func:`~numpyro_sgrld.host.sharded_data.stratified_indices`)."""
+    if strata is None:
+        idx, batch_state = draw_indices(key, plates, batch_state)
+    else:
+        keys = random.split(key, len(plates)) if len(plates) > 1 else [key]
+        idx = {plate.name: stratified_indices(k, strata, plate.subsample_size, plate.size)
+               for k, plate in zip(keys, plates)}
     if sharding is not None:
         idx = {name: jax.lax.with_sharding_constraint(i, sharding) for name, i in idx.items()}
     return idx, batch_state

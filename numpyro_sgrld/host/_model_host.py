@@ -40,6 +40,7 @@ from numpyro_sgrld.host._setup import (
     note_full_data,
     same_objects,
 )
+from numpyro_sgrld.host.sharded_data import sharded_leaves
 from numpyro_sgrld.host.subsample import as_jax_array, placeholder_plates, trace_model
 
 __all__ = ["ModelSetup", "Once", "batched_init_params", "check_data", "check_observed",
@@ -121,7 +122,8 @@ def initial_positions(setup, model, init_strategy, once, rng_key, init_params, m
         num_chains = None if is_prng_key(rng_key) else rng_key.shape[0]
         check_init_params(init_params, setup.prototype, num_chains)
         return init_params
-    find = partial(batched_init_params, model, init_strategy, once)
+    spread = bool(sharded_leaves((model_args, model_kwargs)))
+    find = partial(batched_init_params, model, init_strategy, once, spread=spread)
     if is_prng_key(rng_key):
         z = find(rng_key[None], setup.prototype, model_args, model_kwargs)
         return jax.tree.map(lambda x: x[0], z)
@@ -151,8 +153,10 @@ def trace(model, metric, model_args, model_kwargs):
 
 
 def check_data(setup, once, model_args, model_kwargs):
-    """Refuse plates larger than the data they index (JAX would clamp the indices)."""
-    if not setup.plates:
+    """Refuse plates larger than the data they index (JAX would clamp the indices); rows
+    sharded across devices are matched to their plate by
+    :func:`~numpyro_sgrld.host.sharded_data.plan` instead."""
+    if not setup.plates or sharded_leaves((model_args, model_kwargs)):
         return
     args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
     if not concrete((args, kwargs)):
@@ -213,12 +217,13 @@ def jit_once(once, name, fn, model_args, model_kwargs, compiler_options=None):
     return once.jitted[key]
 
 
-def batched_init_params(model, init_strategy, once, keys, prototype, model_args, model_kwargs):
+def batched_init_params(model, init_strategy, once, keys, prototype, model_args, model_kwargs,
+                        spread=False):
     """Initial positions, one per key: NumPyro's search for valid initial values
     (``find_valid_initial_params``, the one ``NUTS`` uses) on the model with placeholder
     minibatch indices, compiled once per kernel. (Called eagerly, it costs a few tenths of
     a second on every ``MCMC.run``; with a batch of keys NumPyro compiles it every time.)"""
-    find = partial(find_valid_batched, placeholder_plates(model), init_strategy)
+    find = partial(find_valid_batched, placeholder_plates(model, spread), init_strategy)
     find = jit_once(once, "find_valid", find, model_args, model_kwargs, ONCE)
     z, valid = find(keys, prototype, model_args, model_kwargs)
     if not_jax_tracer(valid) and not bool(jnp.all(valid)):

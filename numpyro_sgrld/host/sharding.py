@@ -20,7 +20,9 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-__all__ = ["data_mesh", "index_sharding", "check_divisible"]
+from numpyro_sgrld.host.sharded_data import ShardedRows, shard_rows
+
+__all__ = ["ShardedRows", "data_mesh", "index_sharding", "check_divisible", "shard_rows"]
 
 
 def data_mesh(devices=None, axis_name="data"):

@@ -93,9 +93,10 @@ class _PlateRecorder(Messenger):
     fail obscurely for a subsample larger than the plate) while the model is traced.
     """
 
-    def __init__(self, fn=None):
+    def __init__(self, fn=None, spread=False):
         self.plates = {}
         self.declared = {}
+        self.spread = spread
         super().__init__(fn)
 
     def process_message(self, msg):
@@ -111,7 +112,8 @@ class _PlateRecorder(Messenger):
         _check_subsample_size(msg["name"], size, subsample_size)
         self.plates[msg["name"]] = (size, subsample_size)
         self.declared[msg["name"]] = int(size)
-        msg["value"] = jnp.arange(subsample_size)
+        msg["value"] = (jnp.arange(subsample_size) * size // subsample_size if self.spread
+                        else jnp.arange(subsample_size))
 
 
 def _check_subsample_size(name, size, subsample_size):
@@ -134,10 +136,12 @@ def _check_subsample_size(name, size, subsample_size):
         )
 
 
-def placeholder_plates(model):
+def placeholder_plates(model, spread=False):
     """``model`` with every subsample plate given the placeholder indices ``arange(n)``
-    (for tracing the model's structure, not for inference)."""
-    return _PlateRecorder(model)
+    (for tracing the model's structure, not for inference); ``spread``: ``n`` indices evenly
+    spread over the plate, ``floor(i N / n)``, one block in each share of rows sharded across
+    devices (:class:`~numpyro_sgrld.sharding.ShardedRows`)."""
+    return _PlateRecorder(model, spread)
 
 
 def trace_with_plates(model, model_args=(), model_kwargs=None):
