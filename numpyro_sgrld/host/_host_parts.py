@@ -26,6 +26,7 @@ from numpyro_sgrld.core.metrics import Aux
 from numpyro_sgrld.host import _cycles as cycles_
 from numpyro_sgrld.host._potentials import minibatch_potential, minibatch_potential_with_aux
 from numpyro_sgrld.host._setup import steps_per_epoch
+from numpyro_sgrld.host.host_data import chunked_full_potential, host_leaves, one_plate
 from numpyro_sgrld.host.sharded_data import stratified_indices
 from numpyro_sgrld.host.subsample import (
     as_jax_array,
@@ -191,10 +192,15 @@ def target(setup, model, potential_fn, axis_name, model_args, model_kwargs, step
     # NumPy arrays in the model arguments become JAX arrays, so that the model can index
     # them with the (traced) minibatch indices, e.g. ``X[idx]``.
     args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
-    full = minibatch_potential(full_batch_opaque(setup.prepared), args, kwargs)
+    if host_leaves((args, kwargs)):  # rows on the host: full-data passes chunk by chunk
+        full_potential = chunked_full_potential(setup.prepared, args, kwargs,
+                                                one_plate(setup.plates))
+    else:
+        full = minibatch_potential(full_batch_opaque(setup.prepared), args, kwargs)
+        full_potential = partial(full, idx={})
     return Target(
         minibatch_potential_with_aux(setup.prepared, args, kwargs),
-        lambda z: full(z, {}),
+        full_potential,
         lambda key: draw_indices(key, setup.plates, None)[0],
         steps_per_epoch=steps_per_epoch(setup.plates),
         step=step,

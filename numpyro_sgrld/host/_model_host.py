@@ -40,6 +40,7 @@ from numpyro_sgrld.host._setup import (
     note_full_data,
     same_objects,
 )
+from numpyro_sgrld.host.host_data import host_leaves
 from numpyro_sgrld.host.sharded_data import sharded_leaves
 from numpyro_sgrld.host.subsample import as_jax_array, placeholder_plates, trace_model
 
@@ -156,7 +157,8 @@ def check_data(setup, once, model_args, model_kwargs):
     """Refuse plates larger than the data they index (JAX would clamp the indices); rows
     sharded across devices are matched to their plate by
     :func:`~numpyro_sgrld.host.sharded_data.plan` instead."""
-    if not setup.plates or sharded_leaves((model_args, model_kwargs)):
+    if not setup.plates or sharded_leaves((model_args, model_kwargs)) or host_leaves(
+            (model_args, model_kwargs)):
         return
     args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
     if not concrete((args, kwargs)):
@@ -173,7 +175,7 @@ def check_observed(setup, once, z, model_args, model_kwargs):
     (one chain's; the model's prototype position when ``z`` is traced, as under
     ``pmap``), checked on the full data."""
     args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
-    if not concrete((args, kwargs)):
+    if not concrete((args, kwargs)) or host_leaves((args, kwargs)):  # every row: not on disk
         return
     # a repeated run on the same (immutable) JAX arrays was checked already: skip the
     # full-data pass (NumPy data is converted anew on every run, so it is checked again)

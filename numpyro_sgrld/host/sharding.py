@@ -20,9 +20,11 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from numpyro_sgrld.host.host_data import HostRows
 from numpyro_sgrld.host.sharded_data import ShardedRows, shard_rows
 
-__all__ = ["ShardedRows", "data_mesh", "index_sharding", "check_divisible", "shard_rows"]
+__all__ = ["HostRows", "ShardedRows", "data_mesh", "index_sharding", "check_divisible",
+           "shard_rows"]
 
 
 def data_mesh(devices=None, axis_name="data"):
