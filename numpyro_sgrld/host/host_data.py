@@ -3,9 +3,10 @@ NumPy file, ``numpy.load(path, mmap_mode="r")``) and reach the device a minibatc
 
 The model is unchanged: it indexes the rows with its plate's indices, ``X[idx]``, and each
 step gathers those ``n`` rows on the host (:func:`jax.pure_callback`) and hands them to the
-compiled step. The process's resident memory holds the minibatch, not the file: the pages a
-gather touches are dropped from the process's mapping every :data:`RELEASE_EVERY` gathers
-(``madvise(MADV_DONTNEED)``; the operating system's page cache keeps them for the next read).
+compiled step. The process's resident memory holds the minibatch, not the file: the pages the
+gathers touch are dropped from the process's mapping once they may reach
+:data:`RELEASE_BYTES` (``madvise(MADV_DONTNEED)``; the operating system's page cache keeps
+them for the next read).
 
 **Full-data passes stream in chunks.** A plate's full data would not fit, so wherever the
 kernels evaluate the full-data potential (the control variates' centre, the dense metric's
@@ -35,27 +36,32 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro.primitives import Messenger
 
-__all__ = ["CHUNK_ROWS", "RELEASE_EVERY", "HostRows", "chunked_full_potential",
+__all__ = ["CHUNK_ROWS", "RELEASE_BYTES", "HostRows", "chunked_full_potential",
            "host_leaves", "num_chunks", "one_plate"]
 
 #: Rows per chunk of a full-data pass, at most.
 CHUNK_ROWS = 1 << 18
 
-#: Gathers between two releases of the file's pages from the process's mapping.
-RELEASE_EVERY = 64
+#: Bytes of the file's pages a process maps, at most, before it releases them.
+RELEASE_BYTES = 1 << 28
+
+PAGE = 4096
 
 
 class _Source:
     """The host array, compared by identity (it is the static part of :class:`HostRows`)."""
 
     def __init__(self, array):
-        self.array, self.gathers = array, 0
+        self.array, self.touched = array, 0
 
     def gather(self, idx):
-        rows = np.asarray(self.array[np.asarray(idx)])
-        self.gathers += 1
-        if self.gathers % RELEASE_EVERY == 0:
+        idx = np.asarray(idx)
+        rows = np.asarray(self.array[idx])
+        # at most a page per row, or the rows' bytes where they are contiguous and larger
+        self.touched += max(idx.size * PAGE, rows.nbytes)
+        if self.touched >= RELEASE_BYTES:
             release(self.array)
+            self.touched = 0
         return rows
 
 
