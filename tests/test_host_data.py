@@ -60,10 +60,9 @@ def test_rows_on_disk_give_the_draws_of_the_rows_in_memory(files, step_size):
     np.testing.assert_array_equal(in_memory, on_disk)
 
 
-def test_the_full_data_potential_is_summed_chunk_by_chunk(files, monkeypatch):
+def test_the_full_data_potential_is_summed_chunk_by_chunk(files):
     """With chunks of at most 1,000 rows (6 of them), the chunked potential and its gradient
-    are the full-data ones up to float32 rounding; the default kernel runs on them (control
-    variates switched on, window ends' full-data Hessian)."""
+    are the full-data ones up to float32 rounding."""
     X, y, folder = files
     plate = SubsamplePlate("data", N, BATCH)
     assert host_data.num_chunks(N, 1000) == 6 and host_data.num_chunks(7, 2) == 7
@@ -78,8 +77,15 @@ def test_the_full_data_potential_is_summed_chunk_by_chunk(files, monkeypatch):
                                jax.grad(lambda z: potential_energy(full_batch(model), (X, y),
                                                                    {}, z))(z)["w"],
                                rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.slow
+def test_the_default_kernel_runs_on_chunked_full_data_passes(files, monkeypatch):
+    """The default kernel on chunks of 1,000 rows: control variates switched on (their
+    centre's full-data gradient) and the window ends' full-data Hessian, chunk by chunk."""
+    _, _, folder = files
     monkeypatch.setattr(host_data, "CHUNK_ROWS", 1000)
-    draws, state = _draws(SGLD(model), Xh, yh)
+    draws, state = _draws(SGLD(model), *_on_disk(folder))
     assert np.all(np.isfinite(draws)) and bool(state.gradient_state.active)
 
 
