@@ -24,8 +24,9 @@ themselves: it too runs shard by shard.
 
 The kernels only index with such vectors. An index outside its block's share cannot be
 gathered locally: its row reads as NaN (integer rows: the type's minimum, which no count or
-class label takes), so a potential computed from it is not finite and the kernels reject the
-step (``diverging``), never using a wrong row.
+class label takes; boolean rows have no value to spare and rely on the float rows of the same
+draw), so a potential computed from it is not finite and the kernels reject the step
+(``diverging``), never using a wrong row.
 """
 
 import jax
@@ -84,9 +85,11 @@ class ShardedRows:
             inside = (offset >= 0) & (offset < rows)
             gathered = block[jnp.clip(offset, 0, rows - 1)]
             mask = inside.reshape(inside.shape + (1,) * (gathered.ndim - 1))
-            if jnp.issubdtype(gathered.dtype, jnp.floating):
+            if jnp.issubdtype(gathered.dtype, jnp.inexact):
                 return jnp.where(mask, gathered, jnp.nan)
-            return jnp.where(mask, gathered, jnp.iinfo(gathered.dtype).min)
+            if jnp.issubdtype(gathered.dtype, jnp.integer):
+                return jnp.where(mask, gathered, jnp.iinfo(gathered.dtype).min)
+            return gathered  # booleans have no value to spare: the float rows poison the step
 
         spec = PartitionSpec(self.axis)
         return jax.shard_map(local, mesh=self.mesh, in_specs=(spec, spec), out_specs=spec)(
