@@ -4,7 +4,8 @@ in memory, on a synthetic logistic regression with ``--rows`` N rows and 20 feat
 
     python benchmarks/speed/rows_on_disk.py --rows 2000000 --folder /tmp/rows   # ~2 min
 
-The data are written once to ``--folder`` (float32, chunk by chunk, in a process of their own).
+The data are written once to ``--folder`` (float32, chunk by chunk, in a process of their own,
+by ``hundred_million_rows.write``).
 Each configuration then runs in its own process, so that its peak resident memory
 (``ru_maxrss``) is its own: SGLD at a fixed step (1e-6), minibatches of 1,000, NumPyro's loop,
 ``--steps`` steps timed on the second ``MCMC.run`` (the first compiles), the model's arguments
@@ -23,25 +24,9 @@ import subprocess
 import sys
 import time
 
-D, BATCH, STEP = 20, 1000, 1e-6
+from hundred_million_rows import D, write  # the same synthetic data, written chunk by chunk
 
-
-def write(folder, rows, seed=0):
-    """``X`` (rows x 20, float32) and ``y`` (float32 labels of a logistic regression)."""
-    import numpy as np
-
-    os.makedirs(folder, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    X = np.lib.format.open_memmap(f"{folder}/X.npy", "w+", np.float32, (rows, D))
-    y = np.lib.format.open_memmap(f"{folder}/y.npy", "w+", np.float32, (rows,))
-    w0 = rng.normal(size=D) / np.sqrt(D)
-    for start in range(0, rows, 1_000_000):
-        end = min(rows, start + 1_000_000)
-        chunk = rng.normal(size=(end - start, D)).astype(np.float32)
-        X[start:end] = chunk
-        y[start:end] = rng.random(end - start) < 1 / (1 + np.exp(-chunk @ w0))
-    X.flush()
-    y.flush()
+BATCH, STEP = 1000, 1e-6
 
 
 def run(folder, where, steps):

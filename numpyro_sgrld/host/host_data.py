@@ -3,10 +3,10 @@ NumPy file, ``numpy.load(path, mmap_mode="r")``) and reach the device a minibatc
 
 The model is unchanged: it indexes the rows with its plate's indices, ``X[idx]``, and each
 step gathers those ``n`` rows on the host (:func:`jax.pure_callback`) and hands them to the
-compiled step. The process's resident memory holds the minibatch, not the file: the pages a
-gather maps are dropped from the process's mapping every :data:`GATHER_BLOCK` scattered rows
-and after each chunk (``madvise(MADV_DONTNEED)``; the operating system's page cache keeps
-them for the next read).
+compiled step. The process's resident memory holds the minibatch, not the file: for a file
+larger than :data:`MAPPED_BUDGET`, the pages a gather maps are dropped from the process's
+mapping every :data:`GATHER_BLOCK` scattered rows and after each chunk
+(``madvise(MADV_DONTNEED)``; the operating system's page cache keeps them for the next read).
 
 **Full-data passes stream in chunks.** A plate's full data would not fit, so wherever the
 kernels evaluate the full-data potential (the control variates' centre, the dense metric's
@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro.primitives import Messenger
 
-__all__ = ["CHUNK_ROWS", "GATHER_BLOCK", "HostRows", "chunked_full_potential",
+__all__ = ["CHUNK_ROWS", "GATHER_BLOCK", "MAPPED_BUDGET", "HostRows", "chunked_full_potential",
            "host_leaves", "num_chunks", "one_plate"]
 
 #: Rows per chunk of a full-data pass, at most.
@@ -47,6 +47,10 @@ CHUNK_ROWS = 1 << 18
 #: rows of a file in the page cache mapped 1.3 GB), so the mapping is released every
 #: ``GATHER_BLOCK`` rows.
 GATHER_BLOCK = 128
+
+#: A file of at most this many bytes stays mapped as it is (its pages are bounded by its
+#: size); a larger one is read in blocks of :data:`GATHER_BLOCK` rows with releases between.
+MAPPED_BUDGET = 1 << 29
 
 
 class _Source:
@@ -59,8 +63,8 @@ class _Source:
     def gather(self, idx):
         idx = np.asarray(idx)
         flat = idx.reshape(-1)
-        if not _mapped(self.array):
-            return np.asarray(self.array[idx])
+        if not _mapped(self.array) or self.array.nbytes <= MAPPED_BUDGET:
+            return np.asarray(self.array[idx])  # the whole mapping fits the budget
         if flat.size and flat[-1] - flat[0] == flat.size - 1 and np.all(np.diff(flat) == 1):
             rows = np.array(self.array[flat[0]:flat[-1] + 1])  # a chunk: one read
             release(self.array)
