@@ -1,6 +1,7 @@
 """Rows kept on the host (``numpyro_sgrld.sharding.HostRows``, a memory-mapped file): the same
 draws as the rows in memory, and the full-data potential summed chunk by chunk."""
 
+import os
 import warnings
 
 import jax
@@ -49,18 +50,89 @@ def _draws(kernel, *args):
     return np.asarray(mcmc.get_samples()["w"]), mcmc.last_state
 
 
-@pytest.mark.parametrize("step_size", [1e-3, pytest.param(None, marks=pytest.mark.slow)],
-                         ids=["fixed step", "defaults"])
-def test_rows_on_disk_give_the_draws_of_the_rows_in_memory(files, step_size, monkeypatch):
-    """Each step's rows gathered from the file are the rows in memory: the same draws bit for
-    bit (at the defaults too: with one chunk the full-data passes are the same sums). At the
-    fixed step the file is read as a large one is, in blocks with the mapping released."""
+@pytest.mark.slow
+def test_at_the_defaults_rows_on_disk_give_the_draws_of_the_rows_in_memory(files):
+    """With one chunk the full-data passes are the same sums as in memory: the default
+    kernel's draws from the file are those from memory, bit for bit."""
     X, y, folder = files
-    if step_size is not None:
-        monkeypatch.setattr(host_data, "MAPPED_BUDGET", 0)
-    in_memory, _ = _draws(SGLD(model, step_size), X, y)
-    on_disk, _ = _draws(SGLD(model, step_size), *_on_disk(folder))
+    in_memory, _ = _draws(SGLD(model), X, y)
+    on_disk, _ = _draws(SGLD(model), *_on_disk(folder))
     np.testing.assert_array_equal(in_memory, on_disk)
+
+
+def _mapped_kib(path):
+    """The resident kibibytes of the process's mappings of ``path`` (``/proc/self/smaps``)."""
+    total, inside = 0, False
+    for line in open("/proc/self/smaps"):
+        if "-" in line.split(" ", 1)[0]:  # a mapping's first line
+            inside = line.rstrip().endswith(str(path))
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux's /proc")
+def test_a_large_file_is_read_row_by_row_and_never_mapped(files, tmp_path, monkeypatch):
+    """Above the budget, rows are read from the file (``os.pread``) into the minibatch: the
+    rows asked for, of the file, of a view of it (rows from 7 on, two columns) and of a
+    Fortran-ordered file (whose rows are not contiguous: read through the mapping, released),
+    and none of the file's pages in the process's mapping; below the budget they are read
+    through the mapping, which then holds pages (the measure can see them)."""
+    X, _, _ = files
+    np.save(tmp_path / "X.npy", X)  # a file of this test's own: no other test maps it
+    np.save(tmp_path / "F.npy", np.asfortranarray(X))
+    rng = np.random.default_rng(1)
+    idx = [rng.integers(0, N - 7, BATCH) for _ in range(20)]
+    monkeypatch.setattr(host_data, "MAPPED_BUDGET", 0)
+    whole = np.load(tmp_path / "X.npy", mmap_mode="r")
+    for array, expected in ((whole, X), (whole[7:, 1:3], X[7:, 1:3]),
+                            (np.load(tmp_path / "F.npy", mmap_mode="r"), X)):
+        source = HostRows(array).source
+        assert (source.file is None) == (array.strides[0] == 4)  # the Fortran-ordered one
+        for i in idx:
+            np.testing.assert_array_equal(source.gather(i), expected[i])
+    assert _mapped_kib(tmp_path / "X.npy") == 0
+    monkeypatch.setattr(host_data, "MAPPED_BUDGET", 1 << 29)
+    source = HostRows(np.load(tmp_path / "X.npy", mmap_mode="r")).source
+    np.testing.assert_array_equal(source.gather(idx[0]), X[idx[0]])
+    assert source.file is None and _mapped_kib(tmp_path / "X.npy") > 0
+
+
+@pytest.mark.parametrize("chains", [1, pytest.param(2, marks=pytest.mark.slow)],
+                         ids=["one chain", "vectorised chains"])
+def test_each_step_reads_the_next_steps_rows_ahead(files, monkeypatch, chains):
+    """Rows read from the file, at a fixed step: every step's gather finds its rows' read
+    started during the step before (but the first step's, drawn at the start), and the draws
+    are those of the rows in memory, bit for bit."""
+    X, y, folder = files
+    monkeypatch.setattr(host_data, "MAPPED_BUDGET", 0)
+    asked, found = set(), []
+    request, gather = host_data._Reader.request, host_data._Source.gather
+
+    def logged_request(self, key, flat):
+        asked.add((self.file.path, key))
+        return request(self, key, flat)
+
+    def logged_gather(self, idx, ahead=None):
+        if self.file is not None and ahead is not None:
+            key = np.asarray(idx).reshape(-1).astype(np.int64).tobytes()
+            found.append((self.file.path, key) in asked)
+        return gather(self, idx, ahead)
+
+    monkeypatch.setattr(host_data._Reader, "request", logged_request)
+    monkeypatch.setattr(host_data._Source, "gather", logged_gather)
+
+    def draws(*args):
+        mcmc = MCMC(SGLD(model, 1e-3), num_warmup=0, num_samples=100, num_chains=chains,
+                    chain_method="vectorized", progress_bar=False)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The draws cannot be trusted")
+            mcmc.run(jax.random.PRNGKey(0), *args)
+        return np.asarray(mcmc.get_samples()["w"])
+
+    on_disk = draws(*_on_disk(folder))
+    assert len(found) == 2 * 100 and found.count(False) == 2  # X's and y's first step
+    np.testing.assert_array_equal(on_disk, draws(X, y))
 
 
 def test_the_full_data_potential_is_summed_chunk_by_chunk(files):

@@ -21,9 +21,23 @@ folder must be the same):
    ``--warmup`` steps, then chunks of ``--chunk`` draws until the target or ``--cap``
    seconds (the race of ``numpyro_sgrld.time_to_accuracy``); the wall time includes
    compilation and warm-up. Peak resident memory at its end.
-4. ``gradient``: one full-data gradient of the same model in memory on a slice of
+4. ``speed-disk``, ``speed-disk-slice``, ``speed-memory``: steps per second of the same
+   kernel after its warm-up (the median of three runs of ``--steps`` steps, each continuing
+   the last), with the rows on disk (all N, then the first ``--memory-rows``) and with the
+   first ``--memory-rows`` rows in memory. The kernel's in-memory path needs several times
+   the data's size at its set-up (the data checks and the full-data passes hold copies), more
+   than a 24 GB machine has at N = 10^8, so memory is measured on the slice: a step's cost
+   depends on N only through the gather of its n rows, and ``speed-disk-slice`` gives the
+   ratio at equal N.
+5. ``gradient``: one full-data gradient of the same model in memory on a slice of
    ``--slice`` rows (the median of 5, after compiling), times N / slice: what each of NUTS's
-   leapfrog steps would cost at N rows (HMCECS's control variates need such passes too).
+   leapfrog steps would cost at N rows.
+6. ``hmcecs``: NumPyro's HMCECS (``numpyro_sgrld.time_to_accuracy.hmcecs_runner``: the MAP
+   by SVI, then NUTS within Gibbs over 100 blocks of the subsample, the Taylor proxy around
+   the MAP) on the same slice in memory: the seconds of its set-up and warm-up (its proxy
+   takes the full data's gradient and Hessian at the MAP: a pass over all N rows, which at
+   10^8 rows scales as ``gradient``'s) and the seconds per draw after it, whose minibatches
+   do not grow with N.
 """
 
 import argparse
@@ -36,6 +50,8 @@ import time
 from pathlib import Path
 
 D, BATCH = 20, 1000
+STAGES = ("write", "reference", "sgld", "speed-disk", "speed-disk-slice", "speed-memory",
+          "gradient", "hmcecs")
 
 
 def _done(out):
@@ -136,6 +152,55 @@ def sgld(folder, ref, warmup, chunk, cap):
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
+def speed(folder, rows, where, warmup, steps):
+    """Steps per second of ``SGLD(_model)`` after warm-up: the median of three runs."""
+    import warnings
+
+    import jax
+    import numpy as np
+    from numpyro.infer import MCMC
+
+    from numpyro_sgrld import SGLD
+    from numpyro_sgrld.sharding import HostRows
+
+    warnings.simplefilter("ignore")
+    if where == "disk":
+        args = tuple(HostRows(np.load(f"{folder}/{n}.npy", mmap_mode="r")[:rows]) for n in "Xy")
+    else:
+        args = tuple(jax.device_put(np.load(f"{folder}/{n}.npy", mmap_mode="r")[:rows].copy())
+                     for n in "Xy")
+    mcmc = MCMC(SGLD(_model), num_warmup=warmup, num_samples=steps, progress_bar=False,
+                jit_model_args=True)
+    mcmc.run(jax.random.PRNGKey(0), *args)
+    rates = []
+    for _ in range(3):
+        mcmc.post_warmup_state = mcmc.last_state
+        start = time.perf_counter()
+        mcmc.run(mcmc.post_warmup_state.rng_key, *args)
+        np.asarray(mcmc.get_samples()["w"])
+        rates.append(steps / (time.perf_counter() - start))
+    return {"steps_per_second": float(np.median(rates)), "runs": rates, "speed_rows": rows}
+
+
+def hmcecs(folder, rows, slice_rows):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from numpyro_sgrld.app.time_to_accuracy import hmcecs_runner
+
+    args = tuple(jnp.asarray(np.load(f"{folder}/{n}.npy", mmap_mode="r")[:slice_rows])
+                 for n in "Xy")
+    runner = hmcecs_runner(_model, args, num_warmup=500, chunk=100)
+    start = time.perf_counter()
+    runner.first(jax.random.PRNGKey(0))
+    first = time.perf_counter() - start
+    start = time.perf_counter()
+    draws = len(runner.more())
+    return {"slice_rows": slice_rows, "setup_and_warmup_seconds_on_slice": first,
+            "seconds_per_draw": (time.perf_counter() - start) / draws}
+
+
 def gradient(folder, rows, slice_rows):
     import jax
     import jax.numpy as jnp
@@ -168,6 +233,8 @@ def main():
     p.add_argument("--chunk", type=int, default=2000)
     p.add_argument("--cap", type=float, default=1800.0)
     p.add_argument("--slice", type=int, default=1_000_000)
+    p.add_argument("--memory-rows", type=int, default=10_000_000)
+    p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--stage")
     a = p.parse_args()
     done = _done(a.out)
@@ -178,6 +245,11 @@ def main():
             result = reference(a.folder)
         elif a.stage == "sgld":
             result = sgld(a.folder, done["reference"], a.warmup, a.chunk, a.cap)
+        elif a.stage.startswith("speed"):
+            result = speed(a.folder, a.rows if a.stage == "speed-disk" else a.memory_rows,
+                           a.stage.split("-")[1], a.warmup, a.steps)
+        elif a.stage == "hmcecs":
+            result = hmcecs(a.folder, a.rows, a.slice)
         else:
             result = gradient(a.folder, a.rows, a.slice)
         result.update(stage=a.stage, rows=a.rows,
@@ -186,7 +258,7 @@ def main():
         with open(a.out, "a") as f:
             f.write(json.dumps(result) + "\n")
         return
-    for stage in ("write", "reference", "sgld", "gradient"):
+    for stage in STAGES:
         if stage in done and done[stage]["rows"] == a.rows:
             continue
         start = time.perf_counter()
@@ -194,7 +266,8 @@ def main():
         print(f"{stage}: {time.perf_counter() - start:.0f} s", flush=True)
     done = _done(a.out)
     size = sum(os.path.getsize(f"{a.folder}/{n}.npy") for n in "Xy") / 2**30
-    s, g = done["sgld"], done["gradient"]
+    s, g, h = done["sgld"], done["gradient"], done["hmcecs"]
+    disk, sliced, memory = (done[k] for k in ("speed-disk", "speed-disk-slice", "speed-memory"))
     print(f"\nN = {a.rows:,} rows x {D} features, files {size:.1f} GiB, minibatch {BATCH}")
     print("| measure | value |\n|---|---|")
     print(f"| SGLD (defaults, rows on disk): time to the target | "
@@ -202,8 +275,21 @@ def main():
           f"{s['draws']:,} draws, max mean error {s['max_mean_error_sd']:.3f} sd, "
           f"worst sd ratio {s['worst_sd_ratio']:.3f}) |")
     print(f"| its process's peak resident memory | {s['peak_rss_mib']:,.0f} MiB |")
-    print(f"| one full-data gradient, extrapolated from {g['slice_rows']:,} rows in memory | "
-          f"{g['seconds_per_gradient_extrapolated']:.1f} s |")
+    print(f"| SGLD after warm-up, steps per second: rows on disk, N = {a.rows:,} | "
+          f"{disk['steps_per_second']:.0f} (peak resident memory "
+          f"{disk['peak_rss_mib']:,.0f} MiB) |")
+    print(f"| the same, rows on disk, N = {a.memory_rows:,} | "
+          f"{sliced['steps_per_second']:.0f} |")
+    print(f"| the same, rows in memory, N = {a.memory_rows:,} | "
+          f"{memory['steps_per_second']:.0f} (peak resident memory "
+          f"{memory['peak_rss_mib']:,.0f} MiB) |")
+    print(f"| steps per second, disk / memory | "
+          f"{disk['steps_per_second'] / memory['steps_per_second']:.2f} at N = {a.rows:,} on "
+          f"disk; {sliced['steps_per_second'] / memory['steps_per_second']:.2f} at equal N |")
+    print(f"| NUTS: one full-data gradient, extrapolated from {g['slice_rows']:,} rows in "
+          f"memory | {g['seconds_per_gradient_extrapolated']:.1f} s |")
+    print(f"| HMCECS on {h['slice_rows']:,} rows in memory: set-up and warm-up; then per draw | "
+          f"{h['setup_and_warmup_seconds_on_slice']:.0f} s; {h['seconds_per_draw']:.3f} s |")
 
 
 if __name__ == "__main__":

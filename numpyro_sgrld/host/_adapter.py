@@ -295,7 +295,8 @@ class SGMCMC(MCMCKernel):
                                                          self.cycle_start)
         self._setting = Setting(
             self.algorithm, partial(parts.draw, self.setup.plates, sharding, strata=strata),
-            self.target_bias, parts.step_size_rule(self._schedule, self.cycles))
+            self.target_bias, parts.step_size_rule(self._schedule, self.cycles),
+            parts.ahead((model_args, model_kwargs)))
         if vectorized:
             self._sample_fn = partial(parts.sample_vectorized, self._sample_one)
             init_one = jax.vmap(self._init_one, in_axes=(0, 0, None, None, None))

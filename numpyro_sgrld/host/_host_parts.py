@@ -26,7 +26,12 @@ from numpyro_sgrld.core.metrics import Aux
 from numpyro_sgrld.host import _cycles as cycles_
 from numpyro_sgrld.host._potentials import minibatch_potential, minibatch_potential_with_aux
 from numpyro_sgrld.host._setup import steps_per_epoch
-from numpyro_sgrld.host.host_data import chunked_full_potential, host_leaves, one_plate
+from numpyro_sgrld.host.host_data import (
+    chunked_full_potential,
+    host_leaves,
+    one_plate,
+    reading_ahead,
+)
 from numpyro_sgrld.host.sharded_data import stratified_indices
 from numpyro_sgrld.host.subsample import (
     as_jax_array,
@@ -40,7 +45,8 @@ from numpyro_sgrld.warmup.steps import init_warmup
 
 __all__ = ["algorithm", "check_target_bias", "check_algorithm", "check_gradient",
            "check_init_strategy", "check_aux", "check_num_data", "gradient_estimator",
-           "with_gradient", "step_size_rule", "target", "init_state", "draw", "sample_vectorized",
+           "with_gradient", "step_size_rule", "target", "init_state", "ahead", "draw",
+           "sample_vectorized",
            "diagnostics_str"]
 
 
@@ -246,6 +252,16 @@ def diagnostics_str(state):
             f"|grad|={float(state.grad_norm):.2e} U_batch={float(state.potential_energy):.4g}"
             f"{f' rejected={rejected}' if rejected else ''}"
             f"{' DIVERGING' if bool(state.diverging) else ''}")
+
+
+def ahead(data):
+    """The warm-up :class:`~numpyro_sgrld.warmup.pieces.Setting`'s ``ahead`` for ``data`` (the
+    model's arguments): for rows on the host (:class:`~numpyro_sgrld.sharding.HostRows`, one
+    subsample plate), the gathers of a step read the next step's rows too
+    (:func:`~numpyro_sgrld.host.host_data.reading_ahead`); else ``None``."""
+    if not host_leaves(data):
+        return None
+    return lambda idx: reading_ahead(next(iter(idx.values())))
 
 
 def draw(plates, sharding, key, batch_state, strata=None):

@@ -3,10 +3,26 @@ NumPy file, ``numpy.load(path, mmap_mode="r")``) and reach the device a minibatc
 
 The model is unchanged: it indexes the rows with its plate's indices, ``X[idx]``, and each
 step gathers those ``n`` rows on the host (:func:`jax.pure_callback`) and hands them to the
-compiled step. The process's resident memory holds the minibatch, not the file: for a file
-larger than :data:`MAPPED_BUDGET`, the pages a gather maps are dropped from the process's
-mapping every :data:`GATHER_BLOCK` scattered rows and after each chunk
-(``madvise(MADV_DONTNEED)``; the operating system's page cache keeps them for the next read).
+compiled step.
+
+**Reading rows.** A file larger than :data:`MAPPED_BUDGET` is read, not mapped, so the
+process's resident memory holds minibatches, never the file's pages. (Fancy-indexing the
+mapping instead maps the page cache's whole folio around each row: 1,000 scattered rows of an
+8 GB file in the page cache mapped 1.3 GB into the process.) A minibatch's scattered rows are
+read by a process of the file's own (:mod:`~numpyro_sgrld.host._row_reader`, started on the
+first gather), one ``os.pread`` per row shared among its :data:`READERS` threads, and sent back
+through a pipe: a thread of the sampling process looping over a thousand short reads a step
+would take its interpreter's lock back after each one, and make the compiled step's host
+callbacks wait for the lock. A chunk, contiguous in the file, is one read in the process itself.
+A smaller file is indexed through its mapping, whose pages are bounded by its size.
+
+**Reading ahead.** While a step runs, the rows of the next one are read: the transition knows
+the next step's indices (its key is this step's), and hands them to the gather
+(:func:`reading_ahead`), which asks the reader for them before it waits for this step's rows,
+asked for during the previous step. The rows read are kept by their indices for a few steps,
+so the several evaluations of one step's minibatch (the gradient at the state and at the
+control variates' centre) read it once. The rows returned are always those of the indices
+asked for: a read ahead that is not used is only time spent.
 
 **Full-data passes stream in chunks.** A plate's full data would not fit, so wherever the
 kernels evaluate the full-data potential (the control variates' centre, the dense metric's
@@ -20,37 +36,163 @@ minibatch potential on one chunk,
 
 one chunk in memory at a time (:func:`chunked_full_potential`; the chunk's rows are gathered
 again for the gradient rather than kept). ``C`` is the smallest divisor of ``N`` that gives
-chunks of at most :data:`CHUNK_ROWS` rows. The data checks made at set-up, which read every
-row, are left out for such data.
+chunks of at most :data:`CHUNK_ROWS` rows; a chunk is one contiguous read. The data checks made
+at set-up, which read every row, are left out for such data.
 
-Why memory-mapped NumPy: it needs no library beyond NumPy, a gather of scattered rows is one
-vectorised fancy-index (Zarr and Parquet read whole chunks or row groups per row, which for
-uniform minibatches of a large file reads far more than the rows), and ``np.save`` writes it
-from any array or chunk by chunk (``np.lib.format.open_memmap``).
+Why memory-mapped NumPy: it needs no library beyond NumPy, a row is at a known offset of the
+file, so a gather of scattered rows reads those rows and nothing else (Zarr and Parquet read
+whole chunks or row groups per row, which for uniform minibatches of a large file reads far
+more than the rows), and ``np.save`` writes it from any array or chunk by chunk
+(``np.lib.format.open_memmap``).
 """
 
 import mmap
+import os
+import subprocess
+import sys
+import threading
+import weakref
+from collections import OrderedDict, deque
+from contextlib import contextmanager, suppress
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from numpyro.primitives import Messenger
 
-__all__ = ["CHUNK_ROWS", "GATHER_BLOCK", "MAPPED_BUDGET", "HostRows", "chunked_full_potential",
-           "host_leaves", "num_chunks", "one_plate"]
+__all__ = ["CHUNK_ROWS", "GATHER_BLOCK", "KEPT_READS", "MAPPED_BUDGET", "PIPE_ROOM", "READERS",
+           "HostRows", "chunked_full_potential", "host_leaves", "num_chunks", "one_plate",
+           "reading_ahead"]
 
 #: Rows per chunk of a full-data pass, at most.
 CHUNK_ROWS = 1 << 18
 
-#: Scattered rows gathered between two releases of the file's pages: a page fault on a file
-#: mapping maps the whole folio of the page cache around its page (measured: 1,000 scattered
-#: rows of a file in the page cache mapped 1.3 GB), so the mapping is released every
-#: ``GATHER_BLOCK`` rows.
+#: A file of at most this many bytes is indexed through its mapping (its pages are bounded by
+#: its size); a larger one is read row by row with ``os.pread``.
+MAPPED_BUDGET = 1 << 29
+
+#: Threads of the reader process that read one gather's rows, each its share of them.
+READERS = 4
+
+#: Bytes of each pipe to and from the reader process (requests in flight are kept within half).
+PIPE_ROOM = 1 << 20
+
+#: Reads kept by their indices: this step's, the next one's and a few before.
+KEPT_READS = 4
+
+#: Scattered rows fancy-indexed between two releases of the mapping, for a large file whose
+#: rows are not contiguous in it (a Fortran-ordered ``.npy``), which cannot be read row by row.
 GATHER_BLOCK = 128
 
-#: A file of at most this many bytes stays mapped as it is (its pages are bounded by its
-#: size); a larger one is read in blocks of :data:`GATHER_BLOCK` rows with releases between.
-MAPPED_BUDGET = 1 << 29
+_AHEAD = []  # the next step's indices, while a transition is traced (reading_ahead)
+
+
+@contextmanager
+def reading_ahead(idx):
+    """While the body is traced, the gathers of :class:`HostRows` also start reading the rows
+    ``idx`` (the next step's indices, traced) in the background."""
+    _AHEAD.append(idx)
+    try:
+        yield
+    finally:
+        _AHEAD.pop()
+
+
+class _RowFile:
+    """The file behind a memory-mapped array whose rows are each contiguous: row ``i`` is the
+    ``row_bytes`` bytes at ``start + i * stride``."""
+
+    def __init__(self, array, root):
+        address = array.__array_interface__["data"][0]
+        root_address = root.__array_interface__["data"][0]
+        self.path = os.fspath(root.filename)
+        self.start = root.offset + address - root_address
+        self.stride, self.dtype = array.strides[0], array.dtype
+        self.row_shape = array.shape[1:]
+        self.row_bytes = array.dtype.itemsize * int(np.prod(self.row_shape, dtype=np.int64))
+        self.fd = os.open(self.path, os.O_RDONLY)
+        self._reader = None
+
+    @classmethod
+    def of(cls, array):
+        """The rows' file, or ``None`` where the array is not a mapped file with contiguous
+        rows."""
+        root = array
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        if not isinstance(root, np.memmap) or getattr(root, "filename", None) is None:
+            return None
+        inner = np.empty((1,) + array.shape[1:], array.dtype)  # C-ordered strides of a row
+        if array.strides[1:] != inner.strides[1:] or array.strides[0] < 0:
+            return None
+        return cls(array, root)
+
+    def rows(self, data, count):
+        """``count`` rows from the bytes ``data``."""
+        return np.frombuffer(data, self.dtype).reshape((count,) + self.row_shape)
+
+    def read_run(self, first, count):
+        """Rows ``first .. first + count - 1``, contiguous in the file: one read, here."""
+        out = np.empty(count * self.row_bytes, np.uint8)  # filled by the read
+        view, done, at = memoryview(out), 0, self.start + first * self.stride
+        while done < out.size:
+            got = os.preadv(self.fd, [view[done:]], at + done)
+            if got <= 0:
+                raise OSError(f"HostRows: {self.path} ended at byte {at + done}.")
+            done += got
+        return self.rows(out, count)
+
+    def reader(self):
+        """This file's reader process, started on first use."""
+        if self._reader is None:
+            self._reader = _Reader(self)
+        return self._reader
+
+
+def _stop(process):
+    process.stdin.close()  # the reader ends at the end of its input
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+class _Reader:
+    """A process that reads scattered rows of one file (:mod:`._row_reader`), and the
+    requests sent to it whose answers are still to be read, in order."""
+
+    def __init__(self, file):
+        script = os.path.join(os.path.dirname(__file__), "_row_reader.py")
+        self.process = subprocess.Popen(
+            [sys.executable, script, file.path, str(file.start), str(file.stride),
+             str(file.row_bytes), str(READERS)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+        for pipe in (self.process.stdin, self.process.stdout):  # room for a step's answers
+            with suppress(ImportError, AttributeError, OSError):  # Linux's pipes only
+                import fcntl
+
+                fcntl.fcntl(pipe, fcntl.F_SETPIPE_SZ, PIPE_ROOM)
+        self.file, self.in_flight, self.queued = file, deque(), 0
+        weakref.finalize(self, _stop, self.process)
+
+    def request(self, key, flat):
+        message = np.concatenate([[flat.size], flat]).astype("<i8").tobytes()
+        self.process.stdin.write(message)
+        self.in_flight.append((key, flat.size, len(message)))
+        self.queued += len(message)
+
+    def answer(self):
+        """The oldest request's ``(key, rows)``."""
+        key, count, sent = self.in_flight.popleft()
+        self.queued -= sent
+        size, data = count * self.file.row_bytes, bytearray()
+        while len(data) < size:
+            part = self.process.stdout.read(size - len(data))
+            if not part:
+                raise OSError(f"HostRows: the reader of {self.file.path} stopped: "
+                              f"{self.process.stderr.read().decode(errors='replace')}")
+            data += part
+        return key, self.file.rows(data, count)
 
 
 class _Source:
@@ -59,21 +201,56 @@ class _Source:
     def __init__(self, array):
         self.array = array
         advise(array, "MADV_RANDOM")  # rows are read scattered: no read-ahead
+        large = _mapped(array) and array.nbytes > MAPPED_BUDGET
+        self.file = _RowFile.of(array) if large else None
+        self.lock = threading.Lock()
+        self.kept = OrderedDict()  # indices' bytes -> rows (None while their read runs)
 
-    def gather(self, idx):
+    def _ask(self, reader, flat):
+        key = flat.tobytes()
+        if key not in self.kept:
+            if reader.queued + 8 * (flat.size + 1) > PIPE_ROOM // 2:
+                self._take(reader, None)  # the reader reads its input only between answers
+            reader.request(key, flat)
+            self.kept[key] = None
+        return key
+
+    def _take(self, reader, key):
+        """Read answers until ``key``'s (``None``: all of them)."""
+        while reader.in_flight and (key is None or self.kept.get(key) is None):
+            got, rows = reader.answer()
+            if got in self.kept:
+                self.kept[got] = rows
+
+    def _scattered(self, flat, ahead):
+        with self.lock:
+            reader = self.file.reader()
+            key = self._ask(reader, flat)
+            if ahead is not None:
+                self._ask(reader, np.asarray(ahead).reshape(-1).astype(np.int64))
+            self._take(reader, key)
+            rows = self.kept[key]
+            self.kept.move_to_end(key)
+            while len(self.kept) > KEPT_READS:
+                self.kept.popitem(last=False)
+            return rows
+
+    def gather(self, idx, ahead=None):
+        """The rows ``idx``; with ``ahead`` (the next step's indices) their read is started."""
         idx = np.asarray(idx)
-        flat = idx.reshape(-1)
+        flat = idx.reshape(-1).astype(np.int64)
+        shape = idx.shape + self.array.shape[1:]
+        if self.file is not None:
+            if flat.size and flat[-1] - flat[0] == flat.size - 1 and np.all(np.diff(flat) == 1):
+                return self.file.read_run(int(flat[0]), flat.size).reshape(shape)  # a chunk
+            return self._scattered(flat, ahead).reshape(shape)
         if not _mapped(self.array) or self.array.nbytes <= MAPPED_BUDGET:
             return np.asarray(self.array[idx])  # the whole mapping fits the budget
-        if flat.size and flat[-1] - flat[0] == flat.size - 1 and np.all(np.diff(flat) == 1):
-            rows = np.array(self.array[flat[0]:flat[-1] + 1])  # a chunk: one read
+        rows = np.empty((flat.size,) + self.array.shape[1:], self.array.dtype)
+        for start in range(0, flat.size, GATHER_BLOCK):  # rows not contiguous in the file
+            rows[start:start + GATHER_BLOCK] = self.array[flat[start:start + GATHER_BLOCK]]
             release(self.array)
-        else:  # scattered rows: a page fault maps a whole folio around each of them
-            rows = np.empty((flat.size,) + self.array.shape[1:], self.array.dtype)
-            for start in range(0, flat.size, GATHER_BLOCK):
-                rows[start:start + GATHER_BLOCK] = self.array[flat[start:start + GATHER_BLOCK]]
-                release(self.array)
-        return rows.reshape(idx.shape + self.array.shape[1:])
+        return rows.reshape(shape)
 
 
 def _mapping(array):
@@ -137,6 +314,10 @@ class HostRows:
                 f"indices); got {idx!r}. Index the gathered rows further: rows[idx][:, j].")
         idx = jnp.asarray(idx)
         out = jax.ShapeDtypeStruct(idx.shape + self.shape[1:], self.dtype)
+        ahead = _AHEAD[-1] if _AHEAD else None
+        if ahead is not None and jnp.shape(ahead) == idx.shape:  # a minibatch, not a chunk
+            return jax.pure_callback(self.source.gather, out, idx, ahead,
+                                     vmap_method="expand_dims")
         return jax.pure_callback(self.source.gather, out, idx, vmap_method="expand_dims")
 
     def tree_flatten(self):

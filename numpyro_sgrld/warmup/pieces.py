@@ -59,12 +59,15 @@ class Setting(NamedTuple):
     """What the warm-up knows of a kernel: its :class:`~numpyro_sgrld.core._step.Algorithm`, the
     minibatch draw ``(key, batch_state) -> (idx, batch_state)``, the bias target
     :math:`\\delta` and the step-size rule ``(i, warmup_state) -> h_i`` (the schedule's
-    step without a warm-up state, else the adapted one, or a cyclical preset's cosine of it)."""
+    step without a warm-up state, else the adapted one, or a cyclical preset's cosine of it);
+    ``ahead``, for data read from the host, ``(next_idx) -> context`` in which a step is traced
+    so that it reads the next step's rows while it runs (``None``: nothing to read ahead)."""
 
     algorithm: Any
     draw: Callable
     target_bias: float
     step_size: Callable
+    ahead: Callable | None = None
 
     def cold(self):
         """The same setting at temperature 0 (an exploration stage's descent)."""

@@ -112,9 +112,19 @@ def transition(setting, state, target, adapting=None):
     (given unbatched for vectorised chains, so that the warm-up's branches stay branches;
     ``False`` in Python for a step known to come after warm-up, which then has none of them:
     the same step as with a traced ``False``)."""
+    keys = random.split(state.rng_key, 3 if state.warmup is None else 5)
+    idx, batch_state = setting.draw(keys[1], state.batch_state)
+    if setting.ahead is None:
+        return _transition(setting, state, target, adapting, keys, idx, batch_state)
+    # the next transition splits keys[0] the same way and draws from the same batching state
+    next_idx, _ = setting.draw(random.split(keys[0], len(keys))[1], batch_state)
+    with setting.ahead(next_idx):
+        return _transition(setting, state, target, adapting, keys, idx, batch_state)
+
+
+def _transition(setting, state, target, adapting, keys, idx, batch_state):
     algorithm, warm = setting.algorithm, state.warmup
-    key_next, key_idx, key_step, *keys = random.split(state.rng_key, 3 if warm is None else 5)
-    idx, batch_state = setting.draw(key_idx, state.batch_state)
+    key_next, _, key_step, *keys = keys
     host = {"batch_state": batch_state, "rng_key": key_next}
     chain = chain_of(state)
     step_size = setting.step_size(state.i, warm)
