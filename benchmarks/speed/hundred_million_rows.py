@@ -20,7 +20,11 @@ folder must be the same):
 3. ``sgld``: ``SGLD(model)`` at its defaults, minibatches of 1,000, one chain, warm-up
    ``--warmup`` steps, then chunks of ``--chunk`` draws until the target or ``--cap``
    seconds (the race of ``numpyro_sgrld.time_to_accuracy``); the wall time includes
-   compilation and warm-up. Peak resident memory at its end.
+   compilation and warm-up. Peak resident memory at its end. This stage and the next run on
+   the kernels' own loop (``numpyro_sgrld.enable_fast_sampling_loop``): NumPyro's compiles
+   the loop again on every ``MCMC.run`` of a chunk (4.4 s each here), and a run on it
+   stopped after 73 chunks with XLA's "LLVM compilation error: Cannot allocate memory"
+   (with 17 GB of the machine's memory free).
 4. ``speed-disk``, ``speed-disk-slice``, ``speed-memory``: steps per second of the same
    kernel after its warm-up (the median of three runs of ``--steps`` steps, each continuing
    the last), with the rows on disk (all N, then the first ``--memory-rows``) and with the
@@ -129,11 +133,12 @@ def sgld(folder, ref, warmup, chunk, cap):
     import jax
     import numpy as np
 
-    from numpyro_sgrld import SGLD
+    from numpyro_sgrld import SGLD, enable_fast_sampling_loop
     from numpyro_sgrld.app.time_to_accuracy import mcmc_runner, race
     from numpyro_sgrld.sharding import HostRows
 
     warnings.simplefilter("ignore")
+    enable_fast_sampling_loop()  # NumPyro's loop compiles again on every run of a chunk
 
     class Ref(NamedTuple):
         mean: np.ndarray
@@ -160,10 +165,11 @@ def speed(folder, rows, where, warmup, steps):
     import numpy as np
     from numpyro.infer import MCMC
 
-    from numpyro_sgrld import SGLD
+    from numpyro_sgrld import SGLD, enable_fast_sampling_loop
     from numpyro_sgrld.sharding import HostRows
 
     warnings.simplefilter("ignore")
+    enable_fast_sampling_loop()  # no compilation in the runs timed
     if where == "disk":
         args = tuple(HostRows(np.load(f"{folder}/{n}.npy", mmap_mode="r")[:rows]) for n in "Xy")
     else:

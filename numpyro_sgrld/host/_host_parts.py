@@ -261,7 +261,7 @@ def ahead(data):
     (:func:`~numpyro_sgrld.host.host_data.reading_ahead`); else ``None``."""
     if not host_leaves(data):
         return None
-    return lambda idx: reading_ahead(next(iter(idx.values())))
+    return lambda idx, next_idx: reading_ahead(*(next(iter(i.values())) for i in (idx, next_idx)))
 
 
 def draw(plates, sharding, key, batch_state, strata=None):

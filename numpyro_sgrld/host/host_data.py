@@ -84,18 +84,20 @@ KEPT_READS = 4
 #: rows are not contiguous in it (a Fortran-ordered ``.npy``), which cannot be read row by row.
 GATHER_BLOCK = 128
 
-_AHEAD = []  # the next step's indices, while a transition is traced (reading_ahead)
+_AHEAD = threading.local()  # (this step's indices, the next's) while a transition is traced
 
 
 @contextmanager
-def reading_ahead(idx):
-    """While the body is traced, the gathers of :class:`HostRows` also start reading the rows
-    ``idx`` (the next step's indices, traced) in the background."""
-    _AHEAD.append(idx)
+def reading_ahead(idx, next_idx):
+    """While the body is traced, a gather of :class:`HostRows` at this step's indices ``idx``
+    (the traced array the transition drew) also asks for the rows ``next_idx``, the next
+    step's."""
+    stack = _AHEAD.__dict__.setdefault("stack", [])
+    stack.append((idx, next_idx))
     try:
         yield
     finally:
-        _AHEAD.pop()
+        stack.pop()
 
 
 class _RowFile:
@@ -312,10 +314,12 @@ class HostRows:
             raise TypeError(
                 "HostRows is indexed by one vector of row indices, rows[idx] (the plate's "
                 f"indices); got {idx!r}. Index the gathered rows further: rows[idx][:, j].")
+        stack = getattr(_AHEAD, "stack", None)
+        this, ahead = stack[-1] if stack else (None, None)
+        minibatch = idx is this  # the step's (not a chunk, nor a check's own minibatch)
         idx = jnp.asarray(idx)
         out = jax.ShapeDtypeStruct(idx.shape + self.shape[1:], self.dtype)
-        ahead = _AHEAD[-1] if _AHEAD else None
-        if ahead is not None and jnp.shape(ahead) == idx.shape:  # a minibatch, not a chunk
+        if minibatch:
             return jax.pure_callback(self.source.gather, out, idx, ahead,
                                      vmap_method="expand_dims")
         return jax.pure_callback(self.source.gather, out, idx, vmap_method="expand_dims")

@@ -60,8 +60,9 @@ class Setting(NamedTuple):
     minibatch draw ``(key, batch_state) -> (idx, batch_state)``, the bias target
     :math:`\\delta` and the step-size rule ``(i, warmup_state) -> h_i`` (the schedule's
     step without a warm-up state, else the adapted one, or a cyclical preset's cosine of it);
-    ``ahead``, for data read from the host, ``(next_idx) -> context`` in which a step is traced
-    so that it reads the next step's rows while it runs (``None``: nothing to read ahead)."""
+    ``ahead``, for data read from the host, ``(idx, next_idx) -> context`` in which a step at
+    the minibatch ``idx`` is traced so that it reads the next step's rows while it runs
+    (``None``: nothing to read ahead)."""
 
     algorithm: Any
     draw: Callable

@@ -118,7 +118,7 @@ def transition(setting, state, target, adapting=None):
         return _transition(setting, state, target, adapting, keys, idx, batch_state)
     # the next transition splits keys[0] the same way and draws from the same batching state
     next_idx, _ = setting.draw(random.split(keys[0], len(keys))[1], batch_state)
-    with setting.ahead(next_idx):
+    with setting.ahead(idx, next_idx):
         return _transition(setting, state, target, adapting, keys, idx, batch_state)
 
 
