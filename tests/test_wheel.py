@@ -2,7 +2,8 @@
 
 Slow (builds a wheel): ``python -m pytest -m slow tests/test_wheel.py``. The wheel carries
 ``numpyro_sgrld.models`` with the bundled German credit data; the shared-data lookup must not
-walk up from ``site-packages`` and finds the data only through ``$NUMPYRO_SGRLD_DATA``.
+walk up from ``site-packages`` and finds the data only through ``$NUMPYRO_SGRLD_DATA``; the
+reader process of ``HostRows``, a script of the package, runs from the wheel.
 """
 
 import os
@@ -32,6 +33,15 @@ else:
         assert "no checkout" in str(err), err
     else:
         raise AssertionError("found data without a checkout or $NUMPYRO_SGRLD_DATA")
+import os, tempfile, numpy as np
+from numpyro_sgrld.host import host_data
+host_data.MAPPED_BUDGET = 0  # read by the file's reader process, run from the wheel
+path = os.path.join(tempfile.mkdtemp(), "X.npy")
+X = np.asarray(X, np.float32)
+np.save(path, X)
+from numpyro_sgrld.sharding import HostRows
+rows = HostRows(np.load(path, mmap_mode="r")).source.gather(np.array([5, 999, 0, 5]))
+assert np.array_equal(rows, X[[5, 999, 0, 5]])
 print("ok")
 """
 

@@ -33,8 +33,12 @@ def read_exactly(stream, size):
 
 def read_rows(fd, rows, view, first, start, stride, size):
     """Rows ``rows`` of the file into ``view`` from row ``first`` of it on."""
-    for j, i in enumerate(rows, first):
-        os.preadv(fd, [view[j * size:(j + 1) * size]], start + i * stride)
+    if hasattr(os, "preadv"):  # into the buffer
+        for j, i in enumerate(rows, first):
+            os.preadv(fd, [view[j * size:(j + 1) * size]], start + i * stride)
+    else:
+        for j, i in enumerate(rows, first):
+            view[j * size:(j + 1) * size] = os.pread(fd, size, start + i * stride)
 
 
 def serve(path, start, stride, size, threads, requests, answers):

@@ -119,6 +119,8 @@ class _RowFile:
     def of(cls, array):
         """The rows' file, or ``None`` where the array is not a mapped file with contiguous
         rows."""
+        if not hasattr(os, "pread"):  # a platform without positioned reads
+            return None
         root = array
         while isinstance(root.base, np.ndarray):
             root = root.base
@@ -138,7 +140,11 @@ class _RowFile:
         out = np.empty(count * self.row_bytes, np.uint8)  # filled by the read
         view, done, at = memoryview(out), 0, self.start + first * self.stride
         while done < out.size:
-            got = os.preadv(self.fd, [view[done:]], at + done)
+            if hasattr(os, "preadv"):
+                got = os.preadv(self.fd, [view[done:]], at + done)
+            else:
+                part = os.pread(self.fd, out.size - done, at + done)
+                view[done:done + len(part)], got = part, len(part)
             if got <= 0:
                 raise OSError(f"HostRows: {self.path} ended at byte {at + done}.")
             done += got
