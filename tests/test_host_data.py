@@ -89,8 +89,11 @@ def test_a_large_file_is_read_row_by_row_and_never_mapped(files, tmp_path, monke
                             (np.load(tmp_path / "F.npy", mmap_mode="r"), X)):
         source = HostRows(array).source
         assert (source.file is None) == (array.strides[0] == 4)  # the Fortran-ordered one
-        for i in idx:
+        for i in idx + [np.arange(100, 300)]:  # scattered rows, then a chunk
             np.testing.assert_array_equal(source.gather(i), expected[i])
+        if source.file is not None:  # read from the file: no row outside it
+            with pytest.raises(IndexError, match="row indices from -1 to"):
+                source.gather(np.array([-1, 3]))
     assert _mapped_kib(tmp_path / "X.npy") == 0
     monkeypatch.setattr(host_data, "MAPPED_BUDGET", 1 << 29)
     source = HostRows(np.load(tmp_path / "X.npy", mmap_mode="r")).source

@@ -136,7 +136,8 @@ class _RowFile:
         return np.frombuffer(data, self.dtype).reshape((count,) + self.row_shape)
 
     def read_run(self, first, count):
-        """Rows ``first .. first + count - 1``, contiguous in the file: one read, here."""
+        """Rows ``first .. first + count - 1`` of a file whose rows follow one another
+        (``stride == row_bytes``): one read, here."""
         out = np.empty(count * self.row_bytes, np.uint8)  # filled by the read
         view, done, at = memoryview(out), 0, self.start + first * self.stride
         while done < out.size:
@@ -249,7 +250,12 @@ class _Source:
         flat = idx.reshape(-1).astype(np.int64)
         shape = idx.shape + self.array.shape[1:]
         if self.file is not None:
-            if flat.size and flat[-1] - flat[0] == flat.size - 1 and np.all(np.diff(flat) == 1):
+            if flat.size and (flat.min() < 0 or flat.max() >= len(self.array)):
+                raise IndexError(
+                    f"HostRows: row indices from {flat.min()} to {flat.max()} for "
+                    f"{len(self.array)} rows; index a plate's rows 0 .. N-1.")
+            if (self.file.stride == self.file.row_bytes and flat.size
+                    and flat[-1] - flat[0] == flat.size - 1 and np.all(np.diff(flat) == 1)):
                 return self.file.read_run(int(flat[0]), flat.size).reshape(shape)  # a chunk
             return self._scattered(flat, ahead).reshape(shape)
         if not _mapped(self.array) or self.array.nbytes <= MAPPED_BUDGET:
