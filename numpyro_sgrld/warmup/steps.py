@@ -9,6 +9,7 @@ warm-up, the warm-up's update. What the warm-up does, in one paragraph:
 ``docs/step_size.md``; what ``step_size=None`` turns on: :mod:`numpyro_sgrld.warmup.choices`.
 """
 
+from contextlib import nullcontext
 from typing import NamedTuple
 
 import jax
@@ -114,15 +115,17 @@ def transition(setting, state, target, adapting=None):
     the same step as with a traced ``False``)."""
     keys = random.split(state.rng_key, 3 if state.warmup is None else 5)
     idx, batch_state = setting.draw(keys[1], state.batch_state)
-    if setting.ahead is None:
-        return _transition(setting, state, target, adapting, keys, idx, batch_state)
-    # the next transition splits keys[0] the same way and draws from the same batching state
-    next_idx, _ = setting.draw(random.split(keys[0], len(keys))[1], batch_state)
-    with setting.ahead(idx, next_idx):
+    reading = nullcontext()
+    if setting.ahead is not None:
+        # the next transition splits keys[0] the same way and draws from the same batching state
+        next_idx, _ = setting.draw(random.split(keys[0], len(keys))[1], batch_state)
+        reading = setting.ahead(idx, next_idx)
+    with reading:
         return _transition(setting, state, target, adapting, keys, idx, batch_state)
 
 
 def _transition(setting, state, target, adapting, keys, idx, batch_state):
+    """:func:`transition` from its ``keys``, minibatch ``idx`` and new ``batch_state``."""
     algorithm, warm = setting.algorithm, state.warmup
     key_next, _, key_step, *keys = keys
     host = {"batch_state": batch_state, "rng_key": key_next}
