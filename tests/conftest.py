@@ -84,6 +84,7 @@ SLOW = frozenset(
         "tests/test_reference_updates.py::test_our_update_equals_the_authors_step_for_step[Shampoo]",
         "tests/test_sampling_loop.py::test_other_kernels_keep_numpyros_loop",
         "tests/test_sampling_loop.py::test_progress_bar_runs_one_compiled_call_per_update",
+        "tests/test_sampling_loop.py::test_same_draws_as_numpyros_loop[groups-of-16-adapted]",
         "tests/test_sampling_loop.py::test_same_draws_as_numpyros_loop[segments-adapted]",
         "tests/test_sgnht.py::test_thermostat_and_positions_with_exact_gradients",
         "tests/test_statistical.py::test_adaptive_kernels_on_conjugate_regression[psgld]",

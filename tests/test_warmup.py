@@ -374,3 +374,78 @@ def test_the_advice_for_chains_that_have_not_mixed_fits_the_model():
     assert "LocScaleReparam" in advice["centred"]
     for text in advice.values():
         assert "NUTS on full_batch(model)" in text and "about 10x" in text
+
+
+def _quadratic(A, m):
+    return lambda z: 0.5 * (z["w"] - m) @ A @ (z["w"] - m)
+
+
+def test_a_far_centre_is_moved_to_the_mode_by_newton_steps_in_the_metric():
+    """On a Gaussian posterior one Newton step in the inverse Hessian's metric lands on the
+    mode (exact line search: rate 1); in the identity metric, steepest descent brings the
+    centre nearer at every step; a centre within sqrt(d) sds is left where it is."""
+    from numpyro_sgrld.core.gradients import control_variate, nearer_centre
+
+    A = 1e4 * jnp.array([[4.0, 1.0, 0.0], [1.0, 2.0, 0.5], [0.0, 0.5, 1.0]])
+    m = jnp.array([0.3, -0.2, 0.1])
+    U = _quadratic(A, m)
+    far = control_variate(U, {"w": m + 1.0})
+    assert float(far.distance) > 100
+    inverse = jnp.linalg.inv(A)
+    newton = nearer_centre(far, U, lambda v: {"w": inverse @ v["w"]})
+    assert float(newton.distance) < 0.01
+    np.testing.assert_allclose(newton.centre["w"], m, atol=1e-4)  # sds are 0.005 to 0.01
+    steepest = nearer_centre(far, U, lambda v: v)
+    assert float(steepest.distance) < float(far.distance)
+    assert float(steepest.value) < float(far.value)
+    near = control_variate(U, {"w": m + 0.001})
+    assert float(near.distance) < np.sqrt(3)
+    kept = nearer_centre(near, U, lambda v: {"w": inverse @ v["w"]})
+    np.testing.assert_array_equal(kept.centre["w"], near.centre["w"])
+
+
+def test_a_newton_step_that_overshoots_is_shortened_until_the_potential_falls():
+    """Far out on a logistic likelihood the curvature vanishes and the full Newton step
+    overshoots; the kept centre's full-data potential is lower than the first's."""
+    from numpyro_sgrld.core.gradients import control_variate, nearer_centre
+
+    X = jax.random.normal(jax.random.PRNGKey(1), (500, 3))
+    y = (X @ jnp.array([1.0, -1.0, 0.5]) > 0).astype(jnp.float32)
+
+    def U(z):
+        logits = X @ z["w"]
+        return jnp.sum(jax.nn.softplus(logits) - y * logits) + 0.5 * z["w"] @ z["w"]
+
+    far = control_variate(U, {"w": jnp.array([20.0, 20.0, -20.0])})
+    curvature = jax.hessian(lambda w: U({"w": w}))(far.centre["w"])
+    inverse = jnp.linalg.inv(curvature)
+    moved = nearer_centre(far, U, lambda v: {"w": inverse @ v["w"]})
+    assert np.all(np.isfinite(moved.centre["w"]))
+    assert float(moved.value) < float(far.value)
+
+
+def test_a_warmup_step_is_rejected_for_its_curvature_not_its_minibatch_slope():
+    """The check compares the minibatch potential at the proposal with its first-order
+    prediction: a steep but straight minibatch potential (slope noise, which grows as
+    sqrt(N/n)) lets the step land; a step past the curvature's stability limit does not."""
+    from types import SimpleNamespace
+
+    from numpyro_sgrld.core._estimators import Estimate
+    from numpyro_sgrld.core._step import _lands
+    from numpyro_sgrld.warmup.adaptation import MAX_RISE, too_steep
+
+    def reject(a, b):
+        return too_steep(a, b, 1.0)
+
+    def lands(potential, position, z):
+        target = SimpleNamespace(potential=lambda x, idx: (potential(x), {}))
+        value, grad = jax.value_and_grad(potential)(position)
+        est = Estimate(value, grad, {}, None, None)
+        return bool(_lands(target, None, est, reject, z, position))
+
+    straight = lambda x: 1e6 * x  # noqa: E731
+    assert straight(0.01) - straight(0.0) > MAX_RISE
+    assert lands(straight, 0.0, 0.01)
+    curved = lambda x: 0.5e6 * x**2  # noqa: E731
+    assert lands(curved, 0.1, 0.1 - 0.5e-6 * 1e5)  # half the stability limit
+    assert not lands(curved, 0.1, 0.1 - 3e-6 * 1e5)  # past it: overshoots to -0.2

@@ -155,8 +155,10 @@ class Estimate(NamedTuple):
     (the model's auxiliary values on this minibatch), the estimator's new ``state``, and
     ``oracle(z) -> (value, grad)``: the same estimator on the same minibatch at ``z``;
     ``batch_value``, the plain minibatch potential at the position, where ``value`` is
-    another estimate (control variates add a constant to it; ``None``: ``value`` is it).
-    The proposal check compares it with the plain minibatch potential at the proposal."""
+    another estimate (control variates add a constant to it; ``None``: ``value`` is it), and
+    ``shift``, the constant added to the plain minibatch gradient (``None``: none). The
+    proposal check compares the plain minibatch potential at the proposal with its first-order
+    prediction from these."""
 
     value: Any
     grad: Any
@@ -164,6 +166,7 @@ class Estimate(NamedTuple):
     state: Any
     oracle: Callable
     batch_value: Any = None
+    shift: Any = None
 
 
 class GradientEstimator(NamedTuple):

@@ -35,7 +35,7 @@ from numpyro_sgrld.core._composition import (
     transition_with_preconditioner,
 )
 from numpyro_sgrld.core._state import ChainState
-from numpyro_sgrld.core._tree import tree_all_finite, tree_norm, tree_where
+from numpyro_sgrld.core._tree import tree_all_finite, tree_dot, tree_norm, tree_where
 from numpyro_sgrld.core.gradients import (
     Estimate,
     GradientEstimator,
@@ -233,7 +233,8 @@ def step(spec, state, inputs):
     if state.proposal is None:
         landed = True
         if spec.check_proposal:  # at once, on this minibatch: one more forward pass
-            landed = _lands(target, idx, est, _when(inputs.check_now, inputs.reject), z)
+            landed = _lands(target, idx, est, _when(inputs.check_now, inputs.reject), z,
+                            position)
         ok, sampler_state = accept(ready, z, landed, sampler_state, state.sampler_state,
                                    averages)
         z, proposal = tree_where(ok, z, state.z), None
@@ -247,7 +248,8 @@ def step(spec, state, inputs):
             # the proposal's entries too: accept_pending leaves them to the next step
             landed = jax.lax.cond(
                 inputs.check_now,
-                lambda z: _lands(target, idx, est, inputs.reject, z) & tree_all_finite(z),
+                lambda z: (_lands(target, idx, est, inputs.reject, z, position)
+                           & tree_all_finite(z)),
                 lambda z: jnp.ones((), bool), z)
         ok, sampler_state = accept_pending(ready, landed, sampler_state, state.sampler_state,
                                            averages)
@@ -288,12 +290,18 @@ def _when(flag, reject):
     return lambda value, new_value: flag & reject(value, new_value)
 
 
-def _lands(target, idx, est, reject, z):
-    """Whether the minibatch potential at ``z`` is finite (and, with ``reject``, not rejected
-    against the potential at the step's start); ``z``'s entries are checked by the caller."""
+def _lands(target, idx, est, reject, z, position):
+    r"""Whether the minibatch potential at ``z`` is finite and, with ``reject``, not rejected:
+    a step is rejected where the minibatch potential rose too much both from the step's start
+    ``position`` and above its first-order prediction
+    :math:`\hat U_B(\theta) + \nabla\hat U_B(\theta)^\top(z - \theta)`, so for the step's
+    own curvature (an overshoot), not for the minibatch's slope, whose noise grows as
+    :math:`\sqrt{N/n}`; ``z``'s entries are checked by the caller."""
     value = target.potential(z, idx)[0]
     landed = jnp.isfinite(value)
     if reject is not None:
         start_value = est.value if est.batch_value is None else est.batch_value
-        landed = landed & ~reject(start_value, value)
+        grad = est.grad if est.shift is None else jax.tree.map(jnp.subtract, est.grad, est.shift)
+        slope = tree_dot(grad, jax.tree.map(jnp.subtract, z, position))
+        landed = landed & ~(reject(start_value, value) & reject(start_value + slope, value))
     return landed

@@ -60,6 +60,7 @@ __all__ = [
     "svrg",
     "WarmupControlVariate",
     "activate_control_variates",
+    "nearer_centre",
     "warmup_control_variates",
     "hessian_diagonal_estimate",
     "ControlVariate",
@@ -130,9 +131,9 @@ def control_variates(centre="mode", mode_steps=1000, start_at_centre=False) -> G
         return control_variate(target.full_potential, point)
 
     def estimate(position, batch, cv, target):
-        value, grad, aux, oracle, batch_value, _ = centred_estimate(position, batch, cv,
+        value, grad, aux, oracle, batch_value, shift = centred_estimate(position, batch, cv,
                                                                     target.potential)
-        return Estimate(value, grad, aux, cv, oracle, batch_value)
+        return Estimate(value, grad, aux, cv, oracle, batch_value, shift)
 
     def start(cv, z):
         return tree_where(tree_all_finite(cv.centre), cv.centre, z)
@@ -183,14 +184,14 @@ def warmup_control_variates() -> GradientEstimator:
             active = shared_flag(state.active, target.axis_name)
 
         def centred(position):
-            value, grad, aux, _, batch_value, _ = centred_estimate(position, batch, state.cv,
-                                                           target.potential)
-            return value, grad, aux, batch_value
+            value, grad, aux, _, batch_value, shift = centred_estimate(
+                position, batch, state.cv, target.potential)
+            return value, grad, aux, batch_value, shift
 
         def plain(position):
             (value, aux), grad = jax.value_and_grad(target.potential, has_aux=True)(
                 position, batch)
-            return value, grad, aux, value
+            return value, grad, aux, value, jax.tree.map(jnp.zeros_like, grad)
 
         def centred_oracle(z):
             return centred_estimate(z, batch, state.cv, target.potential)[3](z)
@@ -199,15 +200,15 @@ def warmup_control_variates() -> GradientEstimator:
             return jax.value_and_grad(lambda x: target.potential(x, batch)[0])(z)
 
         if isinstance(active, bool):
-            value, grad, aux, batch_value = (centred if active else plain)(position)
+            value, grad, aux, batch_value, shift = (centred if active else plain)(position)
             oracle = centred_oracle if active else plain_oracle
         else:
-            value, grad, aux, batch_value = lax.cond(active, centred, plain, position)
+            value, grad, aux, batch_value, shift = lax.cond(active, centred, plain, position)
 
             def oracle(z):
                 return lax.cond(active, centred_oracle, plain_oracle, z)
 
-        return Estimate(value, grad, aux, state, oracle, batch_value)
+        return Estimate(value, grad, aux, state, oracle, batch_value, shift)
 
     settled_forms = {}
 
@@ -240,7 +241,7 @@ CONTROL_VARIATE_GAIN = 0.25
 CONTROL_VARIATE_PROBES = 10
 
 
-def activate_control_variates(state, centre, position, target, draw, root, key):
+def activate_control_variates(state, centre, position, target, draw, root, key, drift=None):
     r"""The :class:`WarmupControlVariate` after deciding, at ``position``, whether control
     variates centred at ``centre`` pay: with pairs of gradients on independent minibatches
     (``draw(key) -> batch``), the noise :math:`e = R^\top(g_1 - g_2)` of the plain estimator
@@ -249,7 +250,9 @@ def activate_control_variates(state, centre, position, target, draw, root, key):
     preconditioner's root), they are switched on where :math:`\sum\lVert e'\rVert^2 \le`
     :data:`CONTROL_VARIATE_GAIN` :math:`\sum\lVert e\rVert^2`, summed over
     :data:`CONTROL_VARIATE_PROBES` pairs (and over the vectorised chains, ``target.axis_name``:
-    they decide together). Switching on costs one full-data gradient at the centre."""
+    they decide together). Switching on costs one full-data gradient at the centre. With
+    ``drift`` (``v -> D v``, the preconditioner), a centre far from the mode is moved towards
+    it first (:func:`nearer_centre`)."""
     grad = jax.grad(lambda z, b: target.potential(z, b)[0])
 
     def probe(j, carry):
@@ -269,10 +272,68 @@ def activate_control_variates(state, centre, position, target, draw, root, key):
     use = shared_flag(use, target.axis_name)
 
     def switch_on(state):
-        return WarmupControlVariate(control_variate(target.full_potential, centre),
-                                    jnp.ones((), bool))
+        cv = control_variate(target.full_potential, centre)
+        if drift is not None:
+            cv = nearer_centre(cv, target.full_potential, drift)
+        return WarmupControlVariate(cv, jnp.ones((), bool))
 
     return lax.cond(use, switch_on, lambda s: s, state)
+
+
+#: Newton steps at most that :func:`nearer_centre` takes towards the mode.
+CENTRING_STEPS = 4
+
+#: Halvings at most of a Newton step whose full-data potential does not fall.
+BACKTRACKS = 8
+
+
+def nearer_centre(cv, full_potential, drift, steps=CENTRING_STEPS):
+    r"""The :class:`ControlVariate` ``cv`` moved towards the mode while its centre is far from
+    it: while the estimated distance (:func:`centre_distance`, in posterior sds) exceeds
+    :math:`\sqrt d` (:func:`warn_if_far_centre`'s limit, ``d`` the number of unconstrained
+    dimensions), up to ``steps`` Newton steps in the metric :math:`D` (``drift(v) = Dv``, the
+    warm-up's preconditioner, whose learnt part approximates the inverse Hessian: the Laplace
+    covariance where it is dense, the inverse Hessian diagonal where the chain has not spread),
+    each with an exact line search on the quadratic model,
+
+    .. math::
+        p = D\,\nabla U(\hat\theta), \qquad
+        \hat\theta' = \hat\theta - \frac{\nabla U(\hat\theta)^\top p}{p^\top H p}\,p,
+
+    kept only where its distance is smaller (the iteration stops at the first that is not).
+    Each step costs one full-data Hessian-vector product and the new centre's full-data gradient
+    and distance (:func:`control_variate`). Where the gradient noise is large (:math:`N/n`
+    large) the warm-up's chain, whose mean becomes the centre, may not have reached the
+    posterior's bulk; the estimator is unbiased wherever the centre is, but its variance grows
+    with the distance (Baker et al. 2019), and its step with it."""
+    limit = float(np.sqrt(sum(leaf.size for leaf in jax.tree.leaves(cv.centre))))
+    hvp = jax.grad(full_potential)
+
+    def far(carry):
+        k, cv, done = carry
+        return (k < steps) & ~done & (cv.distance > limit)
+
+    def newton(carry):
+        k, cv, _ = carry
+        p = drift(cv.grad)
+        curvature = tree_dot(p, jax.jvp(hvp, (cv.centre,), (p,))[1])
+        rate = tree_dot(cv.grad, p) / jnp.where(curvature > 0, curvature, 1.0)
+
+        def at(r):
+            return jax.tree.map(lambda c, q: c - r * q, cv.centre, p)
+
+        def higher(c):  # backtracking: halve the step until the potential falls
+            j, r = c
+            value = full_potential(at(r))
+            return (j < BACKTRACKS) & ~(value < cv.value)
+
+        j, rate = lax.while_loop(higher, lambda c: (c[0] + 1, c[1] / 2), (0, rate))
+        new = control_variate(full_potential, at(rate))
+        better = ((curvature > 0) & (j < BACKTRACKS) & tree_all_finite(new.centre)
+                  & (new.value < cv.value))
+        return k + 1, tree_where(better, new, cv), ~better
+
+    return lax.while_loop(far, newton, (0, cv, jnp.zeros((), bool)))[1]
 
 
 def svrg(update_every=None) -> GradientEstimator:
@@ -315,9 +376,9 @@ def svrg(update_every=None) -> GradientEstimator:
         if target.step is not None:
             refresh = (target.step > 0) & (target.step % every == 0)
             cv = lax.cond(refresh, lambda: anchor(target, position), lambda: cv)
-        value, grad, aux, oracle, batch_value, _ = centred_estimate(position, batch, cv,
+        value, grad, aux, oracle, batch_value, shift = centred_estimate(position, batch, cv,
                                                                     target.potential)
-        return Estimate(value, grad, aux, cv, oracle, batch_value)
+        return Estimate(value, grad, aux, cv, oracle, batch_value, shift)
 
     return GradientEstimator(init, estimate, needs_full_data=True, name="svrg")
 

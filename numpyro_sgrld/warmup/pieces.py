@@ -32,6 +32,7 @@ from jax.flatten_util import ravel_pytree
 from numpyro_sgrld.core._integrator_base import BiasLaw, Rescale
 from numpyro_sgrld.core._step import context, start
 from numpyro_sgrld.core._traits import trait
+from numpyro_sgrld.core._tree import tree_where
 from numpyro_sgrld.core.gradients import hessian_diagonal_estimate, shared_flag
 from numpyro_sgrld.core.metrics import Learnt, Restart
 from numpyro_sgrld.warmup.adaptation import (
@@ -343,11 +344,28 @@ def _control_variates_window_end(setting, end, warm, chain):
     gradient_state = jax.lax.cond(
         last,
         lambda g: activate(g, end.centre, z, target, lambda k: setting.draw(k, None)[0], root,
-                           random.fold_in(end.key, 2)),
+                           random.fold_in(end.key, 2), end.preconditioner.drift),
         lambda g: g,
         chain.gradient_state,
     )
-    return end, warm, chain._replace(gradient_state=gradient_state)
+    # a centre moved towards the mode (nearer_centre) takes the chain with it
+    centre = gradient_state.cv.centre
+    moved = gradient_state.active & ~(_same(centre, end.centre)
+                                      | _same(centre, chain.gradient_state.cv.centre))
+
+    def to_centre(x):
+        return None if x is None else tree_where(moved, centre, x)
+
+    end = end._replace(z=to_centre(end.z))
+    chain = chain._replace(z=to_centre(chain.z), proposal=to_centre(chain.proposal),
+                           gradient_state=gradient_state)
+    return end, warm, chain
+
+
+def _same(a, b):
+    """Whether two trees hold the same values."""
+    return jnp.all(jnp.stack([jnp.all(x == y) for x, y in
+                              zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)]))
 
 
 #: The control variates switched on in warm-up.
