@@ -300,12 +300,16 @@ def nearer_centre(cv, full_potential, drift, steps=CENTRING_STEPS):
         p = D\,\nabla U(\hat\theta), \qquad
         \hat\theta' = \hat\theta - \frac{\nabla U(\hat\theta)^\top p}{p^\top H p}\,p,
 
-    kept only where its distance is smaller (the iteration stops at the first that is not).
-    Each step costs one full-data Hessian-vector product and the new centre's full-data gradient
-    and distance (:func:`control_variate`). Where the gradient noise is large (:math:`N/n`
-    large) the warm-up's chain, whose mean becomes the centre, may not have reached the
-    posterior's bulk; the estimator is unbiased wherever the centre is, but its variance grows
-    with the distance (Baker et al. 2019), and its step with it."""
+    halved up to :data:`BACKTRACKS` times until the full-data potential falls (far out on a
+    saturating likelihood the curvature vanishes and the full step overshoots), and kept only
+    where it does (the iteration stops at the first step that does not). Each step costs one
+    full-data Hessian-vector product, a full-data potential per halving and the new centre's
+    full-data gradient and distance (:func:`control_variate`). Where the gradient noise is
+    large (:math:`N/n` large) the warm-up's chain, whose mean becomes the centre, cannot have
+    found the mode to within a posterior sd (a minibatch method needs about :math:`N/n`
+    steps for that); the estimator is unbiased wherever the centre is, but its variance grows
+    with the chain's distance from it (Baker et al. 2019), and the adapted step shrinks with
+    it."""
     limit = float(np.sqrt(sum(leaf.size for leaf in jax.tree.leaves(cv.centre))))
     hvp = jax.grad(full_potential)
 

@@ -13,7 +13,9 @@ warm-up step, and a ``window_end`` run at the end of each slow window
    new metric (and an adaptive metric restarted in its coordinates,
    :class:`~numpyro_sgrld.metrics.Restart`);
 4. :data:`CONTROL_VARIATES` – the gradient estimator's ``activate``: from the second window
-   on, the window's mean becomes the control variates' centre where that pays.
+   on, the window's mean becomes the control variates' centre where that pays, moved onto the
+   mode first where it is far from it (:func:`~numpyro_sgrld.gradients.nearer_centre`, the
+   chain with it).
 
 At a window's end the pieces run in the order preconditioner, control variates, step size,
 momentum: each reads what the one before it left in the :class:`WindowEnd` (the new
@@ -333,7 +335,10 @@ PRECONDITIONER = Piece("preconditioner", _preconditioner_init, _preconditioner_u
 
 def _control_variates_window_end(setting, end, warm, chain):
     """From the second window on, the window's mean becomes the control variates' centre
-    where that pays (the gradient estimator's ``activate``)."""
+    where that pays (the gradient estimator's ``activate``, with the new preconditioner's
+    ``drift`` to move a far centre towards the mode: :func:`~numpyro_sgrld.gradients.
+    nearer_centre`); a centre so moved takes the chain (and the step's measurement at the
+    window's end) with it."""
     activate = setting.algorithm.gradient.activate
     if activate is None:
         return end, warm, chain
