@@ -357,7 +357,7 @@ def _normal_model():
     numpyro.sample("x", dist.Normal(0.0, 1.0).expand([3]).to_event(1))
 
 
-def _draws(kernel, **kw):
+def _short_draws(kernel, **kw):
     """Short runs: the verdict's warning that they cannot be trusted is expected."""
     mcmc = MCMC(kernel, num_warmup=kw.get("num_warmup", 20), num_samples=30, progress_bar=False)
     with warnings.catch_warnings():
@@ -373,11 +373,11 @@ def test_an_algorithm_value_gives_the_draws_of_its_pieces():
 
     algorithm = compose(metrics.rmsprop(), integrators.langevin(),
                         correction=correction.hutchinson())
-    by_value, _ = _draws(SGMCMC(_normal_model, 1e-3, algorithm=algorithm))
-    by_pieces, _ = _draws(SGMCMC(_normal_model, 1e-3, metric=metrics.rmsprop(),
+    by_value, _ = _short_draws(SGMCMC(_normal_model, 1e-3, algorithm=algorithm))
+    by_pieces, _ = _short_draws(SGMCMC(_normal_model, 1e-3, metric=metrics.rmsprop(),
                                  integrator=integrators.langevin(), correction="hutchinson"))
     np.testing.assert_array_equal(by_value, by_pieces)
-    preset, _ = _draws(PSGLD(_normal_model, 1e-3, correction="hutchinson"))
+    preset, _ = _short_draws(PSGLD(_normal_model, 1e-3, correction="hutchinson"))
     np.testing.assert_array_equal(by_value, preset)
 
 
@@ -405,7 +405,7 @@ def test_the_step_takes_its_step_size_as_an_input_and_its_state_holds_no_warm_up
 
     assert not {"warmup", "adaptation", "monitor", "batch_state", "rng_key"} & set(
         ChainState._fields)
-    _, state = _draws(SGLD(_normal_model), num_warmup=200)
+    _, state = _short_draws(SGLD(_normal_model), num_warmup=200)
     assert isinstance(state, SGState) and isinstance(state.warmup, WarmupState)
     assert state.adaptation is state.warmup.step
 

@@ -161,7 +161,10 @@ def test_the_switch_compares_the_noise_with_and_without_the_centre():
     model, X, y = _logistic(2000, 20)
     kernel = ns.SGLD(model)
     kernel.init(jax.random.PRNGKey(0), 400, None, (X, y), {})
-    target = kernel._target((X, y), {})
+    from numpyro_sgrld.host import _host_parts
+
+    target = _host_parts.target(kernel.setup, kernel.model, kernel._potential_fn, None, (X, y),
+                                {}, num_data=kernel.num_data)
     state = warmup_control_variates().init({"w": jnp.zeros(3)}, None, target)
     draw = target.draw_batch
     near = activate_control_variates(state, {"w": jnp.ones(3)}, {"w": jnp.ones(3)}, target,

@@ -185,9 +185,8 @@ def check_observed(setup, once, z, model_args, model_kwargs):
     z = z if concrete(z) else setup.prototype
     key = ("observed", setup.plates, id(setup.prepared))
     fn = jit_once(once, key, observed_ok_fn(setup.prepared), args, kwargs, ONCE)
-    with evaluate_now():
-        checked = fn(z, args, kwargs)
-    raise_if_bad_data(checked, setup.trace)
+    with evaluate_now():  # the check's reductions too: under pmap they would be traced
+        raise_if_bad_data(fn(z, args, kwargs), setup.trace)
     once.checked = seen
 
 
