@@ -103,27 +103,27 @@ def test_a_large_file_is_read_row_by_row_and_never_mapped(files, tmp_path, monke
 
 @pytest.mark.parametrize("chains", [1, pytest.param(2, marks=pytest.mark.slow)],
                          ids=["one chain", "vectorised chains"])
-def test_each_step_reads_the_next_steps_rows_ahead(files, monkeypatch, chains):
-    """Rows read from the file, at a fixed step: every step's gather finds its rows' read
-    started during the step before (but the first step's, drawn at the start), and the draws
-    are those of the rows in memory, bit for bit."""
+def test_each_step_reads_its_rows_in_one_call_started_the_step_before(files, monkeypatch,
+                                                                      chains):
+    """Rows read from the file, at a fixed step: every step is one host call for both arrays,
+    which finds its rows' reads started by the call of the step before (but the first step's),
+    and the draws are those of the rows in memory, bit for bit."""
     X, y, folder = files
     monkeypatch.setattr(host_data, "MAPPED_BUDGET", 0)
     asked, found = set(), []
-    request, gather = host_data._Reader.request, host_data._Source.gather
+    request, gather_all = host_data._Reader.request, host_data._gather_all
 
     def logged_request(self, key, flat):
         asked.add((self.file.path, key))
         return request(self, key, flat)
 
-    def logged_gather(self, idx, ahead=None):
-        if self.file is not None and ahead is not None:
-            key = np.asarray(idx).reshape(-1).astype(np.int64).tobytes()
-            found.append((self.file.path, key) in asked)
-        return gather(self, idx, ahead)
+    def logged_gather_all(sources, idx, ahead):
+        key = np.asarray(idx).reshape(-1).astype(np.int64).tobytes()
+        found.append(tuple((s.file.path, key) in asked for s in sources))
+        return gather_all(sources, idx, ahead)
 
     monkeypatch.setattr(host_data._Reader, "request", logged_request)
-    monkeypatch.setattr(host_data._Source, "gather", logged_gather)
+    monkeypatch.setattr(host_data, "_gather_all", logged_gather_all)
 
     def draws(*args):
         mcmc = MCMC(SGLD(model, 1e-3), num_warmup=0, num_samples=100, num_chains=chains,
@@ -134,7 +134,7 @@ def test_each_step_reads_the_next_steps_rows_ahead(files, monkeypatch, chains):
         return np.asarray(mcmc.get_samples()["w"])
 
     on_disk = draws(*_on_disk(folder))
-    assert len(found) == 2 * 100 and found.count(False) == 2  # X's and y's first step
+    assert found == [(False, False)] + [(True, True)] * 99
     np.testing.assert_array_equal(on_disk, draws(X, y))
 
 

@@ -1,8 +1,9 @@
-"""SGLD at its defaults on a logistic regression of ``--rows`` rows (default 10^8) and 20
-features kept on disk (``numpyro_sgrld.sharding.HostRows`` over memory-mapped ``.npy`` files,
-about 8 GB at 10^8 rows): the time to the stated accuracy (every mean within 0.1 sd, every sd
-within 10 % of the reference), the process's peak resident memory, and the per-gradient cost
-of a full-data method, measured on a slice and extrapolated.
+"""SGLD at its defaults, and with contiguous minibatches, on a logistic regression of ``--rows``
+rows (default 10^8) and 20 features kept on disk (``numpyro_sgrld.sharding.HostRows`` over
+memory-mapped ``.npy`` files, about 8 GB at 10^8 rows): the time to the stated accuracy
+(every mean within 0.1 sd, every sd within 10 % of the reference), the process's peak
+resident memory, and the per-gradient cost of a full-data method, measured on a slice and
+extrapolated.
 
     python benchmarks/speed/hundred_million_rows.py --folder /tmp/rows8 --out result.jsonl
 
@@ -25,6 +26,9 @@ folder must be the same):
    the loop again on every ``MCMC.run`` of a chunk (4.4 s each here), and a run on it
    stopped after 73 chunks with XLA's "LLVM compilation error: Cannot allocate memory"
    (with 17 GB of the machine's memory free).
+   ``sgld-contiguous``: the same with ``batching="contiguous"`` (each minibatch a run of
+   consecutive rows from a uniform first row: one read a step; the rows were written in
+   random order, as :func:`numpyro_sgrld.sharding.shuffled_rows` writes them).
 4. ``speed-disk``, ``speed-disk-slice``, ``speed-memory``: steps per second of the same
    kernel after its warm-up (the median of three runs of ``--steps`` steps, each continuing
    the last), with the rows on disk (all N, then the first ``--memory-rows``) and with the
@@ -32,11 +36,14 @@ folder must be the same):
    the data's size at its set-up (the data checks and the full-data passes hold copies), more
    than a 24 GB machine has at N = 10^8, so memory is measured on the slice: a step's cost
    depends on N only through the gather of its n rows, and ``speed-disk-slice`` gives the
-   ratio at equal N.
-5. ``gradient``: one full-data gradient of the same model in memory on a slice of
+   ratio at equal N. ``speed-disk-contiguous``, ``speed-disk-slice-contiguous``,
+   ``speed-memory-contiguous``: the same with ``batching="contiguous"``.
+5. ``shuffle``: the seconds and peak resident memory of ``shuffled_rows`` writing both files
+   in a random order (into ``FOLDER/shuffled``, removed after).
+6. ``gradient``: one full-data gradient of the same model in memory on a slice of
    ``--slice`` rows (the median of 5, after compiling), times N / slice: what each of NUTS's
    leapfrog steps would cost at N rows.
-6. ``hmcecs``: NumPyro's HMCECS (``numpyro_sgrld.time_to_accuracy.hmcecs_runner``: the MAP
+7. ``hmcecs``: NumPyro's HMCECS (``numpyro_sgrld.time_to_accuracy.hmcecs_runner``: the MAP
    by SVI, then NUTS within Gibbs over 100 blocks of the subsample, the Taylor proxy around
    the MAP) on the same slice in memory: the seconds of its set-up and warm-up (its proxy
    takes the full data's gradient and Hessian at the MAP: a pass over all N rows, which at
@@ -126,7 +133,7 @@ def _model(X, y):
         numpyro.sample("obs", dist.Bernoulli(logits=X[idx] @ w), obs=y[idx])
 
 
-def sgld(folder, ref, warmup, chunk, cap):
+def sgld(folder, ref, warmup, chunk, cap, batching="replacement"):
     import warnings
     from typing import NamedTuple
 
@@ -146,8 +153,8 @@ def sgld(folder, ref, warmup, chunk, cap):
 
     args = tuple(HostRows(np.load(f"{folder}/{n}.npy", mmap_mode="r")) for n in "Xy")
     start = time.perf_counter()
-    runner = mcmc_runner(SGLD(_model), args, warmup, chunk)
-    result = race("SGLD (defaults, rows on disk)", runner,
+    runner = mcmc_runner(SGLD(_model, batching=batching), args, warmup, chunk)
+    result = race(f"SGLD ({_batching_words(batching)}, rows on disk)", runner,
                   Ref(np.asarray(ref["mean"]), np.asarray(ref["sd"])), cap,
                   jax.random.PRNGKey(0))
     return {"seconds_to_target": result.seconds_to_target, "reached": result.reached,
@@ -157,8 +164,13 @@ def sgld(folder, ref, warmup, chunk, cap):
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def speed(folder, rows, where, warmup, steps):
-    """Steps per second of ``SGLD(_model)`` after warm-up: the median of three runs."""
+def _batching_words(batching):
+    return "defaults" if batching == "replacement" else f"defaults but batching={batching!r}"
+
+
+def speed(folder, rows, where, warmup, steps, batching="replacement"):
+    """Steps per second of ``SGLD(_model, batching=batching)`` after warm-up: the median of
+    three runs."""
     import warnings
 
     import jax
@@ -175,8 +187,8 @@ def speed(folder, rows, where, warmup, steps):
     else:
         args = tuple(jax.device_put(np.load(f"{folder}/{n}.npy", mmap_mode="r")[:rows].copy())
                      for n in "Xy")
-    mcmc = MCMC(SGLD(_model), num_warmup=warmup, num_samples=steps, progress_bar=False,
-                jit_model_args=True)
+    mcmc = MCMC(SGLD(_model, batching=batching), num_warmup=warmup, num_samples=steps,
+                progress_bar=False, jit_model_args=True)
     mcmc.run(jax.random.PRNGKey(0), *args)
     rates = []
     for _ in range(3):
@@ -186,6 +198,24 @@ def speed(folder, rows, where, warmup, steps):
         np.asarray(mcmc.get_samples()["w"])
         rates.append(steps / (time.perf_counter() - start))
     return {"steps_per_second": float(np.median(rates)), "runs": rates, "speed_rows": rows}
+
+
+def shuffle(folder):
+    """The seconds of ``shuffled_rows`` writing the files in a random order (into a folder of
+    their own, removed after), and its peak resident memory."""
+    import shutil
+
+    import numpy as np
+
+    from numpyro_sgrld.sharding import shuffled_rows
+
+    target = f"{folder}/shuffled"
+    start = time.perf_counter()
+    out = shuffled_rows({n: np.load(f"{folder}/{n}.npy", mmap_mode="r") for n in "Xy"}, target)
+    seconds = time.perf_counter() - start
+    del out
+    shutil.rmtree(target)
+    return {"seconds": seconds}
 
 
 def hmcecs(folder, rows, slice_rows):
@@ -230,6 +260,10 @@ def gradient(folder, rows, slice_rows):
             "seconds_per_gradient_extrapolated": per * rows / slice_rows}
 
 
+def _batching(stage):
+    return "contiguous" if stage.endswith("-contiguous") else "replacement"
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=100_000_000)
@@ -249,11 +283,15 @@ def main():
             result = write(a.folder, a.rows)
         elif a.stage == "reference":
             result = reference(a.folder)
-        elif a.stage == "sgld":
-            result = sgld(a.folder, done["reference"], a.warmup, a.chunk, a.cap)
+        elif a.stage.startswith("sgld"):
+            result = sgld(a.folder, done["reference"], a.warmup, a.chunk, a.cap,
+                          _batching(a.stage))
         elif a.stage.startswith("speed"):
-            result = speed(a.folder, a.rows if a.stage == "speed-disk" else a.memory_rows,
-                           a.stage.split("-")[1], a.warmup, a.steps)
+            all_rows = a.stage in ("speed-disk", "speed-disk-contiguous")
+            result = speed(a.folder, a.rows if all_rows else a.memory_rows,
+                           a.stage.split("-")[1], a.warmup, a.steps, _batching(a.stage))
+        elif a.stage == "shuffle":
+            result = shuffle(a.folder)
         elif a.stage == "hmcecs":
             result = hmcecs(a.folder, a.rows, a.slice)
         else:
@@ -272,26 +310,40 @@ def main():
         print(f"{stage}: {time.perf_counter() - start:.0f} s", flush=True)
     done = _done(a.out)
     size = sum(os.path.getsize(f"{a.folder}/{n}.npy") for n in "Xy") / 2**30
-    s, g, h = done["sgld"], done["gradient"], done["hmcecs"]
-    disk, sliced, memory = (done[k] for k in ("speed-disk", "speed-disk-slice", "speed-memory"))
+    g, h = done["gradient"], done["hmcecs"]
     print(f"\nN = {a.rows:,} rows x {D} features, files {size:.1f} GiB, minibatch {BATCH}")
     print("| measure | value |\n|---|---|")
-    print(f"| SGLD (defaults, rows on disk): time to the target | "
-          f"{s['seconds_to_target']:.0f} s ({'reached' if s['reached'] else 'not reached'}, "
-          f"{s['draws']:,} draws, max mean error {s['max_mean_error_sd']:.3f} sd, "
-          f"worst sd ratio {s['worst_sd_ratio']:.3f}) |")
-    print(f"| its process's peak resident memory | {s['peak_rss_mib']:,.0f} MiB |")
-    print(f"| SGLD after warm-up, steps per second: rows on disk, N = {a.rows:,} | "
-          f"{disk['steps_per_second']:.0f} (peak resident memory "
-          f"{disk['peak_rss_mib']:,.0f} MiB) |")
-    print(f"| the same, rows on disk, N = {a.memory_rows:,} | "
-          f"{sliced['steps_per_second']:.0f} |")
-    print(f"| the same, rows in memory, N = {a.memory_rows:,} | "
-          f"{memory['steps_per_second']:.0f} (peak resident memory "
-          f"{memory['peak_rss_mib']:,.0f} MiB) |")
-    print(f"| steps per second, disk / memory | "
-          f"{disk['steps_per_second'] / memory['steps_per_second']:.2f} at N = {a.rows:,} on "
-          f"disk; {sliced['steps_per_second'] / memory['steps_per_second']:.2f} at equal N |")
+    for batching in ("replacement", "contiguous"):
+        tail = "" if batching == "replacement" else "-contiguous"
+        s = done["sgld" + tail]
+        disk, sliced, memory = (done[k + tail] for k in
+                                ("speed-disk", "speed-disk-slice", "speed-memory"))
+        words = _batching_words(batching)
+        print(f"| SGLD ({words}, rows on disk): time to the target | "
+              f"{s['seconds_to_target']:.0f} s ({'reached' if s['reached'] else 'not reached'}, "
+              f"{s['draws']:,} draws, max mean error {s['max_mean_error_sd']:.3f} sd, "
+              f"worst sd ratio {s['worst_sd_ratio']:.3f}); peak resident memory "
+              f"{s['peak_rss_mib']:,.0f} MiB |")
+        print(f"| the same after warm-up, steps per second: rows on disk, N = {a.rows:,} | "
+              f"{disk['steps_per_second']:.0f} (peak resident memory "
+              f"{disk['peak_rss_mib']:,.0f} MiB) |")
+        print(f"| the same, rows on disk, N = {a.memory_rows:,} | "
+              f"{sliced['steps_per_second']:.0f} |")
+        print(f"| the same, rows in memory, N = {a.memory_rows:,} | "
+              f"{memory['steps_per_second']:.0f} (peak resident memory "
+              f"{memory['peak_rss_mib']:,.0f} MiB) |")
+        print(f"| steps per second, disk / memory ({words}) | "
+              f"{disk['steps_per_second'] / memory['steps_per_second']:.2f} at N = "
+              f"{a.rows:,} on disk; {sliced['steps_per_second'] / memory['steps_per_second']:.2f}"
+              f" at equal N |")
+    base = done["speed-memory"]["steps_per_second"]
+    print(f"| steps per second, contiguous on disk / defaults in memory | "
+          f"{done['speed-disk-contiguous']['steps_per_second'] / base:.2f} at N = {a.rows:,} "
+          f"on disk; {done['speed-disk-slice-contiguous']['steps_per_second'] / base:.2f} at "
+          f"equal N |")
+    sh = done["shuffle"]
+    print(f"| shuffled_rows: the files written in a random order | {sh['seconds']:.0f} s "
+          f"(peak resident memory {sh['peak_rss_mib']:,.0f} MiB) |")
     print(f"| NUTS: one full-data gradient, extrapolated from {g['slice_rows']:,} rows in "
           f"memory | {g['seconds_per_gradient_extrapolated']:.1f} s |")
     print(f"| HMCECS on {h['slice_rows']:,} rows in memory: set-up and warm-up; then per draw | "

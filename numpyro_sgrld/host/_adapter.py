@@ -98,8 +98,9 @@ class SGMCMC(MCMCKernel):
     :param num_data: :math:`N` (``StepContext.num_data``), used by adaptive metrics to form the
         per-datum gradient :math:`\bar g = \nabla\hat U / N`. Defaults to the size of the
         largest subsample plate, or 1 without one.
-    :param batching: ``"replacement"`` (default: independent uniform indices every step) or
-        ``"epoch"`` (shuffle once per epoch and sweep without replacement).
+    :param batching: ``"replacement"`` (default: independent uniform indices every step),
+        ``"epoch"`` (shuffle once per epoch, sweep without replacement) or ``"contiguous"``
+        (runs of consecutive rows, :class:`~numpyro_sgrld.host.subsample.Contiguous`).
     :param init_strategy: a NumPyro init strategy, as for ``NUTS`` (ignored when
         ``init_params`` are given to ``MCMC.run``; those are unconstrained values).
     :param data_parallel: split every minibatch across devices: ``None`` (default, one
@@ -216,7 +217,7 @@ class SGMCMC(MCMCKernel):
 
     def _init_one(self, z, rng_key, model_args, model_kwargs, num_warmup=0):
         target = parts.target(self.setup, self.model, self._potential_fn, None, model_args,
-                              model_kwargs, num_data=self.num_data)
+                              model_kwargs, num_data=self.num_data, batching=self._batching)
         return parts.init_state(
             self._setting, target, z, rng_key, num_warmup, self.setup.plates, self._batching,
             self.adapts_step_size,
@@ -231,7 +232,7 @@ class SGMCMC(MCMCKernel):
         algorithm's estimator (its settled form after warm-up, :meth:`after_warmup`)."""
         target = parts.target(self.setup, self.model, self._potential_fn, self._axis_name,
                               model_args, model_kwargs, state.i if step is None else step,
-                              self.num_data)
+                              self.num_data, self._batching)
         setting = self._setting if gradient is None else parts.with_gradient(self._setting,
                                                                              gradient)
         return self._transition(setting, state, target, adapting)
@@ -294,7 +295,8 @@ class SGMCMC(MCMCKernel):
             self._transition = cycles_.exploration_stage(transition, *self.cycles,
                                                          self.cycle_start)
         self._setting = Setting(
-            self.algorithm, partial(parts.draw, self.setup.plates, sharding, strata=strata),
+            self.algorithm, partial(parts.draw, self.setup.plates, sharding, strata=strata,
+                                   batching=self._batching),
             self.target_bias, parts.step_size_rule(self._schedule, self.cycles),
             parts.ahead((model_args, model_kwargs)))
         if vectorized:

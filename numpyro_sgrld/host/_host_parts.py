@@ -35,6 +35,7 @@ from numpyro_sgrld.host.host_data import (
 from numpyro_sgrld.host.sharded_data import stratified_indices
 from numpyro_sgrld.host.subsample import (
     as_jax_array,
+    check_draws,
     draw_indices,
     full_batch_opaque,
     init_batching,
@@ -186,12 +187,13 @@ def gradient_estimator(gradient, control_variate, mode_steps, start_at_centre, m
 
 
 def target(setup, model, potential_fn, axis_name, model_args, model_kwargs, step=None,
-           num_data=1):
+           num_data=1, batching="replacement"):
     """The :class:`~numpyro_sgrld.gradients.Target` the gradient estimator evaluates: the
     model's minibatch potential from its ``setup``
     (:class:`~numpyro_sgrld.host._model_host.ModelSetup`), or ``potential_fn`` without a model, at
     transition ``step`` (unbatched for vectorised chains: a branch on it stays one), for
-    ``num_data`` :math:`N`."""
+    ``num_data`` :math:`N`; its ``draw_batch`` draws by ``batching``'s law
+    (:func:`~numpyro_sgrld.host.subsample.check_draws`)."""
     if model is None:
         return Target(lambda z, idx: (potential_fn(z), {}), None, None, step=step,
                       axis_name=axis_name, num_data=num_data)
@@ -207,7 +209,7 @@ def target(setup, model, potential_fn, axis_name, model_args, model_kwargs, step
     return Target(
         minibatch_potential_with_aux(setup.prepared, args, kwargs),
         full_potential,
-        lambda key: draw_indices(key, setup.plates, None)[0],
+        lambda key: draw_indices(key, setup.plates, check_draws(setup.plates, batching))[0],
         steps_per_epoch=steps_per_epoch(setup.plates),
         step=step,
         axis_name=axis_name,
@@ -257,18 +259,25 @@ def diagnostics_str(state):
 def ahead(data):
     """The warm-up :class:`~numpyro_sgrld.warmup.pieces.Setting`'s ``ahead`` for ``data`` (the
     model's arguments): for rows on the host (:class:`~numpyro_sgrld.sharding.HostRows`, one
-    subsample plate), the gathers of a step read the next step's rows too
+    subsample plate), a step's rows are read in one host call at its start, which also starts
+    reading the next step's
     (:func:`~numpyro_sgrld.host.host_data.reading_ahead`); else ``None``."""
-    if not host_leaves(data):
+    leaves = host_leaves(data)
+    if not leaves:
         return None
-    return lambda idx, next_idx: reading_ahead(*(next(iter(i.values())) for i in (idx, next_idx)))
+    return lambda idx, next_idx: reading_ahead(
+        leaves, *(next(iter(i.values())) for i in (idx, next_idx)))
 
 
-def draw(plates, sharding, key, batch_state, strata=None):
+def draw(plates, sharding, key, batch_state, strata=None, batching="replacement"):
     """A minibatch's indices for every subsample plate, sharded across devices with
     ``data_parallel``: ``(idx, batch_state)``; with ``strata`` (data in
     :class:`~numpyro_sgrld.sharding.ShardedRows`), drawn share by share
-    (:func:`~numpyro_sgrld.host.sharded_data.stratified_indices`)."""
+    (:func:`~numpyro_sgrld.host.sharded_data.stratified_indices`). ``batch_state=None`` draws
+    a check's own minibatch, by ``batching``'s law where it has no state
+    (:func:`~numpyro_sgrld.host.subsample.check_draws`)."""
+    if batch_state is None:
+        batch_state = check_draws(plates, batching)
     if strata is None:
         idx, batch_state = draw_indices(key, plates, batch_state)
     else:

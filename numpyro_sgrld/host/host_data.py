@@ -61,8 +61,8 @@ import numpy as np
 from numpyro.primitives import Messenger
 
 __all__ = ["CHUNK_ROWS", "GATHER_BLOCK", "KEPT_READS", "MAPPED_BUDGET", "PIPE_ROOM", "READERS",
-           "HostRows", "chunked_full_potential", "host_leaves", "num_chunks", "one_plate",
-           "reading_ahead"]
+           "RUN_READS", "HostRows", "chunked_full_potential", "host_call", "host_leaves",
+           "num_chunks", "one_plate", "reading_ahead", "runs"]
 
 #: Rows per chunk of a full-data pass, at most.
 CHUNK_ROWS = 1 << 18
@@ -80,24 +80,63 @@ PIPE_ROOM = 1 << 20
 #: Reads kept by their indices: this step's, the next one's and a few before.
 KEPT_READS = 4
 
+#: A gather whose rows form at most this many runs of consecutive rows (a chunk, a
+#: minibatch of ``batching="contiguous"``) reads each run in one read, in the process itself.
+RUN_READS = 8
+
 #: Scattered rows fancy-indexed between two releases of the mapping, for a large file whose
 #: rows are not contiguous in it (a Fortran-ordered ``.npy``), which cannot be read row by row.
 GATHER_BLOCK = 128
 
-_AHEAD = threading.local()  # (this step's indices, the next's) while a transition is traced
+_AHEAD = threading.local()  # (this step's indices, its rows by source) while a step is traced
+
+try:  # a callback that writes its results into XLA's buffers, on CPU
+    from jax.experimental.buffer_callback import buffer_callback as _buffer_callback
+except ImportError:  # pragma: no cover - a JAX without it
+    _buffer_callback = None
+
+
+def host_call(fn, shapes, *args):
+    """``fn(*args)`` (NumPy arrays in, a tuple of NumPy arrays of ``shapes`` out) called from
+    the compiled step, batched over vectorised chains by a leading axis. On CPU it is a
+    :func:`~jax.experimental.buffer_callback.buffer_callback` that writes the results into
+    XLA's output buffers (a fraction of :func:`jax.pure_callback`'s fixed cost per call, the
+    larger part of a host gather's time: ``docs/benchmarks.md``); elsewhere a
+    :func:`jax.pure_callback`."""
+    if _buffer_callback is None or jax.default_backend() != "cpu":
+        return jax.pure_callback(fn, shapes, *args, vmap_method="expand_dims")
+
+    def fill(ctx, out, *buffers):
+        for buffer, rows in zip(out, fn(*(np.asarray(b) for b in buffers)), strict=True):
+            np.asarray(buffer)[...] = rows
+
+    return _buffer_callback(fill, shapes, vmap_method="expand_dims")(*args)
 
 
 @contextmanager
-def reading_ahead(idx, next_idx):
-    """While the body is traced, a gather of :class:`HostRows` at this step's indices ``idx``
-    (the traced array the transition drew) also asks for the rows ``next_idx``, the next
-    step's."""
+def reading_ahead(leaves, idx, next_idx):
+    """While the body is traced, the :class:`HostRows` ``leaves`` indexed at this step's
+    indices ``idx`` (the traced array the transition drew) are the rows of one host call at
+    its start, which also starts the reads of the next step's rows ``next_idx``: however many
+    arrays and however many evaluations of the minibatch's potential the step has (the state's
+    and the control variates' centre's), one call per step."""
+    sources = list({id(leaf.source): leaf.source for leaf in leaves}.values())
+    shapes = tuple(jax.ShapeDtypeStruct(jnp.shape(idx) + s.array.shape[1:], s.array.dtype)
+                   for s in sources)
+    rows = host_call(lambda i, ahead: _gather_all(sources, i, ahead), shapes, idx, next_idx)
     stack = _AHEAD.__dict__.setdefault("stack", [])
-    stack.append((idx, next_idx))
+    stack.append((idx, {id(s): r for s, r in zip(sources, rows, strict=True)}))
     try:
         yield
     finally:
         stack.pop()
+
+
+def _gather_all(sources, idx, ahead):
+    """Every source's rows ``idx``, once the reads of the rows ``ahead`` are asked for."""
+    for source in sources:
+        source.read_ahead(ahead)
+    return tuple(source.gather(idx) for source in sources)
 
 
 class _RowFile:
@@ -231,12 +270,10 @@ class _Source:
             if got in self.kept:
                 self.kept[got] = rows
 
-    def _scattered(self, flat, ahead):
+    def _scattered(self, flat):
         with self.lock:
             reader = self.file.reader()
             key = self._ask(reader, flat)
-            if ahead is not None:
-                self._ask(reader, np.asarray(ahead).reshape(-1).astype(np.int64))
             self._take(reader, key)
             rows = self.kept[key]
             self.kept.move_to_end(key)
@@ -244,27 +281,56 @@ class _Source:
                 self.kept.popitem(last=False)
             return rows
 
-    def gather(self, idx, ahead=None):
-        """The rows ``idx``; with ``ahead`` (the next step's indices) their read is started."""
+    def _flat(self, idx):
+        flat = np.asarray(idx).reshape(-1).astype(np.int64)
+        if flat.size and (flat.min() < 0 or flat.max() >= len(self.array)):
+            raise IndexError(
+                f"HostRows: row indices from {flat.min()} to {flat.max()} for "
+                f"{len(self.array)} rows; index a plate's rows 0 .. N-1.")
+        return flat
+
+    def read_ahead(self, idx):
+        """Start reading the rows ``idx`` (the next step's), where they are read scattered by
+        the reader process; nothing otherwise."""
+        if self.file is None or idx is None:
+            return
+        flat = self._flat(idx)
+        if runs(flat, self.file) is None:
+            with self.lock:
+                self._ask(self.file.reader(), flat)
+
+    def gather(self, idx):
+        """The rows ``idx``."""
         idx = np.asarray(idx)
-        flat = idx.reshape(-1).astype(np.int64)
         shape = idx.shape + self.array.shape[1:]
         if self.file is not None:
-            if flat.size and (flat.min() < 0 or flat.max() >= len(self.array)):
-                raise IndexError(
-                    f"HostRows: row indices from {flat.min()} to {flat.max()} for "
-                    f"{len(self.array)} rows; index a plate's rows 0 .. N-1.")
-            if (self.file.stride == self.file.row_bytes and flat.size
-                    and flat[-1] - flat[0] == flat.size - 1 and np.all(np.diff(flat) == 1)):
-                return self.file.read_run(int(flat[0]), flat.size).reshape(shape)  # a chunk
-            return self._scattered(flat, ahead).reshape(shape)
+            flat = self._flat(idx)
+            found = runs(flat, self.file)
+            if found is None:
+                return self._scattered(flat).reshape(shape)
+            return np.concatenate([self.file.read_run(int(first), int(count))
+                                   for first, count in zip(*found)]).reshape(shape)
         if not _mapped(self.array) or self.array.nbytes <= MAPPED_BUDGET:
             return np.asarray(self.array[idx])  # the whole mapping fits the budget
+        flat = idx.reshape(-1)
         rows = np.empty((flat.size,) + self.array.shape[1:], self.array.dtype)
         for start in range(0, flat.size, GATHER_BLOCK):  # rows not contiguous in the file
             rows[start:start + GATHER_BLOCK] = self.array[flat[start:start + GATHER_BLOCK]]
             release(self.array)
         return rows.reshape(shape)
+
+
+def runs(flat, file):
+    """``(firsts, counts)`` of the runs of consecutive rows that make up the indices ``flat``,
+    where they are at most :data:`RUN_READS` and ``file``'s rows follow one another: each run
+    is then one read in the process itself; else ``None`` (rows read one by one)."""
+    if not flat.size or file.stride != file.row_bytes:
+        return None
+    breaks = np.flatnonzero(np.diff(flat) != 1) + 1
+    if breaks.size >= RUN_READS:
+        return None
+    bounds = np.concatenate([[0], breaks, [flat.size]])
+    return flat[bounds[:-1]], np.diff(bounds)
 
 
 def _mapping(array):
@@ -327,14 +393,11 @@ class HostRows:
                 "HostRows is indexed by one vector of row indices, rows[idx] (the plate's "
                 f"indices); got {idx!r}. Index the gathered rows further: rows[idx][:, j].")
         stack = getattr(_AHEAD, "stack", None)
-        this, ahead = stack[-1] if stack else (None, None)
-        minibatch = idx is this  # the step's (not a chunk, nor a check's own minibatch)
-        idx = jnp.asarray(idx)
+        if stack and idx is stack[-1][0] and id(self.source) in stack[-1][1]:
+            return stack[-1][1][id(self.source)]  # the step's minibatch, read at its start
+        idx = jnp.asarray(idx)  # a chunk, or a check's own minibatch: a call of its own
         out = jax.ShapeDtypeStruct(idx.shape + self.shape[1:], self.dtype)
-        if minibatch:
-            return jax.pure_callback(self.source.gather, out, idx, ahead,
-                                     vmap_method="expand_dims")
-        return jax.pure_callback(self.source.gather, out, idx, vmap_method="expand_dims")
+        return host_call(lambda i: (self.source.gather(i),), (out,), idx)[0]
 
     def tree_flatten(self):
         return (), self.source

@@ -21,10 +21,11 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from numpyro_sgrld.host.host_data import HostRows
+from numpyro_sgrld.host.row_order import shuffled_rows
 from numpyro_sgrld.host.sharded_data import ShardedRows, shard_rows
 
 __all__ = ["HostRows", "ShardedRows", "data_mesh", "index_sharding", "check_divisible",
-           "shard_rows"]
+           "shard_rows", "shuffled_rows"]
 
 
 def data_mesh(devices=None, axis_name="data"):

@@ -22,7 +22,7 @@ from numpyro.primitives import Messenger
 
 __all__ = ["full_batch", "SubsamplePlate", "find_subsample_plates"]
 
-BATCHING_CHOICES = ("replacement", "epoch")
+BATCHING_CHOICES = ("replacement", "epoch", "contiguous")
 
 
 class _FullBatch(Messenger):
@@ -205,16 +205,50 @@ class EpochState(NamedTuple):
     position: jnp.ndarray
 
 
+class Contiguous(NamedTuple):
+    r"""Contiguous batching (no state): each minibatch is the run of :math:`n` consecutive rows
+    from a uniform first row :math:`s`, wrapping around,
+
+    .. math::
+        \mathcal B = \{s, s+1, \dots, s+n-1\} \bmod N, \qquad s \sim \mathcal U\{0, \dots, N-1\}.
+
+    Each row is in exactly :math:`n` of the :math:`N` runs, so it is in the minibatch with
+    probability :math:`n/N` and the scaled potential :math:`\hat U` is unbiased whatever the
+    rows' order. Its noise is that of a uniform minibatch only where the rows are in random
+    order (:func:`numpyro_sgrld.sharding.shuffled_rows`): on rows sorted by a covariate (time,
+    label, a group) a run is a slice of one part of the data and the noise is larger. Rows on
+    disk (:class:`~numpyro_sgrld.sharding.HostRows`) are then read in one read per minibatch,
+    not one per row."""
+
+
+def contiguous_indices(key, n, size):
+    """The rows of a run of ``n`` from a uniform first row, modulo ``size``
+    (:class:`Contiguous`)."""
+    first = uniform_indices(key, (), size)
+    offset = first + jnp.arange(n, dtype=jnp.int32)
+    return jnp.where(offset >= size, offset - size, offset)
+
+
 def init_batching(key, plates, batching):
-    """Initial batching state: ``None`` for sampling with replacement, else one
-    :class:`EpochState` per plate."""
+    """Initial batching state: ``None`` for sampling with replacement, else one state per
+    plate: :class:`EpochState` or :class:`Contiguous`."""
     if batching == "replacement":
         return None
+    if batching == "contiguous":
+        return tuple(Contiguous() for _ in plates)
     keys = random.split(key, max(len(plates), 1))
     return tuple(
         EpochState(random.permutation(k, plate.size), jnp.zeros((), jnp.int32))
         for k, plate in zip(keys, plates)
     )
+
+
+def check_draws(plates, batching):
+    """The batching state from which a check's own minibatch is drawn (the warm-up's noise and
+    proposal checks, the control variates' mode search): the chain's law where it has no state
+    (``"contiguous"``: the noise measured is that of the chain's minibatches, and rows on disk
+    are read as runs), else independent uniform indices (``None``)."""
+    return init_batching(None, plates, batching) if batching == "contiguous" else None
 
 
 def _next_epoch_batch(key, plate, state):
@@ -250,7 +284,8 @@ def draw_indices(key, plates, batching_state):
     """Fresh minibatch indices ``{plate_name: idx}`` and the new batching state.
 
     With replacement (``batching_state is None``) each index is an independent uniform draw
-    from ``0..N-1`` (:func:`uniform_indices`: O(n) work, not a permutation of all N).
+    from ``0..N-1`` (:func:`uniform_indices`: O(n) work, not a permutation of all N); with
+    :class:`Contiguous`, a run from a uniform first row.
     """
     keys = random.split(key, len(plates)) if len(plates) > 1 else [key]
     if batching_state is None:
@@ -261,7 +296,10 @@ def draw_indices(key, plates, batching_state):
         return idx, None
     idx, new_state = {}, []
     for k, plate, state in zip(keys, plates, batching_state):
-        idx[plate.name], s = _next_epoch_batch(k, plate, state)
+        if isinstance(state, Contiguous):
+            idx[plate.name], s = contiguous_indices(k, plate.subsample_size, plate.size), state
+        else:
+            idx[plate.name], s = _next_epoch_batch(k, plate, state)
         new_state.append(s)
     return idx, tuple(new_state)
 
@@ -270,6 +308,8 @@ def check_batching(batching):
     if batching not in BATCHING_CHOICES:
         raise ValueError(
             f"Unknown batching={batching!r}; use 'replacement' (independent uniform indices "
-            "every step, the default) or 'epoch' (shuffle and sweep without replacement)."
+            "every step, the default), 'epoch' (shuffle and sweep without replacement) or "
+            "'contiguous' (a run of consecutive rows from a uniform first row, for rows in "
+            "random order on disk)."
         )
     return batching
