@@ -61,8 +61,9 @@ import time
 from pathlib import Path
 
 D, BATCH = 20, 1000
-STAGES = ("write", "reference", "sgld", "speed-disk", "speed-disk-slice", "speed-memory",
-          "gradient", "hmcecs")
+STAGES = ("write", "reference", "sgld", "sgld-contiguous", "speed-disk", "speed-disk-slice",
+          "speed-memory", "speed-disk-contiguous", "speed-disk-slice-contiguous",
+          "speed-memory-contiguous", "shuffle", "gradient", "hmcecs")
 
 
 def _done(out):
