@@ -67,10 +67,10 @@ def _exact_law(y):
 
 @pytest.mark.parametrize("order", ["random", "sorted"])
 def test_sgld_on_contiguous_minibatches_samples_the_discretised_law(order):
-    """On rows in random order the runs' noise is a uniform minibatch's; on sorted rows it is
-    some 300 times larger, and the chain's variance with it. The law's mean needs the runs to
-    wrap around: without, the first and last rows of the sorted data would be under-weighted
-    and the mean off by about six of its standard errors."""
+    """On rows in random order the runs' noise is a uniform minibatch's; on sorted rows its
+    variance is 250 times larger, and the chain's variance 117 times. The law's mean needs the
+    runs to wrap around: without, the first and last rows of the sorted data would be
+    under-weighted and the mean off by about six of its standard errors."""
     y = np.random.default_rng(0).normal(1.5, 1.0, N).astype(np.float32)
     y = np.sort(y) if order == "sorted" else y
     mcmc = MCMC(SGLD(mean_model, STEP, batching="contiguous"), num_warmup=100,

@@ -1,9 +1,12 @@
 r"""Data larger than memory: :class:`HostRows`, rows that stay on the host (a memory-mapped
 NumPy file, ``numpy.load(path, mmap_mode="r")``) and reach the device a minibatch at a time.
 
-The model is unchanged: it indexes the rows with its plate's indices, ``X[idx]``, and each
-step gathers those ``n`` rows on the host (:func:`jax.pure_callback`) and hands them to the
-compiled step.
+The model is unchanged: it indexes the rows with its plate's indices, ``X[idx]``. Each step
+gathers its ``n`` rows of every :class:`HostRows` array on the host in one call at its start
+(:func:`reading_ahead`, :func:`host_call`) and the model's ``X[idx]`` at the step's indices
+are those rows, however many times the step evaluates its minibatch (the gradient at the state
+and at the control variates' centre). Any other gather (a chunk of a full-data pass, a warm-up
+check's own minibatch) is a call of its own.
 
 **Reading rows.** A file larger than :data:`MAPPED_BUDGET` is read, not mapped, so the
 process's resident memory holds minibatches, never the file's pages. (Fancy-indexing the
@@ -13,16 +16,16 @@ read by a process of the file's own (:mod:`~numpyro_sgrld.host._row_reader`, sta
 first gather), one ``os.pread`` per row shared among its :data:`READERS` threads, and sent back
 through a pipe: a thread of the sampling process looping over a thousand short reads a step
 would take its interpreter's lock back after each one, and make the compiled step's host
-callbacks wait for the lock. A chunk, contiguous in the file, is one read in the process itself.
-A smaller file is indexed through its mapping, whose pages are bounded by its size.
+call wait for the lock. Rows that form at most :data:`RUN_READS` runs of consecutive rows (a
+chunk; a minibatch of ``batching="contiguous"``, :class:`~numpyro_sgrld.host.subsample.Contiguous`)
+are one read per run in the process itself. A smaller file is indexed through its mapping,
+whose pages are bounded by its size.
 
-**Reading ahead.** While a step runs, the rows of the next one are read: the transition knows
-the next step's indices (its key is this step's), and hands them to the gather
-(:func:`reading_ahead`), which asks the reader for them before it waits for this step's rows,
-asked for during the previous step. The rows read are kept by their indices for a few steps,
-so the several evaluations of one step's minibatch (the gradient at the state and at the
-control variates' centre) read it once. The rows returned are always those of the indices
-asked for: a read ahead that is not used is only time spent.
+**Reading ahead.** While a step runs, the scattered rows of the next one are read: the
+transition knows the next step's indices (its key is this step's), and the step's call asks
+the reader for them before it waits for this step's rows, asked for during the previous step.
+The rows read are kept by their indices for a few steps. The rows returned are always those of
+the indices asked for: a read ahead that is not used is only time spent.
 
 **Full-data passes stream in chunks.** A plate's full data would not fit, so wherever the
 kernels evaluate the full-data potential (the control variates' centre, the dense metric's
@@ -308,8 +311,8 @@ class _Source:
             found = runs(flat, self.file)
             if found is None:
                 return self._scattered(flat).reshape(shape)
-            return np.concatenate([self.file.read_run(int(first), int(count))
-                                   for first, count in zip(*found)]).reshape(shape)
+            parts = [self.file.read_run(int(first), int(count)) for first, count in zip(*found)]
+            return (parts[0] if len(parts) == 1 else np.concatenate(parts)).reshape(shape)
         if not _mapped(self.array) or self.array.nbytes <= MAPPED_BUDGET:
             return np.asarray(self.array[idx])  # the whole mapping fits the budget
         flat = idx.reshape(-1)
