@@ -268,6 +268,29 @@ def test_shampoo_is_identity_until_the_first_root_update():
             assert not np.allclose(out, g["W"])
 
 
+def test_shampoo_warm_start_is_the_curvatures_statistic_with_roots_at_once():
+    """Warm-started from a curvature c (what the squared per-datum gradient times N^2
+    averages to): a matrix site's L and R are diag(row sums of |c|) / N^2 and diag(column
+    sums) / N^2, a vector's diag(|c|) / N^2, and the preconditioner is their roots before any
+    recomputation (every 3 steps here); a step then decays the warm start by the decay."""
+    eps, decay, n = 1e-6, 0.9, 4
+    metric = metrics.shampoo(decay=decay, eps=eps, update_interval=3, block_size=5)
+    warm = trait(metric, metrics.WarmStart)
+    c = {"W": jnp.array([[1.0, 2.0, 0.5], [3.0, -1.0, 4.0]]), "v": jnp.array([2.0, 8.0])}
+    state = warm.fn(metric.init(c), c, _ctx(n))
+    cw = np.abs(np.asarray(c["W"], np.float64)) / n**2
+    L, R = np.diag(cw.sum(1)) + eps * np.eye(2), np.diag(cw.sum(0)) + eps * np.eye(3)
+    Lv = np.diag(np.asarray(c["v"], np.float64) / n**2) + eps * np.eye(2)
+    zero = jax.tree.map(jnp.zeros_like, c)
+    precond, later = metric.update(zero, state, zero, _ctx(n))  # no recomputation at step 1
+    x = {"W": random.normal(random.PRNGKey(2), (2, 3)), "v": jnp.ones(2)}
+    PL, PR = (_inv_root(M, eps, 8) @ _inv_root(M, eps, 8) for M in (L, R))
+    np.testing.assert_allclose(precond.drift(x)["W"], PL @ np.asarray(x["W"]) @ PR, rtol=1e-4)
+    np.testing.assert_allclose(precond.drift(x)["v"], _inv_root(Lv, eps, 2) @ np.ones(2),
+                               rtol=1e-4)
+    np.testing.assert_allclose(later.stats["W"][0][0], decay * np.diag(cw.sum(1)), rtol=1e-6)
+
+
 # ----------------------------------------------------------------------------- Γ
 def _quadratic(seed, d=5, num_data=7):
     rng = np.random.default_rng(seed)

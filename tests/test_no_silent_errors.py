@@ -104,15 +104,23 @@ def test_psgld_empty_statistic_is_the_identity():
     assert abs(_variance_z(draws, 2 * 1e-3)) < Z_MAX
 
 
+def test_shampoo_warm_start_at_the_mode():
+    """ShampooSGLD with update_interval=1 started at the mode of N(0, s^2): the gradient is
+    zero, but the statistic is warm-started from the curvature, L = alpha / s^2 (N = 1) at the
+    first step, so the first step is N(0, 2h s / sqrt(alpha)), not (alpha eps)^(-1/2) times
+    SGLD's."""
+    s, h, decay = 0.1, 1e-3, 0.9
+    kernel = ShampooSGLD(potential_fn=lambda z: 0.5 * jnp.sum((z["t"] / s) ** 2),
+                         step_size=h, update_interval=1, decay=decay)
+    draws = _first_steps(kernel, {"t": jnp.zeros(CHAINS)})
+    assert abs(_variance_z(draws, 2 * h * s / np.sqrt(decay))) < Z_MAX
+
+
 def test_shampoo_empty_statistic_is_the_identity():
-    """ShampooSGLD with update_interval=1 started at the mode: the first statistic is empty,
-    so the first step is SGLD's, N(0, 2h) (it was (alpha eps)^(-1/2) times wider)."""
-    kernel = ShampooSGLD(
-        potential_fn=lambda z: 0.5 * jnp.sum((z["t"] / 0.1) ** 2),
-        step_size=1e-3,
-        update_interval=1,
-        decay=0.9,
-    )
+    """A site with zero gradient and zero curvature (no information at all) moves as SGLD:
+    N(0, 2h), not (alpha eps)^(-1/2) times wider."""
+    kernel = ShampooSGLD(potential_fn=lambda z: 0.0 * jnp.sum(z["t"]), step_size=1e-3,
+                         update_interval=1, decay=0.9)
     draws = _first_steps(kernel, {"t": jnp.zeros(CHAINS)})
     assert abs(_variance_z(draws, 2 * 1e-3)) < Z_MAX
 

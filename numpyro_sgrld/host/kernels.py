@@ -270,8 +270,10 @@ class ShampooSGLD(SGMCMC):
 
     For a weight matrix :math:`D = L^{-1/4}\otimes R^{-1/4}`; vectors and biases get the full
     matrix :math:`L^{-1/2}` (as in Yu et al.'s funnel; their network code left vectors
-    unpreconditioned). Roots are recomputed every ``update_interval`` steps (identity before the
-    first); dimensions are merged up to, and split into blocks of, ``block_size``.
+    unpreconditioned). Roots are recomputed every ``update_interval`` steps, from a statistic
+    warm-started at ``init`` at what the gradients' squares average to under the posterior
+    (the curvature over :math:`N^2`), with roots computed from it at once; dimensions are
+    merged up to, and split into blocks of, ``block_size``.
 
     Parameter mapping to Yu et al.: ``decay`` :math:`\alpha` (their :math:`\beta`), ``eps``
     :math:`\epsilon` (1e-6 in their funnel), ``update_interval`` (100; 1 in the funnel).

@@ -13,6 +13,7 @@ from numpyro_sgrld.core.correction import GammaBias, Lag, NoLag
 from numpyro_sgrld.core.metrics._base import (
     Metric,
     Preconditioner,
+    WarmStart,
     _check_decay,
     _check_interval,
     _check_nonnegative,
@@ -177,6 +178,21 @@ def _fresh_roots(stats_l, roots_l, precs_l, eps, decay, count, ridge="root"):
     return stats_out, roots_out, precs_out
 
 
+def _curvature_stats(curvature, num_data, layout, stats):
+    r"""The warm start's statistics of one leaf: per block and mode, the diagonal of
+    :math:`E[G_{(i)}G_{(i)}^\top]` for a per-datum gradient whose entries have second moments
+    :math:`|c|/N^2` (:class:`~numpyro_sgrld.metrics.WarmStart`: ``c`` the curvature estimate),
+    :math:`\mathrm{diag}_a \sum_{b} |c_{ab}| / N^2` over the other modes' indices ``b``."""
+    merged, block, counts = layout
+    blocks = _to_blocks(jnp.abs(curvature) / float(num_data) ** 2, merged, block, counts)
+    out = []
+    for i, s in enumerate(stats):
+        other = tuple(j + 1 for j in range(len(block)) if j != i)
+        diagonal = jnp.sum(blocks, axis=other) if other else blocks
+        out.append(jax.vmap(jnp.diag)(diagonal).astype(s.dtype))
+    return tuple(out)
+
+
 class ShampooState(NamedTuple):
     r"""Per leaf, tuples over modes of arrays ``(num_blocks, n_i, n_i)``: the statistics
     ``stats`` (:math:`L_i - \alpha^t\epsilon I`, the moving average of the gradients' Gram
@@ -214,13 +230,25 @@ def shampoo(
     :math:`G_{(i)}` the mode-i unfolding of the per-datum gradient block. The roots are
     recomputed (batched symmetric eigendecompositions, exact) every ``update_interval`` steps,
     behind a ``lax.cond`` on the step count (with ``update_interval=1`` on every step, without
-    one); before the first recomputation the metric is the identity. For a matrix this
-    is :math:`D = L^{-1/4} \otimes R^{-1/4}`; vectors and biases (k = 1) get the full-matrix
-    :math:`L^{-1/2}`, as in Yu et al.'s funnel experiment (their network code left vectors
-    unpreconditioned). The ridge :math:`\epsilon\lambda_{max}` is added at the root only, not
-    into :math:`L_i` (unlike the authors' code). A block whose gradients have all been exactly
-    zero so far (:math:`L_i = \alpha^t\epsilon I`: no information, e.g. a start at a mode with
-    exact gradients and ``update_interval=1``) keeps the identity instead of the root
+    one).
+
+    **Warm start** (the kernels call ``warm_start`` at ``init``, and warm-up at each restart
+    of the metric in new coordinates): :math:`L_i` starts at the diagonal of
+    :math:`E[G_{(i)}G_{(i)}^\top]` for gradients whose squares average to the curvature
+    estimate over :math:`N^2`, what they average to under the posterior
+    (:class:`~numpyro_sgrld.metrics.WarmStart`), and the roots are computed from it at once.
+    It fades as :math:`\alpha^t` in the moving average. Without it the statistic starts at
+    :math:`\epsilon I` and fills as :math:`1-\alpha^t` (no bias correction), and the metric
+    is the identity until the first recomputation: its scale then jumps by orders of magnitude
+    (about :math:`N` for a vector), so a step adapted before that jump is far too large after
+    it. Called directly (``init`` without ``warm_start``) the metric starts at the identity.
+
+    For a matrix this is :math:`D = L^{-1/4} \otimes R^{-1/4}`; vectors and biases (k = 1) get
+    the full-matrix :math:`L^{-1/2}`, as in Yu et al.'s funnel experiment (their network code
+    left vectors unpreconditioned). The ridge :math:`\epsilon\lambda_{max}` is added at the root
+    only, not into :math:`L_i` (unlike the authors' code). A block whose gradients have all been
+    exactly zero so far (:math:`L_i = \alpha^t\epsilon I`: no information, e.g. a start at a
+    mode with exact gradients and ``update_interval=1``) keeps the identity instead of the root
     :math:`(\alpha^t\epsilon)^{-1/(4k)}` of its initial value. State: three
     :math:`n_i \times n_i` matrices per block and mode, at most :math:`3\cdot 128^2` numbers
     each.
@@ -266,6 +294,17 @@ def shampoo(
         is_triple = lambda t: isinstance(t, tuple) and len(t) == 3  # noqa: E731
         pick = lambda j: jax.tree.map(lambda t: t[j], parts, is_leaf=is_triple)  # noqa: E731
         return ShampooState(pick(0), pick(1), pick(2), jnp.zeros((), jnp.int32))
+
+    def warm_start(state, curvature, context=None):
+        num_data = _context(context).num_data
+        leaves, treedef = jax.tree.flatten(curvature)
+        stats = [_curvature_stats(c, num_data, layout(c), s)
+                 for c, s in zip(leaves, treedef.flatten_up_to(state.stats))]
+        stats, roots, precs = _fresh_roots(stats, None, None, eps=eps, decay=decay,
+                                           count=state.count, ridge=ridge)
+        return ShampooState(jax.tree.unflatten(treedef, stats),
+                            jax.tree.unflatten(treedef, list(roots)),
+                            jax.tree.unflatten(treedef, list(precs)), state.count)
 
     def update(grad, state, position, context=None):
         num_data = _context(context).num_data
@@ -323,4 +362,4 @@ def shampoo(
     lag = (Lag(decay) if update_interval == 1 else
            NoLag(f"with update_interval={update_interval}: the Γ correction needs the metric "
                  "to follow the current gradient statistic, so set update_interval=1"))
-    return Metric(init, update, name="shampoo", traits=(lag, GammaBias()))
+    return Metric(init, update, name="shampoo", traits=(lag, GammaBias(), WarmStart(warm_start)))
