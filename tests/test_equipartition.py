@@ -153,6 +153,68 @@ def test_departures_need_both_the_band_and_the_noise():
     assert eq.critical_z(26, 9) > eq.critical_z(26, 40) > eq.critical_z(26)
 
 
+def test_a_law_hundreds_of_times_too_wide_is_flagged_although_its_error_grows_with_it():
+    """A reading of 95,879 ± 28,632 from 16 batches (a user's metric at a step 100x too large:
+    sds 40-355x the posterior's) is 3.3 of its own errors from 1, within the Wald test's
+    critical value; on the log scale it is log(T)/(se/T), 38 errors away."""
+    t = eq.Temperatures(("w[0]", "w[1]"), np.array([3.0e3, 9.5879e4]),
+                        np.array([1.0e3, 2.8632e4]), 4.9e4, 1.5e4, 500, 16)
+    z = eq.critical_z(3, 16)
+    wald = np.abs(t.estimate - 1) / t.se
+    assert np.all(wald < z)  # what the Wald test read: within noise
+    assert np.all(eq.departure_z(t.estimate, t.se) > 5 * z)
+    assert [name for name, *_ in eq.departures(t)] == ["w[1]", "all coordinates", "w[0]"]
+    # below 1 the Wald statistic is kept; at 1 the two agree to first order
+    np.testing.assert_allclose(eq.departure_z([0.2, 1.0 + 1e-6], [0.1, 0.1]), [8.0, 1e-5],
+                               rtol=1e-4)
+    assert np.isnan(eq.departure_z([5.0], [np.nan])[0])
+
+
+def _right_runs(reps, chains, n, rho, seed):
+    """The readings of ``reps`` runs of ``chains`` stationary AR(1) chains on a Gaussian of
+    sds 0.5, 1.75, 3 with minibatch-like gradients (the exact one plus independent noise),
+    decentred as the verdict does: each run's draws sample the target exactly."""
+    from numpyro_sgrld.host.verdict import _centring
+
+    scale = jnp.array([0.5, 1.75, 3.0])
+
+    def one(key):
+        k1, k2 = jax.random.split(key)
+        x = _ar1(k1, n, 3, rho, scale)
+        g = x / scale**2 + 2.0 / scale * jax.random.normal(k2, x.shape)
+        return _run(x, g), x.mean(0), x.var(0, ddof=1)
+
+    keys = jax.random.split(jax.random.PRNGKey(seed), reps * chains)
+    accs, means, variances = jax.device_get(jax.vmap(one)(keys))
+    ess = n * (1 - rho) / (1 + rho)  # each chain's, exactly
+    for r in range(reps):
+        part = slice(r * chains, (r + 1) * chains)
+        acc = jax.tree.map(lambda a, p=part: a[p] if chains > 1 else a[p][0], accs)
+        factors = eq.centring_factor(means[part], variances[part]) if chains > 1 else [np.nan]
+        factor = _centring(list(factors), [ess * chains] * 3, chains, mixed=True)
+        yield eq.decentred(eq.summarize(acc), factor, ess)
+
+
+@pytest.mark.parametrize("chains, n, rho, reps", [
+    (1, 2_000, 0.9, 1_000), pytest.param(4, 2_000, 0.95, 400, marks=pytest.mark.slow)])
+def test_right_runs_are_flagged_no_more_often_than_the_family_error(chains, n, rho, reps):
+    """Over replicated right runs of about 100 and 200 effective draws (the least a trusted
+    run holds), the share whose readings (pooled and each chain's, every group and the
+    overall one) are beyond :func:`eq.critical_z` by :func:`eq.departure_z` -- the band left
+    out, so the noise test alone is counted -- is at most :data:`eq.FAMILY_ERROR`, up to its
+    binomial error (one-sided, 1 %)."""
+    flagged = 0
+    for t in _right_runs(reps, chains, n, rho, seed=11):
+        sets = [t] + [c for c in t.chains if c is not None]
+        tests = len(sets) * (len(t.names) + 1)
+        flagged += any(
+            np.any(eq.departure_z(np.append(c.estimate, c.overall),
+                                  np.append(c.se, c.overall_se)) > eq.critical_z(tests, c.batches))
+            for c in sets)
+    f = eq.FAMILY_ERROR
+    assert flagged / reps <= f + 2.33 * np.sqrt(f * (1 - f) / reps), flagged
+
+
 def _gaussian(scales):
     def model():
         numpyro.sample("x", dist.Normal(0.0, jnp.asarray(scales)).to_event(1))
@@ -286,3 +348,27 @@ def test_many_short_chains_of_psgld_without_gamma_warn_and_with_it_are_quiet(fas
     assert second > 1.3 and warned and "equipartition" in warned[0]
     quiet, second = found["exact"]
     assert abs(second - 1) < 0.1 and not quiet
+
+
+def test_a_run_thousands_of_times_too_wide_warns():
+    """PSGLD at a given step far too large on a regression whose columns are scaled 1 and 10,
+    one short chain (300 + 500 steps): its sds are thousands of times the exact posterior's,
+    and its readings, whose batch-means errors grow with them, are judged on the log scale."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(1000, 2)) * np.array([1.0, 10.0])
+    y = X @ np.array([0.5, -0.2]) + rng.normal(size=1000)
+    sd = np.sqrt(np.diag(np.linalg.inv(X.T @ X + np.eye(2))))
+    X, y = jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32)
+
+    def model(X, y):
+        w = numpyro.sample("w", dist.Normal(0, 1).expand([2]).to_event(1))
+        with numpyro.plate("data", 1000, subsample_size=100) as idx:
+            numpyro.sample("y", dist.Normal(X[idx] @ w, 1.0), obs=y[idx])
+
+    mcmc = MCMC(ns.PSGLD(model, 0.1), num_warmup=300, num_samples=500, progress_bar=False)
+    with pytest.warns(UserWarning, match="cannot be trusted"):
+        mcmc.run(jax.random.PRNGKey(0), X, y)
+    assert np.all(np.asarray(mcmc.get_samples()["w"]).std(0) > 100 * sd)
+    v = ns.check(mcmc, warn=False)
+    assert not v.trusted and v.temperatures.overall > 1e3
+    assert any("equipartition" in p for p in v.problems)

@@ -70,17 +70,31 @@ def resolve(prior, path, alias, shape, *, alias_label, available=()):
     )
 
 
-def _mark(site):
-    """``infer`` entries for a site sampled inside a network bridge."""
-    return {NETWORK: True} if site["type"] == "sample" else {}
+def _marker(path):
+    """``config_fn`` giving the ``infer`` entries of a site sampled for parameter ``path``:
+    :data:`~numpyro_sgrld.host._setup.NETWORK` for the parameter's own site and for its
+    prior's sites of more than one value (a unit-wise horseshoe's local scales, its raw
+    weights), which permuting the layer's units or flipping their signs relabels; none for a
+    prior's single-valued site (a layer-wide horseshoe scale, a global scale), which no such
+    symmetry moves: the verdict judges it as any other latent site (split R-hat, bulk ESS,
+    equipartition)."""
+
+    def config(site):
+        if site["type"] != "sample":
+            return {}
+        fn = site["fn"]
+        size = math.prod(tuple(fn.batch_shape) + tuple(fn.event_shape))
+        return {NETWORK: True} if site["name"] == path or size > 1 else {}
+
+    return config
 
 
 def sample_parameter(prior, path, alias, shape, *, alias_label, available=()):
     """The parameter's value: a sample site ``path`` of its prior, or, for a value returned by a
-    callable prior, that value (reshaped to ``shape``) recorded as a deterministic site. Every
-    sample site, the prior's own included, is marked as a network's
-    (:data:`~numpyro_sgrld.host._setup.NETWORK`)."""
-    with numpyro.handlers.infer_config(config_fn=_mark):
+    callable prior, that value (reshaped to ``shape``) recorded as a deterministic site. The
+    parameter's site and its prior's sites that a permutation of units relabels are marked as
+    a network's (:data:`~numpyro_sgrld.host._setup.NETWORK`, :func:`_marker`)."""
+    with numpyro.handlers.infer_config(config_fn=_marker(path)):
         resolved = resolve(prior, path, alias, shape, alias_label=alias_label,
                            available=available)
         if isinstance(resolved, dist.Distribution):
