@@ -1,6 +1,8 @@
 """Data sharded across processes (``numpyro_sgrld.sharding.ShardedRows``): the stratified
-minibatch, and a chain run by two processes with JAX's multi-controller runtime on CPU
-collectives, each holding half the rows, against the exact law of the discretised chain."""
+minibatch, the rows the kernel's own passes read, and chains run by two processes with JAX's
+multi-controller runtime on CPU collectives, each holding half the rows: against the exact law
+of the discretised chain, and at SGLD's defaults on a regression whose likelihood validates its
+arguments against the exact posterior."""
 
 import json
 import os
@@ -15,8 +17,11 @@ import numpy as np
 import pytest
 from jax import random
 from numpyro.diagnostics import effective_sample_size
+from scipy.stats import norm
 
+from numpyro_sgrld.host._evaluation import evaluation_indices
 from numpyro_sgrld.host.sharded_data import stratified_indices
+from numpyro_sgrld.host.subsample import SubsamplePlate
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -45,6 +50,74 @@ def test_one_device_is_one_share():
         rows[0, 1]
 
 
+def test_the_kernels_own_indices_lie_in_the_shares_of_sharded_rows():
+    """The placeholder minibatch of the set-up passes (:func:`spread_indices`) and the
+    evaluation batch (:func:`evaluation_indices`): for shares and subsample sizes that split,
+    the k-th block of n/K indices lies in the k-th share of N/K rows, so no device reads
+    another's rows; computed without overflow where i*N passes 2^31."""
+    from numpyro_sgrld.host.subsample import spread_indices
+
+    for k, big_n, n in [(2, 4000, 400), (2, 10, 10), (2, 10, 2), (3, 9, 3), (4, 4000, 8),
+                        (4, 100, 96), (8, 8 * 7919, 8 * 13), (2, 10**8, 1000)]:
+        plates = (SubsamplePlate("data", big_n, n),)
+        for idx in (spread_indices(big_n, n), evaluation_indices(plates)["data"]):
+            blocks = np.asarray(idx, np.int64).reshape(k, n // k)
+            share = np.arange(k)[:, None] * (big_n // k)
+            assert np.all((blocks >= share) & (blocks < share + big_n // k)), (k, big_n, n)
+            assert np.all(np.diff(blocks.ravel()) > 0)
+
+
+def _blocks_in_shares(rows, k=2):
+    blocks = np.asarray(rows).reshape(k, -1)
+    share = np.arange(k)[:, None] * (w.N // k)
+    return bool(np.all((blocks >= share) & (blocks < share + w.N // k)))
+
+
+def _check_regression(run):
+    """A run of the worker's ``regression``: the draws' mean against the exact posterior's
+    (Gaussian prior, known noise sd: conjugate), within the Monte Carlo error of each
+    coordinate (its ESS-based standard error; z at a family-wise two-sided level of 1e-3);
+    the rows a mode search and the evaluation batch read, block k in share k; the evaluation
+    batch's log-likelihood, the same as on the rows in memory."""
+    X, y = (a.astype(np.float64) for a in w.regression_data())
+    precision = np.eye(w.D) / w.W_PRIOR_SD**2 + X.T @ X / w.SIGMA**2
+    posterior_mean = np.linalg.solve(precision, X.T @ y / w.SIGMA**2)
+    draws = np.asarray(run["w"])
+    ess = np.asarray(effective_sample_size(draws[None]))
+    z = (draws.mean(0) - posterior_mean) / (draws.std(0) / np.sqrt(ess))
+    assert np.all(np.abs(z) < norm.isf(1e-3 / (2 * w.D))), (z, ess)
+    assert _blocks_in_shares(run["search_rows"]) and _blocks_in_shares(run["evaluation_rows"])
+    rows = np.asarray(run["evaluation_rows"])
+    expected = norm.logpdf(y[rows], X[rows] @ np.asarray(w.W_TRUE), w.SIGMA).sum()
+    np.testing.assert_allclose(run["loglik"], expected, rtol=1e-5)
+
+
+def test_two_processes_run_sgld_defaults_on_a_regression_that_validates_its_arguments(
+        tmp_path):
+    """A likelihood whose distribution validates its arguments (``Normal(X[idx] @ w, sd)``,
+    NumPyro's validation on) on rows sharded across two processes: every pass the kernel
+    makes over the model reads each row on the device that holds it (a row read elsewhere is
+    NaN, and the validation raises)."""
+    _check_regression(_two_processes("regression", tmp_path, draws="w", arrays=2))
+
+
+@pytest.mark.slow
+def test_one_process_with_two_devices_runs_the_regression_and_the_mode_search(tmp_path):
+    """The same run in one process whose two (simulated) devices hold half the rows each,
+    and a kernel with ``control_variate="mode"``: its centre, found on minibatches drawn share
+    by share, is finite."""
+    out = tmp_path / "devices.json"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": " ".join(
+        [os.environ.get("XLA_FLAGS", ""), "--xla_force_host_platform_device_count=2"])}
+    proc = subprocess.run([sys.executable, str(HERE / "sharded_worker.py"), "devices",
+                           str(out)], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = json.loads(out.read_text())
+    assert run["rows_held"] == [w.N // 2] * 2
+    _check_regression(run)
+    assert np.all(np.isfinite(run["centre"]))
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("localhost", 0))
@@ -63,11 +136,15 @@ def _exact_law(y, n, k, step, prior_sd):
     return y.astype(np.float64).sum() / a, (2 * step + step**2 * var_g) / (1 - rho**2), rho
 
 
-def _two_processes(part, tmp_path):
-    """The worker's ``part`` run by two processes: their results."""
+def _two_processes(part, tmp_path, draws="theta", arrays=1):
+    """The worker's ``part`` run by two processes: their results (the first's), after
+    checking that both drew the same ``draws`` and that each held half the rows of each of
+    its ``arrays`` sharded arrays."""
     port, procs = str(_free_port()), []
     outs = [tmp_path / f"{part}{i}.json" for i in range(2)]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    # XLA at optimisation level 0, as in this suite (conftest.py): compiling is most of a run
+    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+           "XLA_FLAGS": "--xla_backend_optimization_level=0"}
     for i in range(2):
         procs.append(subprocess.Popen(
             [sys.executable, str(HERE / "sharded_worker.py"), part, str(i), "2", port,
@@ -77,8 +154,8 @@ def _two_processes(part, tmp_path):
     assert all(p.returncode == 0 for p in procs), "\n".join(x[-3000:] for x in logs)
     runs = [json.loads(o.read_text()) for o in outs]
     # SPMD: both processes hold the same chain; each held its half of the rows only
-    assert runs[0]["theta"] == runs[1]["theta"]
-    assert [r["rows_held"] for r in runs] == [[w.N // 2], [w.N // 2]]
+    assert runs[0][draws] == runs[1][draws]
+    assert [r["rows_held"] for r in runs] == [[w.N // 2] * arrays] * 2
     return runs[0]
 
 

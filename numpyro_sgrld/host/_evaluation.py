@@ -42,8 +42,16 @@ MAX_DRAWS = 1000
 
 
 def evaluation_indices(plates):
-    """``{plate: indices}``: ``subsample_size`` evenly spaced rows of every subsample plate
-    (data sorted by class or by time are covered end to end)."""
+    r"""``{plate: indices}``: ``subsample_size`` evenly spaced rows of every subsample plate,
+    :math:`\operatorname{round}(i(N-1)/(n-1))` for :math:`i = 0..n-1` (data sorted by class or
+    by time are covered end to end). For rows sharded across devices
+    (:class:`~numpyro_sgrld.sharding.ShardedRows`, :math:`K` shares, :math:`K` dividing
+    :math:`n` and :math:`N \ge n`), the :math:`k`-th block of :math:`n/K` rows lies in the
+    :math:`k`-th share, so every device reads its own: the block's first row is at least
+    :math:`kN/K` (as :math:`n(N-1) \ge N(n-1)`), and its last, at :math:`i = (k+1)n/K - 1`,
+    is below the next share's first by
+    :math:`\big((1-m)N + mn - 1\big)/(n-1) \ge 1` with :math:`m = (k+1)/K \le 1`, so
+    rounding keeps both in the share."""
     return {p.name: jnp.asarray(np.linspace(0, p.size - 1, p.subsample_size).round(),
                                 jnp.int32) for p in plates}
 

@@ -134,15 +134,23 @@ def initial_positions(setup, model, init_strategy, once, rng_key, init_params, m
 def trace(model, metric, model_args, model_kwargs):
     """``(trace, plates, N)``: the model traced once with placeholder minibatches, its
     subsample plates and :math:`N`; refuses what cannot be sampled (see
-    :mod:`numpyro_sgrld.host._setup`)."""
+    :mod:`numpyro_sgrld.host._setup`). The placeholder minibatch is ``0..n-1``; with rows
+    sharded across devices (:class:`~numpyro_sgrld.sharding.ShardedRows`) it is ``n`` rows
+    evenly spread over the plate (:func:`~numpyro_sgrld.host.subsample.spread_indices`),
+    whose ``k``-th block of ``n/K`` lies in the ``k``-th share: every device reads its own
+    rows, and a model that validates its distributions' arguments sees data, not the NaN an
+    index outside its share reads as."""
+    spread = bool(sharded_leaves((model_args, model_kwargs)))
     try:
-        model_trace, plates, declared = trace_model(model, model_args, model_kwargs)
+        model_trace, plates, declared = trace_model(model, model_args, model_kwargs, spread)
     except ModelSetupError:
         raise
     except Exception as e:
+        indices = ("n indices evenly spread over each plate, floor(i*N/n), n/K in each share "
+                   "of the ShardedRows" if spread else "minibatch indices 0..n-1")
         e.add_note(
             "numpyro_sgrld: raised by the model when the kernel ran it once to find its "
-            "sites (minibatch indices 0..n-1 for every subsample plate), with arguments "
+            f"sites ({indices} for every subsample plate), with arguments "
             f"{describe_args(model_args, model_kwargs)}."
         )
         raise

@@ -18,6 +18,7 @@ from numpyro.util import not_jax_tracer
 from numpyro_sgrld.core._checks import ModelSetupError
 from numpyro_sgrld.core._traits import trait
 from numpyro_sgrld.core.metrics import Aux
+from numpyro_sgrld.host.sharded_data import sharded_leaves
 from numpyro_sgrld.host.subsample import placeholder_plates
 
 __all__ = [
@@ -342,9 +343,10 @@ def check_initial_density(state, vectorized, prepared_model, model_args, model_k
     z = jax.tree.map(lambda x: x[chain], state.z) if vectorized else state.z
     where = ""
     if prepared_model is not None:  # None: a kernel built from potential_fn
+        spread = bool(sharded_leaves((model_args, model_kwargs)))  # rows read in their shares
         with evaluate_now():
-            sites = nonfinite_sites(placeholder_plates(prepared_model),
-                                           model_args, model_kwargs, z)
+            sites = nonfinite_sites(placeholder_plates(prepared_model, spread),
+                                    model_args, model_kwargs, z)
         where = f" at the sites {sites}" if sites else ""
     raise ValueError(
         f"The log-density is -inf at the initial position"

@@ -20,13 +20,20 @@ device gathers its block from its own share (:func:`jax.shard_map`: no row leave
 device), the likelihood of the minibatch is computed where its rows are, and the sum over the
 minibatch is the collective that XLA's SPMD partitioner inserts. A full-data pass (control
 variates' centre, the data checks) indexes with ``arange(N)``, whose blocks are the shares
-themselves: it too runs shard by shard.
+themselves: it too runs shard by shard. The set-up's runs of the model (its trace, the search
+for initial values) index with :math:`\lfloor iN/n\rfloor`, :math:`i = 0..n-1`
+(:func:`~numpyro_sgrld.host.subsample.spread_indices`), and a network's evaluation batch with
+evenly spaced rows (:func:`~numpyro_sgrld.host._evaluation.evaluation_indices`): for
+:math:`K` dividing :math:`n` and :math:`N`, their :math:`k`-th block of :math:`n/K` lies in
+the :math:`k`-th share too.
 
 The kernels only index with such vectors. An index outside its block's share cannot be
 gathered locally: its row reads as NaN (integer rows: the type's minimum, which no count or
 class label takes; boolean rows have no value to spare and rely on the float rows of the same
 draw), so a potential computed from it is not finite and the kernels reject the step
-(``diverging``), never using a wrong row.
+(``diverging``), never using a wrong row; a model whose distributions validate their
+arguments (NumPyro's default) would refuse it outright, which is why no pass of the kernel
+reads outside the shares.
 """
 
 import jax
@@ -36,7 +43,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from numpyro_sgrld.host.subsample import uniform_indices
 
-__all__ = ["ShardedRows", "plan", "shard_rows", "sharded_leaves", "stratified_indices"]
+__all__ = ["ShardedRows", "plan", "shard_rows", "sharded_leaves", "strata_of",
+           "stratified_indices"]
 
 
 @jax.tree_util.register_pytree_node_class
@@ -77,6 +85,11 @@ class ShardedRows:
             raise TypeError(
                 "ShardedRows is indexed by one vector of row indices, rows[idx] (the plate's "
                 f"indices); got {idx!r}. Index the gathered rows further: rows[idx][:, j].")
+        if jnp.shape(idx)[0] % self.num_shards:
+            raise ValueError(
+                f"ShardedRows split into {self.num_shards} shares is indexed by "
+                f"{jnp.shape(idx)[0]} rows, which do not split into them: every plate's "
+                f"subsample_size must be a multiple of {self.num_shards}.")
         rows = self.shape[0] // self.num_shards
 
         def local(block, index):
@@ -130,6 +143,13 @@ def sharded_leaves(tree):
     """The :class:`ShardedRows` among the leaves of ``tree`` (model arguments)."""
     return [x for x in jax.tree.leaves(tree, is_leaf=lambda x: isinstance(x, ShardedRows))
             if isinstance(x, ShardedRows)]
+
+
+def strata_of(tree):
+    """The number of shares of the :class:`ShardedRows` among the leaves of ``tree`` (model
+    arguments; :func:`plan` holds them to one mesh), ``None`` without them."""
+    sharded = sharded_leaves(tree)
+    return sharded[0].num_shards if sharded else None
 
 
 def stratified_indices(key, num_shards, subsample_size, size):

@@ -112,8 +112,18 @@ class _PlateRecorder(Messenger):
         _check_subsample_size(msg["name"], size, subsample_size)
         self.plates[msg["name"]] = (size, subsample_size)
         self.declared[msg["name"]] = int(size)
-        msg["value"] = (jnp.arange(subsample_size) * size // subsample_size if self.spread
+        msg["value"] = (spread_indices(size, subsample_size) if self.spread
                         else jnp.arange(subsample_size))
+
+
+def spread_indices(size, n):
+    r"""``n`` indices evenly spread over ``0..size-1``, :math:`\lfloor iN/n\rfloor` for
+    :math:`i = 0..n-1` (computed in 64 bits: :math:`iN` passes :math:`2^{31}` for large data).
+    For any :math:`K` that divides both :math:`n` and :math:`N`, the :math:`k`-th block of
+    :math:`n/K` of them lies in the :math:`k`-th share of :math:`N/K` rows: for
+    :math:`kn/K \le i < (k+1)n/K`, :math:`kN/K \le iN/n < (k+1)N/K`. So rows sharded across
+    devices (:class:`~numpyro_sgrld.sharding.ShardedRows`) are read each on its own device."""
+    return jnp.asarray(np.arange(n, dtype=np.int64) * size // n, jnp.int32)
 
 
 def _check_subsample_size(name, size, subsample_size):
@@ -139,19 +149,20 @@ def _check_subsample_size(name, size, subsample_size):
 def placeholder_plates(model, spread=False):
     """``model`` with every subsample plate given the placeholder indices ``arange(n)``
     (for tracing the model's structure, not for inference); ``spread``: ``n`` indices evenly
-    spread over the plate, ``floor(i N / n)``, one block in each share of rows sharded across
-    devices (:class:`~numpyro_sgrld.sharding.ShardedRows`)."""
+    spread over the plate (:func:`spread_indices`), one block in each share of rows sharded
+    across devices (:class:`~numpyro_sgrld.sharding.ShardedRows`)."""
     return _PlateRecorder(model, spread)
 
 
-def trace_with_plates(model, model_args=(), model_kwargs=None):
-    """Trace ``model`` once (seeded, subsample plates given placeholder indices).
+def trace_with_plates(model, model_args=(), model_kwargs=None, spread=False):
+    """Trace ``model`` once (seeded, subsample plates given placeholder indices; ``spread``
+    as in :func:`placeholder_plates`).
 
     Returns ``(trace, plates)``, ``plates`` a tuple of :class:`SubsamplePlate` for the plates
     with ``subsample_size < size``. Raises ``ValueError`` for a plate whose
     ``subsample_size`` exceeds its size.
     """
-    model_trace, plates, _ = trace_model(model, model_args, model_kwargs)
+    model_trace, plates, _ = trace_model(model, model_args, model_kwargs, spread)
     return model_trace, plates
 
 
@@ -179,11 +190,11 @@ def seeded(model, rng_seed=0):
                                substitute_fn=_improper_value)
 
 
-def trace_model(model, model_args=(), model_kwargs=None):
+def trace_model(model, model_args=(), model_kwargs=None, spread=False):
     """:func:`trace_with_plates`, plus ``declared``: ``{name: size}`` of every plate given a
     ``subsample_size`` (including ``subsample_size == size``)."""
     model_kwargs = {} if model_kwargs is None else model_kwargs
-    recorder = _PlateRecorder(seeded(model))
+    recorder = _PlateRecorder(seeded(model), spread)
     with handlers.block():
         model_trace = handlers.trace(recorder).get_trace(*model_args, **model_kwargs)
     plates = tuple(
