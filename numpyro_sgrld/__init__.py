@@ -80,6 +80,7 @@ from numpyro_sgrld.host.kernels import (
 from numpyro_sgrld.host.sharding import data_mesh
 from numpyro_sgrld.host.subsample import SubsamplePlate, find_subsample_plates, full_batch
 from numpyro_sgrld.host.verdict import Verdict, check
+from numpyro_sgrld.warmup.settings import LearntSettings, learnt_settings
 
 __version__ = "0.1.0"
 
@@ -88,6 +89,8 @@ __all__ = [
     "Algorithm",
     "ChainState",
     "Cycles",
+    "LearntSettings",
+    "learnt_settings",
     "StepInputs",
     "compose",
     "Verdict",

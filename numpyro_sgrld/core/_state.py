@@ -26,9 +26,14 @@ class SGState(NamedTuple):
       ``z``. It is an unbiased but noisy estimate of the full-data potential, not
       ``-log p(z | data)``.
     - **grad_norm** – Euclidean norm of that step's gradient estimate :math:`\\nabla\\hat U`.
-    - **step_size** – the step size :math:`h_i` used by the last step; with
+    - **step_size** – the step size :math:`h_i` used by the last step, in the units of the
+      metric the chain runs with (:math:`h` of
+      :math:`\\theta \\leftarrow \\theta - hD\\nabla\\hat U + \\sqrt{2hT}\\,D^{1/2}\\xi`); with
       ``step_size=None`` the adapted step: during warm-up the one the next step will use, after
-      it the frozen value (so ``post_warmup_state.step_size`` is the step sampling uses).
+      it the frozen value (so ``post_warmup_state.step_size`` is the step sampling uses), for
+      :math:`D` the preconditioner learnt with it. Given back on its own as ``step_size``, it
+      runs without that :math:`D` (a given step learns nothing) and is another step: reuse
+      both with :func:`~numpyro_sgrld.learnt_settings`.
     - **diverging** – True when the last step was rejected (:mod:`numpyro_sgrld.core._acceptance`):
       the potential or the gradient at its start was not finite (with ``check_proposal``: at
       the previous step's proposal, which is then abandoned), or the proposed position or

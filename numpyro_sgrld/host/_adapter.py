@@ -84,10 +84,13 @@ class SGMCMC(MCMCKernel):
     :param model: a NumPyro model (first positional, as for ``NUTS``). Every
         ``numpyro.plate(name, N, subsample_size=n)`` in it is redrawn every step.
     :param step_size: :math:`h`, a float > 0 or a schedule ``t -> h_t``
-        (:mod:`numpyro_sgrld.schedules`), used as given; or ``None`` (default): chosen in
-        warm-up so that the chain's stationary variance is within ``1 + target_bias`` of the
-        posterior's in every direction, then frozen, as ``NUTS`` freezes its dual averaging
-        (:mod:`numpyro_sgrld.adaptation`; the adapted step is ``state.step_size``).
+        (:mod:`numpyro_sgrld.schedules`), used as given in the metric as composed (nothing is
+        learnt; SGLD's is the identity); or ``None`` (default): chosen in warm-up so that the
+        chain's stationary variance is within ``1 + target_bias`` of the posterior's in every
+        direction, then frozen, as ``NUTS`` freezes its dual averaging
+        (:mod:`numpyro_sgrld.adaptation`): ``state.step_size``, in the learnt metric's units.
+    :param settings: a default run's :class:`~numpyro_sgrld.LearntSettings`, which the chains
+        start from (steps, metric and gradient states, positions); nothing is learnt.
     :param target_bias: with ``step_size=None``, :math:`\delta`, the relative inflation of the
         stationary variance allowed in the worst direction (default 0.1: sds within about
         5 %). Smaller is more exact and mixes more slowly.
@@ -141,24 +144,25 @@ class SGMCMC(MCMCKernel):
                  potential_fn=None, temperature=None, num_data=None, batching="replacement",
                  init_strategy=init_to_uniform, data_parallel=None, control_variate=None,
                  mode_steps=1000, start_at_centre=False, check_proposal=None,
-                 target_bias=0.1, cycles=None):
+                 target_bias=0.1, cycles=None, settings=None):
         if (model is None) == (potential_fn is None):
             raise ValueError("Give exactly one of `model` or `potential_fn`.")
         #: The NumPyro model (``None`` with ``potential_fn``).
         self.model, self._potential_fn = model, potential_fn
         self._schedule = None if step_size is None else as_schedule(step_size)
-        #: Whether the step size is chosen during warm-up (``step_size=None``).
-        self.adapts_step_size = step_size is None
+        self.settings = parts.check_settings(settings, step_size, cycles)
+        #: Whether the step size is chosen during warm-up (``step_size=None``, no settings).
+        self.adapts_step_size = step_size is None and settings is None
         #: :math:`\delta` of the step-size adaptation.
         self.target_bias = parts.check_target_bias(target_bias)
         self._num_data_arg = parts.check_num_data(num_data)
         self._batching = check_batching(batching)
         self._init_strategy = parts.check_init_strategy(init_strategy)
         self._index_sharding = index_sharding(data_parallel)
-        algorithm = parts.algorithm(
+        algorithm = parts.learnt_algorithm(parts.algorithm(
             algorithm, step_size, model, metric, integrator, gradient, correction,
             correction_form, control_variate, temperature, check_proposal, mode_steps,
-            start_at_centre)
+            start_at_centre), self.settings)
         parts.check_aux(algorithm.sampler.metric, model)
         #: The :class:`~numpyro_sgrld.Algorithm`: metric, integrator, gradient estimator,
         #: correction, temperature; its pieces are also read as ``metric``, ``integrator``,
@@ -167,7 +171,7 @@ class SGMCMC(MCMCKernel):
         self.algorithm = algorithm
         self.metric, self.integrator, self.correction = algorithm.sampler
         self.gradient, self.temperature = algorithm.gradient, algorithm.temperature
-        if step_size is None:
+        if self.adapts_step_size:
             check_adaptation(None, self.integrator, self.temperature)
         #: The model's :class:`~numpyro_sgrld.host._model_host.ModelSetup` (its plates, :math:`N`,
         #: transforms, network sites), set by :meth:`init`.
@@ -175,8 +179,7 @@ class SGMCMC(MCMCKernel):
         #: ``(args, kwargs)`` of the last run (for the verdict's advice and readings).
         self.model_args = None
         self._setting = None  # the warm-up's Setting, built by init once the plates are known
-        # (setting, state, target, adapting) -> state: the step with the warm-up around it (a
-        # cyclical kernel wraps it in its exploration stage)
+        # (setting, state, target, adapting) -> state, wrapped by a cyclical kernel's stages
         self._transition = transition
         #: The :class:`~numpyro_sgrld.host._cycles.Cycles` of a cyclical kernel (``None``: none),
         #: and the step its first cycle begins at (set by :meth:`init`).
@@ -189,8 +192,8 @@ class SGMCMC(MCMCKernel):
 
     @property
     def step_size(self):
-        """The step-size schedule ``t -> h_t``; ``None`` when it is adapted during warm-up
-        (``step_size=None``: the adapted value is the state's ``step_size``)."""
+        """The step-size schedule ``t -> h_t``; ``None`` where the step is adapted in warm-up
+        or held from ``settings`` (each chain's is its state's ``step_size``)."""
         return self._schedule
 
     @property
@@ -215,15 +218,14 @@ class SGMCMC(MCMCKernel):
             return self._num_data_arg
         return self.setup.num_data or 1
 
-    def _init_one(self, z, rng_key, model_args, model_kwargs, num_warmup=0):
+    def _init_one(self, z, rng_key, model_args, model_kwargs, num_warmup=0, settings=None):
         target = parts.target(self.setup, self.model, self._potential_fn, None, model_args,
                               model_kwargs, num_data=self.num_data, batching=self._batching)
         return parts.init_state(
             self._setting, target, z, rng_key, num_warmup, self.setup.plates, self._batching,
-            self.adapts_step_size,
-            self.algorithm.check_proposal and self.cycles is None,
+            self.adapts_step_size, self.algorithm.check_proposal and self.cycles is None,
             num_warmup if self.cycles is None else cycles_.first_sampling_step(
-                self.cycles, num_warmup, self.adapts_step_size))
+                self.cycles, num_warmup, self.adapts_step_size), settings)
 
     def _sample_one(self, state, model_args, model_kwargs, adapting=None, step=None,
                     gradient=None):
@@ -261,6 +263,7 @@ class SGMCMC(MCMCKernel):
         with _setup.evaluate_now():  # concrete, even when MCMC calls init inside pmap
             model_args, model_kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
         vectorized = not is_prng_key(rng_key)
+        init_params = parts.start(init_params, self.settings, vectorized and rng_key.shape[0])
         if vectorized:
             rng_key, key_init = jnp.swapaxes(jax.vmap(random.split)(rng_key), 0, 1)
         else:
@@ -299,17 +302,14 @@ class SGMCMC(MCMCKernel):
                                    batching=self._batching),
             self.target_bias, parts.step_size_rule(self._schedule, self.cycles),
             parts.ahead((model_args, model_kwargs)))
-        if vectorized:
-            self._sample_fn = partial(parts.sample_vectorized, self._sample_one)
-            init_one = jax.vmap(self._init_one, in_axes=(0, 0, None, None, None))
-        else:
-            self._sample_fn = self._sample_one
-            init_one = self._init_one
+        self._sample_fn = (partial(parts.sample_vectorized, self._sample_one) if vectorized
+                           else self._sample_one)
+        init_one = parts.chains_init(self._init_one, self.settings,
+                                     rng_key.shape[0] if vectorized else None)
         init_one = model_host.jit_once(self._once, ("init", vectorized), init_one, model_args,
                                        model_kwargs)
-        state = init_one(
-            init_params, rng_key, model_args, model_kwargs, jnp.asarray(num_warmup, jnp.int32)
-        )
+        state = init_one(init_params, rng_key, model_args, model_kwargs,
+                         jnp.asarray(num_warmup, jnp.int32), self.settings)
         _setup.check_initial_density(state, vectorized, self.setup.prepared, model_args,
                                      model_kwargs)
         if self.gradient.check is not None:

@@ -8,6 +8,7 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import random
 
 from numpyro_sgrld.core._checks import flag, integer, real
@@ -32,7 +33,7 @@ from numpyro_sgrld.host.host_data import (
     one_plate,
     reading_ahead,
 )
-from numpyro_sgrld.host.sharded_data import stratified_indices
+from numpyro_sgrld.host.sharded_data import strata_of, stratified_indices
 from numpyro_sgrld.host.subsample import (
     as_jax_array,
     check_draws,
@@ -42,13 +43,14 @@ from numpyro_sgrld.host.subsample import (
 )
 from numpyro_sgrld.warmup import choices
 from numpyro_sgrld.warmup.adaptation import CHAIN_AXIS
+from numpyro_sgrld.warmup.settings import LearntSettings
 from numpyro_sgrld.warmup.steps import init_warmup
 
 __all__ = ["algorithm", "check_target_bias", "check_algorithm", "check_gradient",
            "check_init_strategy", "check_aux", "check_num_data", "gradient_estimator",
            "with_gradient", "step_size_rule", "target", "init_state", "ahead", "draw",
-           "sample_vectorized",
-           "diagnostics_str"]
+           "sample_vectorized", "check_settings", "learnt_algorithm", "chains_init",
+           "settings_axis", "start", "diagnostics_str"]
 
 
 def check_target_bias(target_bias):
@@ -116,12 +118,16 @@ def with_gradient(setting, gradient):
 
 
 def step_size_rule(schedule, cycles):
-    """``(i, warmup_state) -> h_i``: the schedule's step without a warm-up state, else the
-    adapted step (with ``cycles``, after warm-up, times the cycle's cosine:
-    :func:`numpyro_sgrld.host._cycles.step_size`)."""
+    """``(i, warmup_state, held) -> h_i``: the schedule's step without a warm-up state, else
+    the adapted step (with ``cycles``, after warm-up, times the cycle's cosine:
+    :func:`numpyro_sgrld.host._cycles.step_size`); without either (a kernel given
+    :class:`~numpyro_sgrld.LearntSettings`), ``held``, the chain's own step, which its first
+    state takes from the settings."""
 
-    def rule(i, warm):
+    def rule(i, warm, held=None):
         if warm is None:
+            if schedule is None:
+                return jnp.asarray(held, jnp.result_type(float))
             return jnp.asarray(schedule(i), jnp.result_type(float))
         if cycles is not None:
             return cycles_.step_size(cycles, i, warm.step)
@@ -193,7 +199,8 @@ def target(setup, model, potential_fn, axis_name, model_args, model_kwargs, step
     (:class:`~numpyro_sgrld.host._model_host.ModelSetup`), or ``potential_fn`` without a model, at
     transition ``step`` (unbatched for vectorised chains: a branch on it stays one), for
     ``num_data`` :math:`N`; its ``draw_batch`` draws by ``batching``'s law
-    (:func:`~numpyro_sgrld.host.subsample.check_draws`)."""
+    (:func:`~numpyro_sgrld.host.subsample.check_draws`), share by share for
+    :class:`~numpyro_sgrld.sharding.ShardedRows` (:func:`draw`)."""
     if model is None:
         return Target(lambda z, idx: (potential_fn(z), {}), None, None, step=step,
                       axis_name=axis_name, num_data=num_data)
@@ -209,7 +216,7 @@ def target(setup, model, potential_fn, axis_name, model_args, model_kwargs, step
     return Target(
         minibatch_potential_with_aux(setup.prepared, args, kwargs),
         full_potential,
-        lambda key: draw_indices(key, setup.plates, check_draws(setup.plates, batching))[0],
+        lambda key: draw(setup.plates, None, key, None, strata_of((args, kwargs)), batching)[0],
         steps_per_epoch=steps_per_epoch(setup.plates),
         step=step,
         axis_name=axis_name,
@@ -218,7 +225,7 @@ def target(setup, model, potential_fn, axis_name, model_args, model_kwargs, step
 
 
 def init_state(setting, target, z, rng_key, num_warmup, plates, batching, adapts,
-               proposal_next_step, first_sampling_step):
+               proposal_next_step, first_sampling_step, settings=None):
     """One chain's first :class:`~numpyro_sgrld.core._state.SGState` at the unconstrained
     position ``z``: the batching state, the algorithm's start
     (:meth:`Algorithm.begin <numpyro_sgrld.core._step.Algorithm>`: the gradient estimator's state,
@@ -226,7 +233,9 @@ def init_state(setting, target, z, rng_key, num_warmup, plates, batching, adapts
     the warm-up's state (:func:`~numpyro_sgrld.warmup.steps.init_warmup`), and the chain's
     first state at the first step. ``proposal_next_step``: whether the next step checks the
     proposal (the state holds one); ``first_sampling_step``: the step counter where the
-    equipartition check starts counting."""
+    equipartition check starts counting. With ``settings`` (one chain's
+    :class:`~numpyro_sgrld.LearntSettings`) the chain starts at their step, with their metric
+    state and gradient estimator's state in place of fresh ones."""
     key_next, key_sampler, key_batch, key_idx = random.split(rng_key, 4)
     batch_state = init_batching(key_batch, plates, batching)
     idx, _ = setting.draw(key_idx, batch_state)
@@ -235,14 +244,127 @@ def init_state(setting, target, z, rng_key, num_warmup, plates, batching, adapts
     warm = None
     if adapts:
         warm = init_warmup(setting, random.fold_in(key_sampler, 3), start, target, num_warmup)
-    step_size = setting.step_size(0, warm)
+    step_size = setting.step_size(0, warm, None if settings is None else settings.step_size)
     chain = algorithm.init(start, target, step_size, first_sampling_step, proposal_next_step)
+    if settings is not None:
+        chain = _with_settings(chain, settings)
     return SGState(
         **chain._asdict(),
         batch_state=batch_state,
         rng_key=key_next,
         warmup=warm,
     )
+
+
+def check_settings(settings, step_size, cycles):
+    """``settings`` (``None`` or a :class:`~numpyro_sgrld.LearntSettings`), checked: not
+    together with a ``step_size`` (they hold it) or cycles, and each chain's step finite and
+    positive."""
+    if settings is None:
+        return None
+    if not isinstance(settings, LearntSettings):
+        raise TypeError(
+            "`settings` must be a numpyro_sgrld.LearntSettings, read from a finished run with "
+            f"numpyro_sgrld.learnt_settings(mcmc), got {type(settings).__name__}.")
+    if step_size is not None:
+        raise ValueError(
+            "`settings` hold the step size, in the units of the metric learnt with them: give "
+            "`step_size` or `settings`, not both. To try another step in that metric, give "
+            "settings._replace(step_size=h).")
+    if cycles is not None:
+        raise ValueError(
+            "A cyclical kernel does not take learnt settings: its cycles start after its own "
+            "warm-up. Use its step_size=None, or SGLD/SGHMC with settings=.")
+    h = np.asarray(settings.step_size, np.float64)
+    if h.size == 0 or h.ndim > 1 or not np.all(np.isfinite(h) & (h > 0)):
+        raise ValueError(
+            "The settings' step_size must be one finite step > 0 per chain (a scalar, or one "
+            f"entry per chain), got {settings.step_size!r}.")
+    return settings
+
+
+def learnt_algorithm(algorithm, settings):
+    """``algorithm`` for a kernel given ``settings``: its gradient estimator in the settled
+    form the settings' state selects (:attr:`~numpyro_sgrld.gradients.GradientEstimator.
+    settled`, the control variates on or off as warm-up left them), as after a warm-up."""
+    gradient = algorithm.gradient
+    if settings is None or settings.gradient is None or gradient.settled is None:
+        return algorithm
+    return algorithm._replace(gradient=gradient.settled(settings.gradient))
+
+
+def chains_init(init_one, settings, num_chains):
+    """``init_one(z, key, args, kwargs, num_warmup, settings)`` over ``num_chains``
+    vectorised chains (``vmap``; ``None``: one chain started on its own, as is), the
+    ``settings`` mapped along their chain axis (:func:`settings_axis`)."""
+    axis = settings_axis(settings, num_chains)
+    if num_chains is None:
+        return init_one
+    return jax.vmap(init_one, in_axes=(0, 0, None, None, None, axis))
+
+
+def start(init_params, settings, num_chains):
+    """The chains' initial unconstrained positions for ``MCMC.run``'s ``init_params``:
+    ``init_params`` where given, else the positions of ``settings``
+    (:class:`~numpyro_sgrld.LearntSettings`, where they hold them; one chain's repeated for
+    ``num_chains`` vectorised chains), else ``None`` (``init_strategy`` draws them)."""
+    settings_axis(settings, num_chains or None)
+    if init_params is not None or settings is None or settings.position is None:
+        return init_params
+    if num_chains and settings.num_chains is None:
+        return jax.tree.map(lambda x: jnp.broadcast_to(x, (num_chains, *jnp.shape(x))),
+                            settings.position)
+    return settings.position
+
+
+def settings_axis(settings, num_chains):
+    """The chain axis of ``settings`` for ``vmap`` over ``num_chains`` vectorised chains
+    (``None`` for one chain, or ``chain_method`` "sequential" / "parallel"): ``0`` where they
+    hold one entry per chain, ``None`` where they hold one chain's; refused where the counts
+    differ, or where a chain started on its own cannot tell which entry is its."""
+    held = None if settings is None else settings.num_chains
+    if held is None:
+        return None
+    if num_chains == held:
+        return 0
+    where = (f"{num_chains} vectorised chains" if num_chains else
+             "chains started one at a time (chain_method 'sequential' or 'parallel', or one "
+             "chain), which cannot tell which entry is theirs")
+    raise ValueError(
+        f"The learnt settings hold {held} chains' values and the run has {where}. Run "
+        f"num_chains={held} with chain_method='vectorized' (chain k starts from chain k's "
+        "settings), or give every chain one chain's settings: settings.chain(0).")
+
+
+def _with_settings(chain, settings):
+    """``chain`` with the metric state and gradient estimator's state of ``settings``
+    (refused, naming the piece, where they are not shaped as this kernel's)."""
+    _fits(chain.sampler_state.metric, settings.metric, "metric")
+    gradient_state = chain.gradient_state
+    if settings.gradient is not None:
+        _fits(gradient_state, settings.gradient, "gradient estimator")
+        gradient_state = jax.tree.map(lambda new, old: jnp.asarray(new, old.dtype),
+                                      settings.gradient, gradient_state)
+    metric = jax.tree.map(lambda new, old: jnp.asarray(new, old.dtype), settings.metric,
+                          chain.sampler_state.metric)
+    return chain._replace(sampler_state=chain.sampler_state._replace(metric=metric),
+                          gradient_state=gradient_state)
+
+
+def _fits(fresh, given, piece):
+    """Refuse ``given`` (a state from learnt settings) where its tree or shapes differ from
+    this kernel's ``fresh`` one."""
+    same = jax.tree.structure(fresh) == jax.tree.structure(given) and all(
+        np.shape(a) == np.shape(b)
+        for a, b in zip(jax.tree.leaves(fresh), jax.tree.leaves(given), strict=True))
+    if not same:
+        raise ValueError(
+            f"The learnt settings' {piece} state does not fit this kernel's "
+            f"({type(fresh).__name__} of shapes {[np.shape(x) for x in jax.tree.leaves(fresh)]}"
+            f", got {type(given).__name__} of shapes "
+            f"{[np.shape(x) for x in jax.tree.leaves(given)]}): give the settings to a kernel "
+            "composed as the one that learnt them (the same preset and pieces, step_size not "
+            "given), on the same model.")
 
 
 def diagnostics_str(state):

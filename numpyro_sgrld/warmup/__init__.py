@@ -6,7 +6,8 @@ NumPyro's ``warmup_adapter`` composes NUTS's. The windows are in
 :mod:`~numpyro_sgrld.warmup.schedule`, the preconditioner's statistics in
 :mod:`~numpyro_sgrld.warmup.preconditioner`, the step size's measurement in
 :mod:`~numpyro_sgrld.warmup.adaptation` (also :mod:`numpyro_sgrld.adaptation`), and what
-``step_size=None`` turns on in :mod:`~numpyro_sgrld.warmup.choices`. ``docs/step_size.md``
+``step_size=None`` turns on in :mod:`~numpyro_sgrld.warmup.choices`, and what it learnt, as a
+value a new kernel takes, in :mod:`~numpyro_sgrld.warmup.settings`. ``docs/step_size.md``
 says in one paragraph what the warm-up does."""
 
 from numpyro_sgrld.warmup.pieces import Piece, Setting
@@ -24,11 +25,13 @@ from numpyro_sgrld.warmup.schedule import (
     first_window_start,
     window_ends,
 )
+from numpyro_sgrld.warmup.settings import LearntSettings, learnt_settings
 from numpyro_sgrld.warmup.steps import PIECES, WarmupState, init_warmup, update_warmup
 
 __all__ = [
     "NUM_WINDOWS",
     "PIECES",
+    "LearntSettings",
     "Piece",
     "Setting",
     "WarmupState",
@@ -38,6 +41,7 @@ __all__ = [
     "final_window_start",
     "first_window_start",
     "init_preconditioner",
+    "learnt_settings",
     "preconditioner_factor",
     "preconditioner_scale",
     "reset_preconditioner",

@@ -17,6 +17,8 @@ r"""What ``step_size=None`` turns on, in one place. A kernel built without a ste
 
 With a given ``step_size`` none of these happen: the step, the identity metric, the plain
 minibatch gradient, the adaptive metric in the model's own coordinates, cycles from step 0.
+With learnt settings (``settings=``, :mod:`numpyro_sgrld.warmup.settings`) the kernel is
+composed as with ``step_size=None`` and starts from what a warm-up learnt, learning nothing.
 """
 
 from numpyro_sgrld.core.gradients import warmup_control_variates

@@ -61,8 +61,10 @@ __all__ = ["CONTROL_VARIATES", "MOMENTUM", "PRECONDITIONER", "STEP_SIZE", "Begin
 class Setting(NamedTuple):
     """What the warm-up knows of a kernel: its :class:`~numpyro_sgrld.core._step.Algorithm`, the
     minibatch draw ``(key, batch_state) -> (idx, batch_state)``, the bias target
-    :math:`\\delta` and the step-size rule ``(i, warmup_state) -> h_i`` (the schedule's
-    step without a warm-up state, else the adapted one, or a cyclical preset's cosine of it);
+    :math:`\\delta` and the step-size rule ``(i, warmup_state, held) -> h_i`` (the schedule's
+    step without a warm-up state, else the adapted one, or a cyclical preset's cosine of it;
+    ``held``, the chain's current step, is the step of a chain started from
+    :class:`~numpyro_sgrld.LearntSettings`);
     ``ahead``, for data read from the host, ``(idx, next_idx) -> context`` in which a step at
     the minibatch ``idx`` is traced so that it reads the next step's rows while it runs
     (``None``: nothing to read ahead)."""

@@ -130,13 +130,13 @@ def _transition(setting, state, target, adapting, keys, idx, batch_state):
     key_next, _, key_step, *keys = keys
     host = {"batch_state": batch_state, "rng_key": key_next}
     chain = chain_of(state)
-    step_size = setting.step_size(state.i, warm)
+    step_size = setting.step_size(state.i, warm, state.step_size)
     if warm is None:
         new, _ = algorithm.step(chain, StepInputs(target, idx, key_step, step_size))
         return settled(algorithm, with_chain(state._replace(**host), new))
     if adapting is False:  # after warm-up, known when traced: none of its branches
         new, _ = algorithm.step(chain, StepInputs(target, idx, key_step, step_size))
-        new = new._replace(step_size=setting.step_size(state.i + 1, warm))
+        new = new._replace(step_size=setting.step_size(state.i + 1, warm, new.step_size))
         return with_chain(state._replace(**host), new)
     if adapting is None:
         adapting = state.i < warm.num_warmup
@@ -150,7 +150,7 @@ def _transition(setting, state, target, adapting, keys, idx, batch_state):
         adapting, lambda w, c: update_warmup(setting, moment, w, c, key_end),
         lambda *a: a, warm, new)
     # the next step's: after warm-up the frozen one (a cyclical preset's, its cosine)
-    new = new._replace(step_size=setting.step_size(state.i + 1, warm))
+    new = new._replace(step_size=setting.step_size(state.i + 1, warm, new.step_size))
     return settled(algorithm, with_chain(state._replace(warmup=warm, **host), new))
 
 
