@@ -74,6 +74,8 @@ def test_compare_reports_the_baselines(tmp_path):
     report's notes, and MALA and constant SGD within their Monte Carlo error of the reference
     (MALA is exact; Mandt's Gaussian is right for a Gaussian posterior with isotropic noise,
     here within the run's error), Bayes by Backprop's draws iid (ESS = draws)."""
+    import pandas as pd
+
     from numpyro_sgrld.app.compare import run_compare
 
     rows = run_compare("linear_regression",
@@ -89,7 +91,9 @@ def test_compare_reports_the_baselines(tmp_path):
     assert "| SGNHT | 0.001 |" in report and "| CyclicalSGLD |" in report
     assert "## Bias against the step size" not in report
     assert "LMC" not in report
-    assert rows["MALA"]["converged"] == "yes" and rows["MALA"]["off beyond noise"] == "0/5"
+    assert rows["MALA"]["converged"] == "yes" and rows["MALA"]["accurate"] == "yes"
+    per = pd.read_csv(tmp_path / "per_parameter.csv", index_col=["kernel", "parameter"])
+    assert not per.loc["MALA", "resolved"].any()  # no difference from the reference resolved
     assert rows["BayesByBackprop"]["min ESS"] > 0.5 * 2 * 2000
 
 

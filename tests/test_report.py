@@ -1,8 +1,13 @@
 """The report of ``sgrld compare`` on small synthetic runs: what it prints (no negative
-distance, no ``inf`` or ``nan``, one name per method), the energy distance's Monte Carlo error,
-and the trace plots' parameters, each run's own."""
+distance, no ``inf`` or ``nan``, one name per method), the most accurate kernel named only where
+the noise resolves it, a table that cannot contradict itself, CSV files that explain their
+columns, the energy distance's Monte Carlo error, and the trace plots' parameters, each run's
+own."""
 
+import copy
+import csv
 import re
+from statistics import NormalDist
 from types import SimpleNamespace
 
 import numpy as np
@@ -11,8 +16,14 @@ import pytest
 from numpyro_sgrld import diagnostics
 from numpyro_sgrld import time_to_accuracy as tta
 from numpyro_sgrld.analysis import _arviz
-from numpyro_sgrld.app import _rows
-from numpyro_sgrld.app.report import _write_report, distance_cell, format_table
+from numpyro_sgrld.app import _rows, _tables
+from numpyro_sgrld.app.report import (
+    BEST_LEVEL,
+    _write_report,
+    distance_cell,
+    format_table,
+    verdict_paragraph,
+)
 
 D = 5
 
@@ -61,6 +72,12 @@ def _rows_of(runs):
     return rows
 
 
+@pytest.fixture(scope="module")
+def rows(runs):
+    """:func:`_rows_of` the runs, computed once (each test takes a copy)."""
+    return _rows_of(runs)
+
+
 def _race():
     results = [tta.RaceResult("SGLD", 10.0, True, 10.0, 4000, 0.05, 1.05),
                tta.RaceResult("NUTS", 50.0, False, 50.0, 0, np.inf, np.nan, "cap"),
@@ -90,8 +107,8 @@ def _column(report, header):
 
 
 def test_the_report_prints_no_negative_distance_no_inf_or_nan_and_one_name_per_method(
-        runs, tmp_path):
-    rows = _rows_of(runs)
+        rows, tmp_path):
+    rows = copy.deepcopy(rows)
     kernels = [k for k in rows if k != "NUTS (reference)"]
     problem = SimpleNamespace(description="A synthetic problem", name="the synthetic problem")
     _write_report(tmp_path, problem, rows, {}, None, _settings(kernels), _race())
@@ -114,7 +131,7 @@ def test_the_report_prints_no_negative_distance_no_inf_or_nan_and_one_name_per_m
     assert "NO: no finite draws" in report
     assert "| NUTS | > 50.0 | no | 0 | no draws | no draws | cap |" in report
     # the verdict and the bias section name the problem the rows come from
-    assert "On the synthetic problem the most accurate SG kernel" in report
+    assert "**Verdict.** On the synthetic problem " in report
     assert "## The bias of each kernel: the synthetic problem" in report
 
 
@@ -186,3 +203,104 @@ def test_each_trace_plot_shows_its_runs_own_worst_parameters(runs, tmp_path, mon
     assert shown["trace_SGLD.png"][0] == "w[1]" and shown["trace_PSGLD.png"][0] == "w[3]"
     assert shown["trace_SGLD.png"] != shown["trace_PSGLD.png"]
     assert set(shown["trace_reference.png"]) <= set().union(*shown.values())
+
+
+def _row(err, se, ratio=1.0, ratio_se=0.01):
+    return {"max abs mean err/sd": err, "± se": se, "worst sd ratio": ratio,
+            "± se (sd)": ratio_se, "accurate": "yes", "converged": "yes"}
+
+
+def test_the_most_accurate_kernel_is_named_only_where_the_noise_resolves_it():
+    """The errors 0.038 ± 0.019 and 0.044 ± 0.020 overlap: a tie, not a ranking. One kernel is
+    named only where its error is below each other's by more than z standard errors of the
+    difference, z the one-sided level's quantile Bonferroni-corrected over the comparisons:
+    just above z it is named, just below it the two tie."""
+    rows = {"NUTS (reference)": {**_row(np.nan, np.nan), "accurate": "—"},
+            "AdamSGLD": _row(0.044, 0.020),
+            "SGHMC": _row(0.038, 0.019)}
+    text = verdict_paragraph(rows)
+    assert "the most accurate SG kernel is" not in text
+    assert "no SG kernel is resolved as the most accurate: **SGHMC**" in text
+    assert "**AdamSGLD** (0.044 ± 0.020 posterior sd) tie" in text
+    for others in (1, 3):
+        z = NormalDist().inv_cdf(1 - BEST_LEVEL / others)
+        spread = np.hypot(0.01, 0.01)
+        for factor, named in ((1.02, True), (0.98, False)):
+            rows = {"SGLD": _row(0.05, 0.01)}
+            rows.update({k: _row(0.05 + factor * z * spread, 0.01)
+                         for k in ("PSGLD", "SGHMC", "MongeSGLD")[:others]})
+            text = verdict_paragraph(rows, name="P")
+            assert text.startswith("On P the most accurate SG kernel is **SGLD**") == named, text
+            assert f"by more than {z:.2f} standard errors of the difference" in text
+    # the sd ratio's distance from 1 is the error where it is the larger, with its own error
+    rows = {"SGLD": _row(0.01, 0.001, 1.30, 0.01), "PSGLD": _row(0.20, 0.01)}
+    assert verdict_paragraph(rows, name="P").startswith("On P the most accurate SG kernel is "
+                                                         "**PSGLD**")
+
+
+def test_no_row_reads_accurate_beside_parameters_outside_the_promise(tmp_path):
+    """A long run off by 0.08 sd in every parameter: each difference is resolved (z > 3), and
+    every one is within the 0.15 sd promise. The row is accurate and counts no parameter
+    outside the promise; a run 0.4 sd off in one parameter counts that one. Over every row,
+    accurate implies none outside (a point estimate within the promise never misses it)."""
+    rng = np.random.default_rng(5)
+    ref = _idata(rng, draws=2000)
+    runs = {"long": _idata(rng, shift=0.08, draws=5000),
+            "off": _idata(rng, shift=0.4 * np.eye(D)[2], draws=5000)}
+    rows = {}
+    for name, idata in runs.items():
+        table = diagnostics.compare_to_reference(idata, ref)
+        rows[name] = _rows.summary_row(table, idata, 1.0, (np.nan, np.nan), (np.nan, np.nan))
+        if name == "long":
+            assert table["resolved"].all()
+    assert rows["long"]["accurate"] == "yes"
+    assert rows["long"]["outside promise beyond noise"] == f"0/{D}"
+    assert rows["off"]["outside promise beyond noise"] == f"1/{D}"
+    assert "off beyond noise" not in format_table(rows)
+    for row in rows.values():
+        if row["accurate"] == "yes":
+            assert row["outside promise beyond noise"].startswith("0/")
+
+
+def test_the_csv_files_explain_their_columns_and_hold_no_inf_or_nan(runs, rows, tmp_path):
+    """comparison.csv and per_parameter.csv, read without report.md: every column is
+    explained in the data dictionary beside the file, both read cleanly with pandas and csv;
+    a negative distance stays as estimated, with its flag; no ``inf`` or ``nan``."""
+    import pandas as pd
+
+    rows = copy.deepcopy(rows)
+    rows["SGLD"]["max R-hat"] = float("inf")
+    _tables.write_tables(tmp_path, rows, runs[2])
+    for name in ("comparison", "per_parameter"):
+        path = tmp_path / f"{name}.csv"
+        text = path.read_text()
+        assert not re.search(r"\b(inf|nan)\b", text, re.IGNORECASE), name
+        columns = pd.read_csv(tmp_path / f"{name}.columns.csv", index_col="column")
+        header = next(csv.reader(path.open()))
+        assert header == list(columns.index), name
+        assert columns["meaning"].str.len().min() > 10
+    table = pd.read_csv(tmp_path / "comparison.csv", index_col="kernel")
+    assert table.loc["MALA", "energy dist"] < 0
+    assert table.loc["MALA", "energy within noise"] == "yes"
+    assert table.loc["SGLD", "energy within noise"] == "no"
+    assert pd.isna(table.loc["BayesByBackprop", "energy within noise"])
+    assert pd.isna(table.loc["SGLD", "max R-hat"])
+    per = pd.read_csv(tmp_path / "per_parameter.csv", index_col=["kernel", "parameter"])
+    assert per.loc["SGLD", "outside_promise"].sum() == 1
+
+
+def test_each_row_says_what_its_step_size_measures():
+    """A whitened step, a raw one and MALA's leapfrog ε are different quantities; each row
+    names its own, and an adaptive preset's metric leaves the learnt coordinates above
+    DENSE_MAX_DIM coordinates."""
+    units = _tables.step_units
+    assert units("SGLD", True, 5) == "h, whitened" and units("SGLD", False, 5) == "h, raw"
+    assert units("SGHMC", True, 5) == "η, whitened"
+    assert units("BAOAB", True, 5) == "time h, whitened"
+    assert units("PSGLD", True, 5) == "h × RMSprop, whitened"
+    assert units("PSGLD", True, 500) == "h × RMSprop, raw"
+    assert units("BNPSGLD", True, 5) == "h × BNP, raw"
+    assert units("CyclicalSGLD", True, 5) == "mean h, whitened"
+    assert units("MALA", True, 5).startswith("ε, raw")
+    assert units("BayesByBackprop", True, 5) == "—"
+    assert set(_tables.COMPARISON_COLUMNS) >= {"step size", "step units"}

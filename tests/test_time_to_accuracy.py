@@ -1,6 +1,7 @@
 """The time-to-accuracy race (``numpyro_sgrld.time_to_accuracy``): the Laplace importance
 sampling reference against the exact posterior by quadrature, the Pareto shape against known
-tails, the accuracy rule, the race's clock and cap, and the report's verdict."""
+tails, the accuracy rule, the race's clock and cap, the CSV file and its data dictionary, and the
+report's verdict."""
 
 import numpy as np
 import pytest
@@ -165,6 +166,36 @@ def test_the_exact_methods_run_to_the_target_once_and_are_read_from_the_cache(
     assert measured["NUTS"][0].reached and measured["NUTS"][0].seconds_to_target == 120.0
     # another setting is another measurement
     assert _race_cache.load(setting._replace(seed=1), "NUTS") is None
+
+
+def test_the_csv_says_what_was_not_reached_and_what_could_not_be_measured(tmp_path):
+    """A method that did not reach the target has no time to the target (an empty value, not
+    the time it ran, nor ``inf``); one without draws has no errors (empty, not ``inf`` or
+    ``nan``); every column is explained in ``time_to_accuracy.columns.csv``."""
+    import csv
+    import re
+
+    import pandas as pd
+
+    results = [tta.RaceResult("SGLD", 10.0, True, 10.0, 4000, 0.05, 1.05),
+               tta.RaceResult("NUTS", 50.0, False, 50.0, 0, np.inf, np.nan,
+                              "stopped at the time cap of 50 s"),
+               tta.RaceResult("MALA", 12.0, False, 12.0, 900, 0.3, 1.4)]
+    path = tmp_path / "time_to_accuracy.csv"
+    tta.write_csv(results, path)
+    assert not re.search(r"\b(inf|nan)\b", path.read_text(), re.IGNORECASE)
+    table = pd.read_csv(path, index_col="method")
+    assert table.loc["SGLD", "seconds_to_target"] == 10.0
+    for method in ("NUTS", "MALA"):
+        assert pd.isna(table.loc[method, "seconds_to_target"]) and not table.loc[method,
+                                                                                 "reached"]
+    assert table.loc["NUTS", "seconds_run"] == 50.0
+    assert pd.isna(table.loc["NUTS", "max_mean_error"])
+    assert pd.isna(table.loc["NUTS", "worst_sd_ratio"])
+    assert table.loc["MALA", "max_mean_error"] == 0.3
+    columns = pd.read_csv(tmp_path / "time_to_accuracy.columns.csv", index_col="column")
+    assert list(columns.index) == next(csv.reader(path.open()))
+    assert "Empty where it did not reach it" in columns.loc["seconds_to_target", "meaning"]
 
 
 def test_bad_sizes_are_refused():

@@ -4,19 +4,26 @@
 (:func:`~numpyro_sgrld.diagnostics.compare_to_reference`) to one row: the worst errors with
 their Monte Carlo errors, the energy distance to the reference with its Monte Carlo error
 (:func:`energy_distance_with_error`), the squared KSD with its Monte Carlo error
-(:func:`ksd_with_error`), ESS, R-hat, whether it converged and whether it is accurate.
-:func:`worst_parameters` names the parameters farthest off, for the plots.
+(:func:`ksd_with_error`), ESS, R-hat, whether it converged, whether it is accurate and how
+many parameters miss the accuracy promise beyond the Monte Carlo noise
+(:func:`outside_promise`). :func:`worst_parameters` names the parameters farthest off, for the
+plots.
 """
 
 import numpy as np
 
 from numpyro_sgrld.analysis import _arviz, diagnostics, distances
-from numpyro_sgrld.app.report import ACCURATE_MEAN, ACCURATE_SD, equipartition_reading
+from numpyro_sgrld.app.report import (
+    ACCURATE_MEAN,
+    ACCURATE_SD,
+    PROMISE_Z,
+    equipartition_reading,
+)
 from numpyro_sgrld.host.subsample import full_batch
 from numpyro_sgrld.host.verdict import MAX_RHAT, MIN_ESS
 
 __all__ = ["energy_distance_with_error", "ksd_with_error", "summary_row", "reference_row",
-           "worst_parameters"]
+           "outside_promise", "worst_parameters"]
 
 #: Contiguous blocks of draws per sample for the energy distance's jackknife.
 ENERGY_BLOCKS = 20
@@ -194,10 +201,27 @@ def _convergence(rhat, ess):
     return "yes" if not problems else "NO: " + ", ".join(problems)
 
 
-def summary_row(table, idata, seconds, energy, ksd):
+def outside_promise(table, z=PROMISE_Z):
+    """Per parameter of ``table`` (:func:`~numpyro_sgrld.diagnostics.compare_to_reference`):
+    whether it misses the accuracy promise beyond the Monte Carlo noise, that is its absolute
+    standardised mean error exceeds :data:`ACCURATE_MEAN`, or its sd ratio lies outside
+    :data:`ACCURATE_SD`, by more than ``z`` of that number's standard errors. A parameter within
+    the promise is never outside it, so a row whose every parameter is within the promise
+    (``accurate`` yes) counts none; a difference from the reference that is resolved but small
+    (``resolved`` in the table) is not counted."""
+    mean_se = table["std_mean_error_se"]
+    ratio_se = np.hypot(table["mcse_sd"], table["ref_mcse_sd"]) / table["ref_sd"]
+    mean_off = table["std_mean_error"].abs() - ACCURATE_MEAN > z * mean_se
+    sd_off = ((table["sd_ratio"] - ACCURATE_SD[1] > z * ratio_se)
+              | (ACCURATE_SD[0] - table["sd_ratio"] > z * ratio_se))
+    return (mean_off | sd_off).rename("outside_promise")
+
+
+def summary_row(table, idata, seconds, energy, ksd, step_units=""):
     """A run's row: ``table`` its :func:`~numpyro_sgrld.diagnostics.compare_to_reference`,
     ``energy`` its energy distance to the reference and ``ksd`` its squared KSD
-    (:func:`ksd_with_error`), each with its Monte Carlo error."""
+    (:func:`ksd_with_error`), each with its Monte Carlo error; ``step_units`` what its step size
+    measures (:func:`~numpyro_sgrld.app.report.step_units`)."""
     stats = _arviz.dataset(idata, "sample_stats")
     diverging = int(np.asarray(stats["diverging"]).sum()) if "diverging" in stats else 0
     err = table["std_mean_error"].abs()
@@ -207,6 +231,7 @@ def summary_row(table, idata, seconds, energy, ksd):
     rhat, ess = float(table["r_hat"].max()), float(table["ess_bulk"].min())
     return {
         "step size": _step_used(stats) if "step_size" in stats else float("nan"),
+        "step units": step_units if "step_size" in stats else "—",
         "max abs mean err/sd": float(abs(table.loc[worst, "std_mean_error"])),
         "± se": float(table.loc[worst, "std_mean_error_se"]),
         "worst sd ratio": float(table.loc[off, "sd_ratio"]),
@@ -214,8 +239,8 @@ def summary_row(table, idata, seconds, energy, ksd):
             np.hypot(table.loc[off, "mcse_sd"], table.loc[off, "ref_mcse_sd"])
             / table.loc[off, "ref_sd"]
         ),
-        "off beyond noise": (f"{int(table['resolved'].sum())}/{len(table)}"
-                             if np.isfinite(ess) else "—"),
+        "outside promise beyond noise": (f"{int(outside_promise(table).sum())}/{len(table)}"
+                                         if np.isfinite(ess) else "—"),
         "mean W1/sd": float(table["w1_sd"].mean()),
         "energy dist": float(energy[0]),
         "± se (energy)": float(energy[1]),
@@ -246,14 +271,14 @@ def accurate(table):
     return "yes" if not off else "NO: " + ", ".join(off)
 
 
-def reference_row(ref, seconds, energy, ksd):
+def reference_row(ref, seconds, energy, ksd, step_units=""):
     """The reference's row of the table: its own errors (zero by construction) left blank;
     ``energy`` its :func:`reference_noise`."""
     ref_row = summary_row(diagnostics.compare_to_reference(ref, ref), ref, seconds, energy,
-                          ksd)
+                          ksd, step_units)
     for key in ("max abs mean err/sd", "± se", "worst sd ratio", "± se (sd)", "mean W1/sd"):
         ref_row[key] = float("nan")
-    ref_row["off beyond noise"] = "—"
+    ref_row["outside promise beyond noise"] = "—"
     ref_row["accurate"] = "—"
     return ref_row
 

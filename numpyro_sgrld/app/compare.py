@@ -6,6 +6,7 @@ compares them (:mod:`numpyro_sgrld.diagnostics`) and writes a report folder::
 
     report.md            the verdict, settings, the comparison table, the plots
     comparison.csv       the table;  per_parameter.csv: every kernel's every parameter
+    <name>.columns.csv   beside each CSV file: what each of its columns holds
     errors.png           each kernel's errors;  marginals.png: marginals over the reference
     bias.png             bias against the step size (kernels in ``bias_kernels``)
     trace_<kernel>.png   trace and rank plots per kernel (and trace_reference.png)
@@ -31,6 +32,7 @@ from numpyro_sgrld.analysis.inference_data import (
 )
 from numpyro_sgrld.app import _rows
 from numpyro_sgrld.app._parallel import run_all
+from numpyro_sgrld.app._tables import step_units, write_tables
 from numpyro_sgrld.app.problems import NETWORK_KERNELS, NETWORK_PROBLEMS, PROBLEMS, Problem
 from numpyro_sgrld.app.report import (
     ACCURATE_MEAN,
@@ -40,7 +42,6 @@ from numpyro_sgrld.app.report import (
     MAX_RHAT,
     MIN_ESS,
     _write_report,
-    _write_tables,
     format_table,
     verdict_paragraph,
 )
@@ -228,7 +229,7 @@ def run_compare(
     ESS over the parameters reaches ``target_ess`` and the largest split R-hat is at most
     :data:`MAX_RHAT`, or it has taken ``5 * num_steps`` steps;
     ``budget`` multiplies both (and the bias curves' runs). The table gives the worst errors
-    with their standard errors, how many parameters differ from the reference above the
+    with their standard errors, how many parameters miss the accuracy promise beyond the
     Monte Carlo noise, whether the row is accurate, and flags a kernel that has not converged.
     ``bias_kernels`` adds bias-against-step-size curves, ``gamma_panel`` :func:`gamma_demo`
     (the Γ bias on Rensmeyer & Niggemann's 1-D target, with and without the correction).
@@ -297,9 +298,11 @@ def run_compare(
             ref_draws = _rows.latent_only(ref, problem.model, problem.args)
             ref_pooled = _rows.pooled(ref_draws)
             scale = _rows.ksd_scale(scores, ref_draws)
+            dim = int(np.size(scale))  # the model's unconstrained coordinates
             rows[reference] = _rows.reference_row(
                 ref, ref_seconds, _rows.reference_noise(ref, problem),
-                _rows.ksd_with_error(scores, ref_draws, scale=scale))
+                _rows.ksd_with_error(scores, ref_draws, scale=scale),
+                step_units(reference, True, dim))
         else:
             waiting[label] = result
         if ref is None:
@@ -311,7 +314,8 @@ def run_compare(
             draws = _rows.latent_only(idata, problem.model, problem.args)
             energy = _rows.energy_distance_with_error(_rows.pooled(draws), ref_pooled)
             rows[name] = _rows.summary_row(table, idata, seconds, energy,
-                                           _rows.ksd_with_error(scores, draws, scale=scale))
+                                           _rows.ksd_with_error(scores, draws, scale=scale),
+                                           step_units(name, steps[name] is None, dim))
             tables[name], idatas[name] = table, idata
             used[name] = rows[name]["step size"]
             r = rows[name]
@@ -321,7 +325,7 @@ def run_compare(
     rows = {name: rows[name] for name in (reference, *kernels)}  # whatever finished first
     tables, idatas, taken, used = ({name: d[name] for name in kernels}
                                    for d in (tables, idatas, taken, used))
-    _write_tables(out, rows, tables)
+    write_tables(out, rows, tables)
 
     log(f"{stamp()} Plots: errors.png, marginals.png")
     plots.plot_errors(tables, ACCURATE_MEAN, ACCURATE_SD, path=out / "errors.png")

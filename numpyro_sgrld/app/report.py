@@ -1,21 +1,36 @@
 """The report of ``sgrld compare``: the table, the verdict paragraph and ``report.md``.
 
-:func:`verdict_paragraph` opens the report: which kernel is most accurate, which are not and
-by how much (with Monte Carlo standard errors), which did not converge, and, with the large
-problem, which method reached the stated accuracy first (:mod:`numpyro_sgrld.time_to_accuracy`).
+:func:`verdict_paragraph` opens the report: which SG kernel is the most accurate where the
+Monte Carlo noise resolves it (else which tie, :func:`most_accurate`), which rows are not
+accurate and by how much (with Monte Carlo standard errors), which did not converge, and, with
+the large problem, which method reached the stated accuracy first
+(:mod:`numpyro_sgrld.time_to_accuracy`).
+
+The CSV files (:mod:`numpyro_sgrld.app._tables`) have their columns' meanings beside them, so
+that they can be read without ``report.md``.
 """
+
+from statistics import NormalDist
 
 import numpy as np
 
 from numpyro_sgrld.analysis import _arviz
+from numpyro_sgrld.app._race_report import number, race_sentence, race_text
 from numpyro_sgrld.host.kernels import KERNELS
 from numpyro_sgrld.host.verdict import MAX_RHAT, MIN_ESS
 
-__all__ = ["format_table", "distance_cell", "verdict_paragraph"]
+__all__ = ["format_table", "distance_cell", "verdict_paragraph", "most_accurate"]
 
 #: A row is accurate when its worst standardised mean error and every sd ratio are inside
 #: these bounds (max |mean error| <= 0.15 sd, sd ratios in [0.87, 1.15]).
 ACCURATE_MEAN, ACCURATE_SD = 0.15, (0.87, 1.15)
+#: A parameter is outside the promise beyond noise when its error exceeds these bounds by more
+#: than this many of its Monte Carlo standard errors (the threshold at which
+#: :func:`~numpyro_sgrld.diagnostics.compare_to_reference` calls a difference resolved).
+PROMISE_Z = 3.0
+#: The level of the one-sided z-test by which the verdict names one SG kernel the most
+#: accurate (:func:`most_accurate`), Bonferroni-corrected over the kernels it is compared with.
+BEST_LEVEL = 0.05
 #: Baselines that are not SG-MCMC kernels (:mod:`numpyro_sgrld.baselines`), run on the same
 #: model and reported like the kernels: MALA (the Metropolis-adjusted Langevin algorithm) on
 #: the full data, Bayes by Backprop (mean-field VI), constant SGD (Mandt et al. 2017).
@@ -34,13 +49,6 @@ def equipartition_reading(idata):
     if "equipartition" not in _arviz.group_names(idata):
         return float("nan")
     return float(np.mean(np.asarray(_arviz.dataset(idata, "equipartition")["temperature"])))
-
-def _write_tables(out, rows, tables):
-    import pandas as pd
-
-    pd.DataFrame.from_dict(rows, orient="index").to_csv(out / "comparison.csv")
-    pd.concat(tables, names=["kernel"]).to_csv(out / "per_parameter.csv")
-
 
 def _fmt(v):
     if isinstance(v, float):
@@ -100,16 +108,53 @@ def _gamma_text(gamma):
         "|---|---|---|---|",
     ]
     for name, r in gamma.items():
-        lines.append(f"| {name} | {_number(r['sd'], '.3f')} ± {_number(r['sd_se'], '.3f')} | "
-                     f"{_number(r['l1_normal'], '.3f')} | {_number(r['l1_predicted'], '.3f')} |")
+        lines.append(f"| {name} | {number(r['sd'], '.3f')} ± {number(r['sd_se'], '.3f')} | "
+                     f"{number(r['l1_normal'], '.3f')} | {number(r['l1_predicted'], '.3f')} |")
     return lines + ["", "![gamma](gamma.png)", ""]
 
 
-def _score(row):
-    """How far a row is off: the larger of its worst mean error and its worst sd ratio's
-    distance from 1 (both in reference sds); ``inf`` for a row without finite numbers."""
-    score = max(row["max abs mean err/sd"], abs(row["worst sd ratio"] - 1))
-    return score if np.isfinite(score) else float("inf")
+def _error(row):
+    """How far a row is off, with its Monte Carlo standard error: the larger of its worst mean
+    error and its worst sd ratio's distance from 1 (both in reference sds), and the standard
+    error of the larger; ``(inf, nan)`` for a row without finite numbers."""
+    mean, ratio = row["max abs mean err/sd"], abs(row["worst sd ratio"] - 1)
+    if not np.isfinite([mean, ratio]).all():
+        return float("inf"), float("nan")
+    return (float(mean), float(row["± se"])) if mean >= ratio else (
+        float(ratio), float(row["± se (sd)"]))
+
+
+def most_accurate(rows, level=BEST_LEVEL):
+    r"""``(best, tied, z)``: which of ``rows`` (``{name: row}``) has the smallest error
+    (:func:`_error`), and the rows that the Monte Carlo noise does not resolve from it.
+
+    A row is resolved as less accurate than ``best`` when the difference of their errors
+    exceeds ``z`` of its standard errors, the two rows' combined,
+    :math:`(e_k - e_{best}) / \sqrt{se_{best}^2 + se_k^2} > z`: a one-sided z-test at ``level``,
+    Bonferroni-corrected over the other rows, :math:`z = \Phi^{-1}(1 - level / (n - 1))`
+    for ``n`` rows with finite errors. ``tied`` is ``best`` and every row not resolved from it
+    (a row whose error has no finite standard error is never resolved), ordered by error;
+    ``best`` is the most accurate row only where ``tied`` holds it alone. Rows without finite
+    numbers take no part; ``(None, [], nan)`` where none has them."""
+    errors = {k: _error(r) for k, r in rows.items()}
+    finite = sorted((k for k in errors if np.isfinite(errors[k][0])),
+                    key=lambda k: errors[k][0])
+    if not finite:
+        return None, [], float("nan")
+    best = finite[0]
+    if len(finite) == 1:
+        return best, [best], float("nan")
+    z = NormalDist().inv_cdf(1 - level / (len(finite) - 1))
+    e0, se0 = errors[best]
+
+    def resolved(k):
+        e, se = errors[k]
+        spread = float(np.hypot(se0, se))
+        if not np.isfinite(spread):
+            return False
+        return e - e0 > z * spread
+
+    return best, [best] + [k for k in finite[1:] if not resolved(k)], z
 
 
 def _off_words(name, row):
@@ -117,22 +162,43 @@ def _off_words(name, row):
     pct = 100 * (row["worst sd ratio"] - 1)
     if not np.isfinite([pct, row["max abs mean err/sd"]]).all():
         return f"{name} (no finite draws)"
+    within = (", within the noise of the promise: no parameter outside it by more than "
+              f"{PROMISE_Z:g} standard errors"
+              if str(row.get("outside promise beyond noise", "")).startswith("0/") else "")
     return (f"{name} (sds {'too wide' if pct > 0 else 'too narrow'} by up to "
             f"{abs(pct):.0f} ± {100 * row['± se (sd)']:.0f} %, worst mean off "
-            f"by {row['max abs mean err/sd']:.2f} ± {row['± se']:.2f} sd)")
+            f"by {row['max abs mean err/sd']:.2f} ± {row['± se']:.2f} sd{within})")
 
 
 def _best_sentence(sg, name):
-    """The sentence naming the most accurate of the SG rows ``sg`` on the problem called
-    ``name`` (none where no row has finite numbers)."""
-    if not any(np.isfinite(_score(r)) for r in sg.values()):
+    """The sentences naming the most accurate of the SG rows ``sg`` on the problem called
+    ``name`` where the Monte Carlo noise resolves it, else the kernels that tie
+    (:func:`most_accurate`), with the rule; none where no row has finite numbers."""
+    best, tied, z = most_accurate(sg)
+    if best is None:
         return []
-    best = min(sg, key=lambda k: _score(sg[k]))
     b = sg[best]
-    return [f"On {name} the most accurate SG kernel is **{best}**: its worst parameter "
-            f"mean is off by {b['max abs mean err/sd']:.3f} ± {b['± se']:.3f} posterior sd and "
-            f"its sd ratio farthest from 1 is {b['worst sd ratio']:.3f} ± {b['± se (sd)']:.3f} "
-            "(NUTS on the full data is the reference; ± one Monte Carlo standard error)."]
+    own = (f"its worst parameter mean is off by {b['max abs mean err/sd']:.3f} ± "
+           f"{b['± se']:.3f} posterior sd and its sd ratio farthest from 1 is "
+           f"{b['worst sd ratio']:.3f} ± {b['± se (sd)']:.3f} (NUTS on the full data is the "
+           "reference; ± one Monte Carlo standard error)")
+    if len(tied) == 1 and not np.isfinite(z):
+        return [f"On {name} the one SG kernel with finite draws is **{best}**: {own}."]
+    others = sum(np.isfinite(_error(r)[0]) for r in sg.values()) - 1
+    rule = (f"one SG kernel is named the most accurate only where its error is below every "
+            f"other's by more than {z:.2f} standard errors of the difference: a one-sided "
+            f"z-test at {100 * BEST_LEVEL:g} %, Bonferroni-corrected over {others} "
+            f"comparison{'s' if others > 1 else ''}; a row's error is the larger of its worst "
+            "mean error and its worst sd ratio's distance from 1")
+    if len(tied) == 1:
+        return [f"On {name} the most accurate SG kernel is **{best}**: {own}. Its error is "
+                f"below every other SG kernel's beyond the Monte Carlo noise ({rule})."]
+    group = [f"**{k}** ({_error(sg[k])[0]:.3f} ± {_error(sg[k])[1]:.3f} posterior sd)"
+             for k in tied]
+    listed = ", ".join(group[:-1]) + " and " + group[-1]
+    return [f"On {name} no SG kernel is resolved as the most accurate: {listed} tie within "
+            f"their Monte Carlo noise (± one standard error; NUTS on the full data is the "
+            f"reference; {rule})."]
 
 
 def verdict_paragraph(rows, race=None, name="German credit"):
@@ -174,131 +240,8 @@ def verdict_paragraph(rows, race=None, name="German credit"):
             text.append(f"Every run converged (split R-hat ≤ {MAX_RHAT}, bulk ESS ≥ "
                         f"{MIN_ESS}).")
     if race is not None:
-        text.append(_race_sentence(race))
+        text.append(race_sentence(race))
     return " ".join(text)
-
-
-def _race_sentence(race):
-    from numpyro_sgrld.app.time_to_accuracy import MEAN_TOL, SD_BAND
-
-    results = race.results
-    sg = [r for r in results if r.method in KERNELS]
-    done = [r for r in sg if r.reached]
-    n = race.setting.num_data
-    head = (f"On the large problem (logistic regression, N = {n:,}), the stated accuracy is "
-            f"every mean within {MEAN_TOL} sd and every sd within {SD_BAND[0]}–{SD_BAND[1]} "
-            "times the reference's. ")
-    if not done:
-        return head + "No SG kernel reached it within its time cap."
-    fast = min(done, key=lambda r: r.seconds_to_target)
-    first = min((r for r in results if r.reached), key=lambda r: r.seconds_to_target)
-    if first is fast:
-        words = [f"**{fast.method}** reached it first, in {fast.seconds_to_target:.0f} s "
-                 "(compilation and warm-up included)."]
-    else:
-        words = [f"{first.method} reached it first, in {first.seconds_to_target:.0f} s; the "
-                 f"fastest SG kernel, **{fast.method}**, took {fast.seconds_to_target:.0f} s "
-                 "(compilation and warm-up included)."]
-    measured = race.measured or {}
-    for r in results:
-        if r.method in measured:
-            words.append(_measured_words(r.method, *measured[r.method], fast))
-        elif r.method in ("NUTS", "HMCECS", "MALA"):
-            if r.reached:
-                ratio = r.seconds_to_target / fast.seconds_to_target
-                words.append(f"{r.method} reached it in {r.seconds_to_target:.0f} s "
-                              f"({ratio:.1f}× {fast.method}'s time).")
-            else:
-                ratio = r.seconds_to_target / fast.seconds_to_target
-                faster = (f"more than {ratio:.1f}× faster" if ratio >= 1.5 else "faster")
-                words.append(f"{r.method} had not reached it when stopped after "
-                             f"{r.seconds_to_target:.0f} s, so {fast.method} is {faster}.")
-    return head + " ".join(words)
-
-
-def _measured_words(method, m, date, fast):
-    """The sentence for an exact method's own time to the target (run once uncapped and
-    cached, :mod:`numpyro_sgrld.app._race_cache`) against the fastest SG kernel's."""
-    ratio = m.seconds_to_target / fast.seconds_to_target
-    when = f"measured on this machine on {date}, cached"
-    if m.reached:
-        return (f"{method} reached it in {m.seconds_to_target:.0f} s ({when}): "
-                f"**{fast.method} was {ratio:.1f}× faster than {method}**.")
-    return (f"{method} had not reached it after {m.seconds_to_target:.0f} s ({when}): "
-            f"{fast.method} was more than {ratio:.1f}× faster.")
-
-
-def _race_text(race):
-    if race is None:
-        return []
-    from numpyro_sgrld.app.time_to_accuracy import MEAN_TOL, SD_BAND
-
-    ref, s = race.reference, race.setting
-    lines = [
-        "## Where SG-MCMC wins: time to accuracy on a large data set",
-        "",
-        f"Bayesian logistic regression, w ~ N(0, I), on {s.num_data:,} synthetic rows with "
-        f"{s.num_features} standard normal features. A method has reached the stated accuracy "
-        f"when, over all its draws so far, every coordinate's mean is within {MEAN_TOL} "
-        f"reference sd of the reference mean and every sd ratio is within "
-        f"[{SD_BAND[0]}, {SD_BAND[1]}]. Its time is the wall time of its runs until the first "
-        "check that passed (checks after every chunk, off the clock): tracing, compilation, "
-        "initialisation, warm-up and sampling count. Every method runs "
-        f"{s.chains} chain(s) (NumPyro's default for `MCMC`). The SG kernels run at their "
-        f"defaults (minibatch {s.batch}, {s.sg_warmup} warm-up steps, chunks of {s.sg_chunk} "
-        f"steps, every 10th kept), each for at most {race.sg_cap:.0f} s; NUTS (`NUTS("
-        "full_batch(model))`), MALA (`HMC` with one leapfrog step, full data) and NumPyro's "
-        f"HMCECS (NUTS within Gibbs on subsamples of {s.hmcecs_subsample}, 100 blocks, Taylor "
-        "proxy around a MAP found by SVI, as in NumPyro's HMCECS example; the MAP search "
-        f"counts) run {s.exact_warmup} warm-up iterations. NUTS and HMCECS run until the "
-        f"target or {race.speedup:.0f}× the fastest SG kernel's time ({race.exact_cap:.0f} s), "
-        f"which is what it takes to tell whether that kernel is {race.speedup:.0f}× faster; "
-        "on the first run on a machine each runs instead until the target, and that time is "
-        "cached with the reference: the speed-ups in the verdict are those measured times; "
-        f"MALA for at most {race.mala_cap:.0f} s (whether it is faster at all). Each method "
-        "runs in a process of its own, one after another (each process starts, imports and "
-        "builds its data beside the reference's computation, before the first race); every "
-        "`MCMC` gets the data as arguments (`jit_model_args=True`).",
-        "",
-        f"Reference: importance sampling from the Laplace approximation ({ref.num_draws} "
-        f"draws; Pareto k̂ = {_number(ref.khat, '.2f')}, reliable below 0.7; importance ESS "
-        f"{_number(ref.ess, '.0f')}; "
-        f"Monte Carlo error of its means ≤ {_number(np.max(ref.mean_se / ref.sd), '.3f')} sd "
-        f"and of its sds ≤ {_number(100 * np.max(ref.sd_se / ref.sd), '.1f')} %); computing "
-        "it took "
-        f"{ref.seconds:.1f} s, and it is cached for later runs.",
-        "",
-        r"| method | seconds to target | reached | draws | max \|mean error\| (sd) | "
-        "worst sd ratio | note |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    lines += [_race_row(r) for r in race.results]
-    live = {r.method: r for r in race.results}
-    for method, (m, date) in (race.measured or {}).items():
-        r = live.get(method)
-        if r is None or (r.seconds_to_target, r.draws) != (m.seconds_to_target, m.draws):
-            # on the first run the live race is the measurement
-            lines.append(_race_row(m._replace(
-                method=f"{method} (its own run to the target, {date})")))
-    return lines + ["", "![time to accuracy](time_to_accuracy.png)", "",
-                    "The same numbers: `time_to_accuracy.csv`.", ""]
-
-
-def _number(value, spec):
-    """``value`` formatted by ``spec``, or ``"—"`` where it is not a finite number."""
-    return format(value, spec) if np.isfinite(value) else "—"
-
-
-def _race_row(r):
-    """A method's row of the race's table; ``"no draws"`` for the errors of a method that
-    gave none (or too few to have a spread)."""
-    secs = f"{r.seconds_to_target:.1f}" if r.reached else f"> {r.seconds_to_target:.1f}"
-    if r.draws < 2:
-        err = ratio = "no draws"
-    else:
-        err, ratio = _number(r.max_mean_error, ".3f"), _number(r.worst_sd_ratio, ".3f")
-    return (f"| {r.method} | {secs} | {'yes' if r.reached else 'no'} | {r.draws:,} | {err} | "
-            f"{ratio} | {r.note} |")
 
 
 def _write_report(out, problem, rows, curves, gamma, settings, race=None):
@@ -323,7 +266,8 @@ def _write_report(out, problem, rows, curves, gamma, settings, race=None):
         f"continued until the smallest bulk ESS reached {settings['target_ess']} and the "
         f"largest split R-hat was at most {MAX_RHAT}, or {settings['max_steps']} steps (steps "
         "per chain: " + ", ".join(f"{k} {v}" for k, v in settings["taken"].items())
-        + f"); step sizes {steps} (the chains' geometric mean); seed {settings['seed']}. "
+        + f"); step sizes {steps} (the chains' geometric mean; in the units the table's "
+        f"*step units* gives); seed {settings['seed']}. "
         f"Reference: NUTS on the full data, 4 chains x {settings['reference_samples']} draws"
         + (" (read from the cache; its time is the time it took when computed)."
            if settings.get("ref_cached") else "."),
@@ -332,10 +276,21 @@ def _write_report(out, problem, rows, curves, gamma, settings, race=None):
         "scalar parameter: the worst standardised mean error and the sd ratio farthest from 1, "
         "each ± its Monte Carlo standard error (the draws' and the reference's, ESS-based). "
         f"*accurate* is yes when every mean is within {ACCURATE_MEAN} sd and every sd ratio "
-        f"within [{ACCURATE_SD[0]}, {ACCURATE_SD[1]}]. *off beyond noise* counts the "
-        "parameters whose mean or sd differs from the reference by more than 3 standard "
-        "errors: with long runs even a harmless difference is resolved, so read it with the "
-        f"errors' size. *converged* is NO when the split R-hat exceeds {MAX_RHAT} or the "
+        f"within [{ACCURATE_SD[0]}, {ACCURATE_SD[1]}] (the promise, read off the point "
+        "estimates). *outside promise beyond noise* counts the parameters that miss that "
+        f"promise by more than {PROMISE_Z:g} of their Monte Carlo standard errors: 0 wherever "
+        "*accurate* is yes; where *accurate* is NO and it is 0, the miss is within the run's "
+        "noise. (A difference from the reference that the noise resolves but that is within "
+        "the promise is not counted: `per_parameter.csv`'s `resolved` marks those.) "
+        "*step size* is the step after warm-up; *step units* says what it measures, which "
+        "differs between rows: h a Langevin step, η SGHMC's learning rate, time h a time step "
+        "of underdamped dynamics, ε a leapfrog step (MALA's Langevin step is ε²/2); "
+        "*whitened* in the coordinates of the preconditioner learnt in warm-up, where the "
+        "posterior has about unit scale (steps of one kind comparable across rows), *raw* in "
+        "the model's unconstrained coordinates, *× RMSprop* (× Monge, ...) multiplying the "
+        "kernel's own adaptive metric (comparable with no other row); the meaning of every "
+        "column of the table is in `comparison.columns.csv`. "
+        f"*converged* is NO when the split R-hat exceeds {MAX_RHAT} or the "
         f"smallest bulk ESS is below {MIN_ESS}: that row's errors are mixing error, not bias. "
         "*equipartition T* is the run's own check of its spread, needing no reference: the "
         "mean over coordinates of E[(θ - m)·∂U/∂θ], estimated from the minibatch gradients the "
@@ -351,7 +306,10 @@ def _write_report(out, problem, rows, curves, gamma, settings, race=None):
         "expectation for exact independent draws (the NUTS row reads its own draws) and "
         "positive for draws from another law (autocorrelated draws read a little above 0), "
         "± its jackknife error, *within noise* below two of them. *seconds* is each run's wall "
-        "time, compilation included. Per-parameter numbers, with z-scores: `per_parameter.csv`.",
+        "time, compilation included. The same numbers: `comparison.csv` (negative distances "
+        "as estimated, with a `within noise` flag each); per parameter, with z-scores: "
+        "`per_parameter.csv`; each CSV file's columns are explained beside it, in "
+        "`comparison.columns.csv` and `per_parameter.columns.csv`.",
         "",
         format_table(rows, markdown=True),
         "",
@@ -366,7 +324,7 @@ def _write_report(out, problem, rows, curves, gamma, settings, race=None):
         "![marginals](marginals.png)",
         "",
     ]
-    text += _race_text(race)
+    text += race_text(race)
     text += _gamma_text(gamma)
     if curves:
         text += [

@@ -49,19 +49,8 @@ from numpyro_sgrld.app._laplace import (
 )
 from numpyro_sgrld.app._parallel import ticking
 
-__all__ = [
-    "LargeRace",
-    "Setting",
-    "MEAN_TOL",
-    "SD_BAND",
-    "Reference",
-    "RaceResult",
-    "logistic_data",
-    "laplace_reference",
-    "pareto_khat",
-    "accuracy",
-    "race",
-]
+__all__ = ["LargeRace", "Setting", "MEAN_TOL", "SD_BAND", "Reference", "RaceResult",
+           "logistic_data", "laplace_reference", "pareto_khat", "accuracy", "race", "write_csv"]
 
 #: The stated accuracy: every mean within this many reference sds of the reference mean ...
 MEAN_TOL = 0.1
@@ -381,7 +370,8 @@ def run_large(setting=None, out=None, kernels=SG_DEFAULT, log=print, sg_cap=90.0
     that kernel is ``speedup`` times faster), and MALA for at most ``mala_share`` times it
     (at 1, whether it beats the fastest SG kernel at all).
     Writes ``time_to_accuracy.csv`` (columns ``method``, ``seconds_to_target``,
-    ``reached``, ...) and ``time_to_accuracy.png`` into ``out``; returns a
+    ``reached``, ...; :func:`write_csv`), its data dictionary ``time_to_accuracy.columns.csv``
+    and ``time_to_accuracy.png`` into ``out``; returns a
     :class:`LargeRace`."""
     setting = Setting() if setting is None else setting
     log(f"Data: {setting.num_data:,} rows x {setting.num_features} features (synthetic)")
@@ -462,15 +452,43 @@ def _measured(setting, method):
     return None if found is None else (RaceResult(**found[0]), found[1])
 
 
+#: The columns of ``time_to_accuracy.csv``: its data dictionary, ``time_to_accuracy.columns.csv``.
+COLUMNS = {
+    "method": "The method raced: an SG kernel on minibatches, NUTS, HMCECS or MALA.",
+    "seconds_to_target": "Wall seconds until its draws first met the stated accuracy (every "
+    f"mean within {MEAN_TOL} reference sd, every sd ratio in [{SD_BAND[0]}, {SD_BAND[1]}]), "
+    "tracing, compilation, initialisation, warm-up and sampling included. Empty where it did "
+    "not reach it (reached False; seconds_run is how long it ran).",
+    "reached": "True where it reached the stated accuracy, False where it was stopped first "
+    "(at its time cap, or by an error: see note).",
+    "seconds_run": "How long it ran, in seconds (seconds_to_target where it reached the target).",
+    "draws": "The draws it had kept when it stopped.",
+    "max_mean_error": "Over all its draws at the end, the largest |mean − reference mean| / "
+    "reference sd. Empty with fewer than 2 draws (nothing to measure).",
+    "worst_sd_ratio": "Over all its draws at the end, the sd ratio (its sd over the "
+    "reference's) farthest from 1. Empty with fewer than 2 draws.",
+    "note": "Why it stopped without reaching the target (its time cap, an error), or empty.",
+}
+
+
 def write_csv(results, path):
-    """The results as CSV: ``method, seconds_to_target, reached, seconds_run, draws,
-    max_mean_error, worst_sd_ratio, note``."""
+    """The results as CSV (``method, seconds_to_target, reached, seconds_run, draws,
+    max_mean_error, worst_sd_ratio, note``) and its data dictionary beside it
+    (:data:`COLUMNS`): ``seconds_to_target`` empty where the target was not reached, the errors
+    empty where there were fewer than 2 draws to measure; never ``inf`` or ``nan``."""
     import csv
+
+    from numpyro_sgrld.app._columns import write_columns
+
+    def cell(value, spec, known=True):
+        return format(value, spec) if known and np.isfinite(value) else ""
 
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(RaceResult._fields)
         for r in results:
-            writer.writerow([r.method, f"{r.seconds_to_target:.2f}", r.reached,
-                             f"{r.seconds_run:.2f}", r.draws, f"{r.max_mean_error:.4f}",
-                             f"{r.worst_sd_ratio:.4f}", r.note])
+            writer.writerow([r.method, cell(r.seconds_to_target, ".2f", r.reached), r.reached,
+                             cell(r.seconds_run, ".2f"), r.draws,
+                             cell(r.max_mean_error, ".4f", r.draws >= 2),
+                             cell(r.worst_sd_ratio, ".4f", r.draws >= 2), r.note])
+    write_columns(path, RaceResult._fields, COLUMNS)

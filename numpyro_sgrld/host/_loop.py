@@ -436,7 +436,9 @@ def collect(
             run, upper, init_val, collection, start, thin, since, progress_rate, progbar_opts,
             adaptive,
         )
-    report.warn_if_rejected(counted, report.rejections(val), upper - adaptive, adaptive)
+    report.warn_if_rejected(counted, report.rejections(val), upper - adaptive, adaptive,
+                            getattr(body_fun, "keywords", {}).get("sampler"),
+                            getattr(report.state_of(val), "step_size", None))
     if not traced and adaptive < upper:
         report.judge(collection, kept, val, body_fun, upper - lower)
     return (collection, val) if return_last_val else collection

@@ -1,17 +1,27 @@
 """What the kernels' sampling loop (:mod:`numpyro_sgrld.host._loop`) tells the user: the progress
 bar, a warning when steps after warm-up were rejected, and the verdict on the kept draws; and
-the readers of ``MCMC``'s loop value they share with the loop."""
+the readers of ``MCMC``'s loop value they share with the loop.
+
+The loop runs once per chain where ``MCMC`` draws its chains one after another
+(``chain_method="sequential"``, or ``"parallel"`` on fewer devices than chains): there the
+rejections and the draws of each chain are kept until the last chain has run, and that run gets
+one warning of each kind, over all its chains, as a vectorized run does
+(:func:`sequential_chain`)."""
 
 import inspect
 import os
+import sys
+import types
 import warnings
 
 import jax
 import numpy as np
 import numpyro
 
+from numpyro_sgrld.host._step_rejections import step_rejection_problem
+
 __all__ = ["plain_tuple", "state_of", "rejections", "adaptive_steps", "is_traced", "judge",
-           "warn_if_rejected", "caller_level", "with_progress_bar"]
+           "sequential_chain", "warn_if_rejected", "caller_level", "with_progress_bar"]
 
 
 def plain_tuple(val):
@@ -41,6 +51,49 @@ def adaptive_steps(val, upper):
     return min(max(left, 0), upper)
 
 
+def sequential_chain(depth=12):
+    """``(chain, num_chains, run)`` when this is called (within ``depth`` frames) inside one
+    chain of an ``MCMC`` run whose chains are drawn one after another (NumPyro's loop over the
+    chains, ``numpyro.infer.mcmc._laxmap``, with more than one chain): the chain's index, the
+    number of chains and a token that is the same for every chain of that run; else
+    ``None``."""
+    frame = sys._getframe(1)
+    for _ in range(depth):
+        if frame is None:
+            return None
+        if (frame.f_code.co_name == "_laxmap"
+                and frame.f_globals.get("__name__") == "numpyro.infer.mcmc"):
+            chain, num_chains = frame.f_locals.get("i"), frame.f_locals.get("n")
+            if isinstance(chain, int) and isinstance(num_chains, int) and num_chains > 1:
+                return chain, num_chains, id(frame)
+            return None
+        frame = frame.f_back
+    return None
+
+
+#: What the earlier chains of a run whose chains are drawn one after another left for the
+#: run's one warning, by kind: ``(run, [per chain])``.
+_pending = {}
+
+
+def _all_chains(kind, piece):
+    """The pieces of every chain of the run, ``[piece]`` for a run of one loop (vectorized
+    chains, or one chain); ``None`` while chains of a sequential run are still to come."""
+    chain = sequential_chain()
+    if chain is None:
+        return [piece]
+    index, num_chains, run = chain
+    token, pieces = _pending.get(kind, (None, []))
+    if index == 0 or token != run:
+        pieces = []
+    pieces.append(piece)
+    if index < num_chains - 1:
+        _pending[kind] = (run, pieces)
+        return None
+    _pending.pop(kind, None)
+    return pieces
+
+
 def is_traced(tree):
     return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(tree))
 
@@ -64,23 +117,61 @@ def judge(collection, kept, val, body_fun, num_steps):
     draws = leaves_by_chain({k: np.asarray(x)[:kept] for k, x in draws.items()}, chain_axis)
     kernel = getattr(body_fun, "keywords", {}).get("sampler")
     draws = with_evaluation(draws, kernel, constrained=False)
-    v = verdict(draws, None, num_steps, kernel, np.asarray(state.step_size),
-                temperatures_of(state, kernel), thermostat_of(state),
-                getattr(kernel, "network_sites", None))
+    acc = getattr(state, "equipartition", None)
+    chains = _all_chains("verdict", (draws, np.atleast_1d(np.asarray(state.step_size)),
+                                     None if acc is None else jax.device_get(acc),
+                                     thermostat_of(state)))
+    if chains is None:
+        return
+    if len(chains) == 1:
+        v = verdict(draws, None, num_steps, kernel, np.asarray(state.step_size),
+                    temperatures_of(state, kernel), thermostat_of(state),
+                    getattr(kernel, "network_sites", None))
+    else:
+        v = _pooled_verdict(chains, num_steps, kernel)
     if not v.trusted:
         warnings.warn(str(v), UserWarning, stacklevel=caller_level())
 
 
-def warn_if_rejected(before, after, num_steps, adaptive=0):
+def _pooled_verdict(chains, num_steps, kernel):
+    """The verdict on the chains of one run drawn one after another, judged together as
+    vectorized chains are: per chain its draws, step size, equipartition sums and thermostat
+    (:func:`judge`)."""
+    from numpyro_sgrld.host.verdict import temperatures_of, verdict
+
+    draws, steps, sums, thermostats = zip(*chains)
+    draws = {k: np.concatenate([d[k] for d in draws]) for k in draws[0]}
+    temperatures = None
+    if all(x is not None for x in sums):  # the chains' running sums, stacked
+        acc = jax.tree.map(lambda *x: np.stack(x), *sums)
+        temperatures = temperatures_of(types.SimpleNamespace(equipartition=acc), kernel)
+    thermostat = (None if any(x is None for x in thermostats)
+                  else np.concatenate(thermostats))
+    return verdict(draws, None, num_steps, kernel, np.concatenate(steps), temperatures,
+                   thermostat, getattr(kernel, "network_sites", None))
+
+
+def warn_if_rejected(before, after, num_steps, adaptive=0, kernel=None, step_size=None):
     """Warn when steps of this run were rejected (whatever the ``thinning``: a chain that
     keeps proposing where the gradient is not finite, and going back, never samples there).
     ``before``
     is the count after the run's first ``adaptive`` steps, the step-size adaptation's warm-up,
-    whose rejections are not a fault (:func:`adaptive_steps`)."""
+    whose rejections are not a fault (:func:`adaptive_steps`). Where most proposals were
+    rejected at a step the user chose (the ``kernel``'s given step or learnt settings;
+    ``step_size``, the chains' steps), the warning names that step
+    (:func:`~numpyro_sgrld.host._step_rejections.step_rejection_problem`)."""
     if before is None or num_steps == 0 or is_traced((before, after)):
         return
-    rejected = np.asarray(after) - np.asarray(before)
+    counts = _all_chains("rejections", np.atleast_1d(np.asarray(after) - np.asarray(before)))
+    if counts is None:
+        return
+    rejected = np.concatenate(counts) if len(counts) > 1 else counts[0]
     if not np.any(rejected > 0):
+        return
+    frozen = step_rejection_problem(kernel, step_size, int(np.sum(rejected)), num_steps,
+                                    rejected.size)
+    if frozen is not None:
+        warnings.warn(frozen, UserWarning, stacklevel=caller_level())
         return
     worst = int(np.max(rejected))
     chains = ""

@@ -4,7 +4,13 @@
 (:mod:`numpyro_sgrld.monitor`), sent to the host on the run's last step, and a warning with the
 :func:`~numpyro_sgrld.verdict.judgement` when the draws cannot be trusted (mixing, rejections,
 the equipartition readings of :mod:`numpyro_sgrld.equipartition`). The kernel keeps the
-run's :class:`_RunInfo` as ``kernel.run_info``."""
+run's :class:`_RunInfo` as ``kernel.run_info``.
+
+A run of several chains drawn one after another (``chain_method="sequential"``, and NumPyro's
+``"parallel"`` on fewer devices than chains, which falls back to it) is one run: its chains'
+moments are judged together once the last chain has finished, as a vectorized run's are, so
+that it gets one verdict (:func:`~numpyro_sgrld.host._loop_report.sequential_chain` tells
+which chain is running; the kernels' own loop defers its verdict the same way)."""
 
 import sys
 import warnings
@@ -20,6 +26,7 @@ from numpyro.infer.mcmc import MCMC
 from numpyro_sgrld.core import equipartition
 from numpyro_sgrld.host import _evaluation, _setup, monitor
 from numpyro_sgrld.host._compat import fast_sampling_loop_enabled
+from numpyro_sgrld.host._loop_report import sequential_chain
 from numpyro_sgrld.host.verdict import judgement
 
 __all__ = ["arm", "observe", "observed", "report"]
@@ -72,8 +79,11 @@ def arm(kernel, state, num_warmup, vectorized):
     names = [(name, j) for name, x in sorted(first.items())
              for j in range(int(np.size(x)))] if isinstance(first, dict) else [
                  ("z", j) for j in range(flat.size)]
-    # MCMC's sequential chains each call init: their reports join the earlier chains'
-    reports = previous.reports if previous is not None and previous.owner == id(mcmc) else []
+    # MCMC's sequential chains each call init: their reports join the earlier chains' (the
+    # first chain of a run starts afresh, whatever an interrupted run left)
+    chain = sequential_chain()
+    joined = previous is not None and previous.owner == id(mcmc)
+    reports = previous.reports if joined and (chain is None or chain[0] > 0) else []
     names = [names[k] for k in index]
     evaluation = kernel.setup.evaluation is not None
     if evaluation:  # a network's chains are judged in function space
