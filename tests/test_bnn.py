@@ -1,5 +1,6 @@
 """Haiku networks with priors, predictive evaluation, and a BNN on digits."""
 
+import warnings
 from functools import partial
 
 import haiku as hk
@@ -74,10 +75,11 @@ def _network_model(x, y):
 
 
 def test_a_network_is_judged_in_function_space():
-    """The bridge marks a network's sites (its weights and their prior's own scales); the
+    """The bridge marks a network's sites that permuting units relabels (its weights); the
     verdict reads their R-hat as information only and judges the chains on the
     log-likelihood of a fixed evaluation batch: chains in different modes that predict
-    alike are trusted, chains that disagree on it are not."""
+    alike are trusted, chains that disagree on it are not. The layer-wide horseshoe scale,
+    which no permutation moves, is judged as an ordinary latent site."""
     from numpyro_sgrld import SGLD
     from numpyro_sgrld.host._evaluation import NAME
     from numpyro_sgrld.host._setup import network_sites
@@ -85,7 +87,7 @@ def test_a_network_is_judged_in_function_space():
 
     x, y = jnp.ones((20, 5)), jnp.zeros(20, jnp.int32)
     sites = network_sites(_trace(_network_model, x, y))
-    assert "net/mlp/linear_0/w" in sites and "net/mlp/linear_0/w_scale" in sites
+    assert "net/mlp/linear_0/w" in sites and "net/mlp/linear_0/w_scale" not in sites
     assert "sigma" not in sites
     kernel = SGLD(_network_model, step_size=1e-3)
     kernel.init(random.PRNGKey(0), 10, None, (x, y), {})
@@ -101,6 +103,43 @@ def test_a_network_is_judged_in_function_space():
     assert "needs more chains" in apart.problems[0]
     plain = judgement([300.0] * 20, [2.0] * 20, weights, num_chains=4)
     assert not plain.trusted
+
+
+def test_a_unit_horseshoes_global_scale_is_judged_and_its_local_scales_are_not():
+    """Unit form: the raw weights and the local scales (one per unit, permuted with the
+    units) are a network's; the global scale is a single value no permutation moves."""
+    from numpyro_sgrld.host._setup import network_sites
+    from numpyro_sgrld.priors import horseshoe
+
+    def model(x):
+        return random_haiku_module("net", NET, (2, 5), horseshoe("unit"))(x)
+
+    sites = network_sites(_trace(model, jnp.ones((2, 5))))
+    assert {"net/mlp/linear_0/w_raw", "net/mlp/linear_0/w_local"} <= sites
+    assert "net/mlp/linear_0/w" not in sites  # a deterministic site: not sampled
+    assert not any(s.endswith("_global") for s in sites)
+
+
+def test_a_collapsed_layer_scale_in_a_network_model_is_a_problem():
+    """Chains that agree on the evaluation batch but whose horseshoe scale has not mixed (a
+    collapsed scale's chains, each stuck where it shrank) are not trusted: the scale is
+    judged by its own split R-hat and ESS, as in any model."""
+    from numpyro_sgrld.host._evaluation import NAME
+    from numpyro_sgrld.host._setup import network_sites
+    from numpyro_sgrld.verdict import judgement
+
+    x, y = jnp.ones((20, 5)), jnp.zeros(20, jnp.int32)
+    sites = network_sites(_trace(_network_model, x, y))
+    weights = [("net/mlp/linear_0/w", j) for j in range(20)]
+    scale = ("net/mlp/linear_0/w_scale", 0)
+    v = judgement([300.0] * 20 + [1.07, 1.001], [2.0] * 20 + [45.0, 4000.0],
+                  weights + [scale, (NAME, 0)], num_chains=4, network_sites=sites)
+    assert not v.trusted and "w_scale" in v.problems[0]
+    cold = judgement([300.0] * 20 + [1.001, 1.001], [2.0] * 20 + [4000.0, 4000.0],
+                     weights + [scale, (NAME, 0)], num_chains=4, network_sites=sites,
+                     temperatures=_readings(["net/mlp/linear_0/w", "net/mlp/linear_0/w_scale"],
+                                            [1.0, 0.2], [0.01, 0.01]))
+    assert not cold.trusted and any("w_scale" in p for p in cold.problems)
 
 
 def _readings(names, estimate, se):
@@ -468,3 +507,67 @@ def test_mnist_loader_says_how_to_fetch(tmp_path, monkeypatch):
     monkeypatch.delenv("NUMPYRO_SGRLD_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert cache_dir() == tmp_path / "numpyro_sgrld"
+
+
+def _horseshoe_regression():
+    """A one-layer network (``hk.Linear(1)``, 8 inputs, 2 of them relevant) under a layer-wise
+    horseshoe, on 200 rows with noise sd 0.5, minibatch 20."""
+    from numpyro_sgrld.priors import gaussian, horseshoe
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 8)).astype(np.float32)
+    y = (x[:, 0] * 2.0 - x[:, 1] + 0.5 * rng.normal(size=200)).astype(np.float32)
+    linear = hk.transform(lambda v: hk.Linear(1)(v))
+
+    def prior(path, shape):
+        return horseshoe("layer")(path, shape) if path.endswith("/w") else gaussian()(path, shape)
+
+    def model(x, y):
+        apply = random_haiku_module("net", linear, (1, 8), prior)
+        with numpyro.plate("data", 200, subsample_size=20) as i:
+            numpyro.sample("y", dist.Normal(apply(x[i])[:, 0], 0.5), obs=y[i])
+
+    return model, (jnp.asarray(x), jnp.asarray(y))
+
+
+@pytest.mark.slow
+def test_a_horseshoe_scale_that_departs_from_nuts_warns():
+    """The layer-wise horseshoe scale of a one-layer network against full-batch NUTS: SGLD at
+    its defaults samples the scale's law (its log's mean and sd within four standard errors
+    of NUTS's, from both runs' bulk ESS) and is quiet; SGLD at a given step of 0.8 times its
+    stability limit 2/λ_max (λ_max the largest curvature of the full-data potential in the
+    weights, XᵀX/σ²) puts the scale elsewhere beyond noise and warns, naming the scale."""
+    from numpyro.diagnostics import effective_sample_size
+    from numpyro.infer import MCMC, NUTS
+
+    from numpyro_sgrld import SGLD, full_batch
+    from numpyro_sgrld.priors import init_to_unit_scales
+
+    model, args = _horseshoe_regression()
+    site = "net/linear/w_scale"
+
+    def run(kernel):
+        mcmc = MCMC(kernel, num_warmup=1000, num_samples=4000, num_chains=4,
+                    chain_method="vectorized", progress_bar=False)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            mcmc.run(random.PRNGKey(0), *args)
+        said = [str(w.message) for w in caught if "cannot be trusted" in str(w.message)]
+        log = np.log(np.asarray(mcmc.get_samples(group_by_chain=True)[site], np.float64))
+        return mcmc, said, log
+
+    def z(a, b):
+        """The largest z-score of the difference of the logs' means and of their sds."""
+        ea, eb = (float(effective_sample_size(v[..., None])[0]) for v in (a, b))
+        mean = (a.mean() - b.mean()) / np.hypot(a.std() / np.sqrt(ea), b.std() / np.sqrt(eb))
+        sd = (a.std() - b.std()) / np.hypot(a.std() / np.sqrt(2 * ea),
+                                           b.std() / np.sqrt(2 * eb))
+        return max(abs(mean), abs(sd))
+
+    _, _, reference = run(NUTS(full_batch(model), init_strategy=init_to_unit_scales))
+    _, said, log = run(SGLD(model, init_strategy=init_to_unit_scales))
+    assert z(log, reference) < 4 and not said
+    x = np.asarray(args[0], np.float64)
+    h = 0.8 * 2 / np.linalg.eigvalsh(x.T @ x / 0.5**2).max()
+    _, said, wide = run(SGLD(model, step_size=float(h), init_strategy=init_to_unit_scales))
+    assert z(wide, reference) > 4 and said and site in said[0]

@@ -156,14 +156,17 @@ def test_departures_need_both_the_band_and_the_noise():
 def test_a_law_hundreds_of_times_too_wide_is_flagged_although_its_error_grows_with_it():
     """A reading of 95,879 ± 28,632 from 16 batches (a user's metric at a step 100x too large:
     sds 40-355x the posterior's) is 3.3 of its own errors from 1, within the Wald test's
-    critical value; on the log scale it is log(T)/(se/T), 38 errors away."""
+    critical value; on the sd-ratio scale it is 6.7 errors away. A right run's noisy reading
+    (18.6 ± 10.9, gradient noise on a chain whose sds are within 14 % of the posterior's) is
+    not."""
     t = eq.Temperatures(("w[0]", "w[1]"), np.array([3.0e3, 9.5879e4]),
                         np.array([1.0e3, 2.8632e4]), 4.9e4, 1.5e4, 500, 16)
     z = eq.critical_z(3, 16)
     wald = np.abs(t.estimate - 1) / t.se
     assert np.all(wald < z)  # what the Wald test read: within noise
-    assert np.all(eq.departure_z(t.estimate, t.se) > 5 * z)
+    assert np.all(eq.departure_z(t.estimate, t.se) > z)
     assert [name for name, *_ in eq.departures(t)] == ["w[1]", "all coordinates", "w[0]"]
+    assert eq.departure_z(18.648, 10.902) < eq.critical_z(8, 16)
     # below 1 the Wald statistic is kept; at 1 the two agree to first order
     np.testing.assert_allclose(eq.departure_z([0.2, 1.0 + 1e-6], [0.1, 0.1]), [8.0, 1e-5],
                                rtol=1e-4)

@@ -336,37 +336,41 @@ def decentred(t, factor, ess_per_chain=None):
 
 
 def departure_z(estimate, se):
-    r"""How many standard errors readings ``estimate`` (errors ``se``) are from 1, on the scale
-    where a departure's own error does not grow with it.
+    r"""How many standard errors readings ``estimate`` (errors ``se``) are from 1, judged on
+    the scale of the sd ratio, whose error grows more slowly with a departure than the
+    reading's.
 
-    The batch-means error ``se`` is the chain's own. A chain whose law is wider than the
-    posterior by a variance factor :math:`k` has products :math:`(\theta_i - m_i)\,\partial_i
-    \hat U` about :math:`k` times the posterior's, so its reading and its error both grow
-    as :math:`k`: a Wald statistic :math:`|\hat T - 1|/\mathrm{se}` then tends to
-    :math:`1/\text{(relative error)}` however wide the law, and loses its power exactly where
-    the departure is largest. The error the reading would have if the chain were right is
-    :math:`\mathrm{se}/\hat T`, and on the log scale, where an inflation's error is constant
-    (the delta method: :math:`\operatorname{sd}\log\hat T \approx
-    \mathrm{se}/\hat T`), the statistic
+    A chain whose law is wider than the posterior by a variance factor :math:`k` reads
+    :math:`k`, the square of its sd ratio, and its products :math:`(\theta_i - m_i)\,
+    \partial_i\hat U` grow with it: as :math:`k` where the curvature term dominates them, as
+    :math:`\sqrt k` where the gradient noise does (:math:`(\theta_i - m_i)\,\varepsilon_i`).
+    Their batch-means error ``se`` grows the same way, so the Wald statistic
+    :math:`|\hat T - 1|/\mathrm{se}` tends to :math:`1/(\text{relative error})` however wide
+    the law, and loses its power exactly where the departure is largest. On the sd-ratio scale
+    :math:`\hat r = \sqrt{\hat T}`, the scale of the accuracy promise (:data:`BAND`), the
+    delta method gives :math:`\operatorname{se}(\hat r) = \mathrm{se}/(2\sqrt{\hat T})`, and
 
     .. math::
         z = \max\Big(\frac{|\hat T - 1|}{\mathrm{se}},\;
-        \frac{\hat T\,\log\hat T}{\mathrm{se}}\Big)
+        \frac{2\,(\hat T - \sqrt{\hat T})}{\mathrm{se}}\Big)
 
-    grows with the departure: as :math:`\log k` over the relative error for a wide law. The
-    second term is the larger only above 1, and below 1 the Wald statistic is kept (a
-    shrunken law's error shrinks with it, so the Wald statistic is the one that grows there).
-    At :math:`\hat T = 1` the two agree to first order, so the critical value
-    (:func:`critical_z`) holds the family error on right runs
-    (``tests/test_equipartition.py`` counts it over replicated right chains). A reading whose
-    error could not be estimated gives ``nan``."""
+    grows as :math:`\sqrt k` where the noise dominates and tends to twice the Wald
+    statistic's limit where the curvature does. The second term is the larger only above 1
+    (the two differ by :math:`(\sqrt{\hat T} - 1)^2/\mathrm{se}`), so below 1 the Wald
+    statistic is kept, and at 1 the two agree to first order: the critical value
+    (:func:`critical_z`) holds the family error on right runs (``tests/test_equipartition.py``
+    counts it over replicated right chains). The log scale, on which an error proportional to
+    the reading is constant, is not used: it treats a noisy reading of a right chain (an
+    error that grows as :math:`\sqrt k` of nothing, from gradient noise) as a departure. A
+    reading whose error could not be estimated gives ``nan``."""
     estimate = np.asarray(estimate, np.float64)
     se = np.asarray(se, np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         wald = np.abs(estimate - 1.0) / se
         wide = estimate > 1.0
-        log = np.where(wide, estimate * np.log(np.where(wide, estimate, 1.0)) / se, 0.0)
-        z = np.maximum(wald, log)
+        root = np.sqrt(np.where(wide, estimate, 1.0))
+        ratio = np.where(wide, 2.0 * (estimate - root) / se, 0.0)
+        z = np.maximum(wald, ratio)
     return np.where(np.isfinite(se) & (se > 0), z, np.nan)
 
 

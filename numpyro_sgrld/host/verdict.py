@@ -56,6 +56,7 @@ from numpyro_sgrld.host._advice import (
     thermostat_of,
     thermostat_relaxation,
 )
+from numpyro_sgrld.host._step_rejections import step_rejection_problem
 
 __all__ = ["temperatures_of", "MAX_RHAT", "MAX_STEP_SPREAD", "MEAN_ERROR", "MIN_ESS", "Verdict",
            "capped_ess", "check", "judgement", "leaves_by_chain", "max_rhat", "rhat_noise",
@@ -268,11 +269,18 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
             + (network_mixing_advice(num_chains) if network else mixing_advice(kernel))
         )
     if rejected:
-        problems.append(
-            f"{rejected} steps after warm-up were rejected (non-finite potential, gradient or "
-            "state): the step is too large somewhere the chains went, or the model is not "
-            "finite there. Give a smaller step_size, or a longer warm-up."
-        )
+        # a chosen step that froze the chains is named instead of their mixing: more steps
+        # of a chain that does not move do not mix it
+        frozen = step_rejection_problem(kernel, step_size, rejected, num_steps, num_chains)
+        if frozen is not None:
+            problems[:] = [frozen] + [p for p in problems
+                                      if not p.startswith("The chains have not mixed")]
+        else:
+            problems.append(
+                f"{rejected} steps after warm-up were rejected (non-finite potential, gradient "
+                "or state): the step is too large somewhere the chains went, or the model is "
+                "not finite there. Give a smaller step_size, or a longer warm-up."
+            )
     temperatures = equipartition.decentred(
         temperatures, _centring(centring, esss, num_chains, mixed=not rhat_fail),
         _ess_per_chain(esss, num_chains))
@@ -284,8 +292,14 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
     spread = _step_spread(kernel, step_size)
     if spread > MAX_STEP_SPREAD and temperatures is not None and not departed:
         # measured: each chain's readings say whether its own step inflated its law
-        notes.append(f"The chains adapted steps {spread:.1f}x apart; each chain's "
-                     "equipartition readings are within the band.")
+        notes.append(
+            f"The chains adapted steps {spread:.1f}x apart: each chain's warm-up measured the "
+            "curvature and gradient noise where it was, and each step is in the units of its "
+            "own chain's learnt preconditioner, so the numbers are not comparable across "
+            "chains. Each chain's own equipartition readings are within the band: every chain "
+            "samples the posterior's spread at its step, and the chains differ in how far they "
+            "move per step (ESS per step), not in the law they sample. To reuse a step, reuse "
+            "its chain's learnt settings as a whole, not the number alone.")
     elif spread > MAX_STEP_SPREAD:
         problems.append(
             f"The chains adapted steps {spread:.1f}x apart: each chain's warm-up measured the "
