@@ -1,10 +1,10 @@
 r"""A network's chains judged in function space: the log-likelihood of a fixed evaluation
 batch.
 
-A network's posterior has many equivalent modes (permuted units, flipped signs) and its
-priors' scales (a horseshoe's) drift slowly; neither changes what the network predicts. So
-the verdict judges a model with a network bridge site (:data:`~numpyro_sgrld.host._setup.NETWORK`)
-on
+A network's posterior has many equivalent modes (permuted units, flipped signs), which do not
+change what the network predicts. So the verdict judges the sites those symmetries relabel
+(:data:`~numpyro_sgrld.host._setup.NETWORK`; a prior's single-valued scale is judged as any
+latent site) on
 
 .. math::  \ell(\theta) = \sum_{i \in B} \log p(y_i \mid x_i, \theta),
 

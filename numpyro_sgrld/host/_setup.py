@@ -357,16 +357,17 @@ def check_initial_density(state, vectorized, prepared_model, model_args, model_k
     )
 
 
-#: The key a network bridge sets in the ``infer`` dict of every sample site of a network's
-#: parameters and of their priors' own sites (a horseshoe's scales): the verdict judges these
-#: in function space (:func:`network_sites`).
+#: The key a network bridge sets in the ``infer`` dict of the sample sites that a permutation
+#: of a network's units relabels: its parameters and their priors' sites of more than one
+#: value (a unit-wise horseshoe's local scales); the verdict judges these in function space
+#: (:func:`network_sites`). A prior's single-valued site (a layer-wide scale) is not marked.
 NETWORK = "network_parameter"
 
 
 def network_sites(model_trace):
-    """The latent sites of a model trace that a network bridge sampled (:data:`NETWORK`): a
-    network's weights and their priors' sites, whose posterior has many equivalent modes
-    (permuted units, flipped signs)."""
+    """The latent sites of a model trace that a network bridge marked (:data:`NETWORK`): a
+    network's weights and their priors' per-unit sites, whose posterior has many equivalent
+    modes (permuted units, flipped signs)."""
     return frozenset(name for name, site in model_trace.items()
                      if site["type"] == "sample" and not site.get("is_observed")
                      and (site.get("infer") or {}).get(NETWORK))
