@@ -92,6 +92,7 @@ def _check_regression(run):
     np.testing.assert_allclose(run["loglik"], expected, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_two_processes_run_sgld_defaults_on_a_regression_that_validates_its_arguments(
         tmp_path):
     """A likelihood whose distribution validates its arguments (``Normal(X[idx] @ w, sd)``,
