@@ -26,12 +26,16 @@ from numpyro_sgrld.analysis.inference_data import (
     to_inference_data,
 )
 from numpyro_sgrld.analysis.predictive import (
+    agreement,
     calibration_bins,
     classification_metrics,
     expected_calibration_error,
     maximum_calibration_error,
     predict_sites,
+    predictive_probs,
     regression_metrics,
+    total_variation,
+    wasserstein2,
 )
 from numpyro_sgrld.analysis.streaming import (
     Accumulator,
@@ -152,6 +156,10 @@ __all__ = [
     "random_nnx_module",
     "random_eqx_module",
     "predict_sites",
+    "predictive_probs",
+    "agreement",
+    "total_variation",
+    "wasserstein2",
     "classification_metrics",
     "regression_metrics",
     "expected_calibration_error",

@@ -37,6 +37,7 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 #: the default run.
 SLOW = frozenset(
     [
+        "tests/test_sharded_data.py::test_two_processes_each_holding_half_the_rows_sample_the_discretised_law",
         "tests/test_warmup.py::test_the_adapted_step_its_inflation_and_the_preconditioner_reach_inference_data",
         "tests/test_performance.py::test_other_run_lengths_and_kernels_compile_their_own_loop",
         "tests/test_adapter.py::test_recorded_potential_is_the_minibatch_estimate_of_the_step",

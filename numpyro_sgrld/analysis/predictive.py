@@ -17,10 +17,27 @@ from jax import random
 from jax.scipy.special import logsumexp
 from numpyro.infer import Predictive
 
+from numpyro_sgrld.analysis.function_space import (
+    FunctionSpaceBand,
+    agreement,
+    gaussian_mixture_quantiles,
+    quantile_wasserstein2,
+    total_variation,
+    wasserstein2,
+    within_band,
+)
 from numpyro_sgrld.host.subsample import full_batch
 
 __all__ = [
     "predict_sites",
+    "predictive_probs",
+    "agreement",
+    "total_variation",
+    "wasserstein2",
+    "gaussian_mixture_quantiles",
+    "quantile_wasserstein2",
+    "within_band",
+    "FunctionSpaceBand",
     "classification_metrics",
     "regression_metrics",
     "expected_calibration_error",
@@ -99,6 +116,15 @@ def _chunked_mean_log_probs(model, samples, X, logits_site, batch_size, model_kw
         log_probs = jax.nn.log_softmax(chunk[logits_site], axis=-1)
         out.append(np.asarray(logsumexp(log_probs, axis=0) - np.log(log_probs.shape[0])))
     return np.concatenate(out, axis=0)
+
+
+def predictive_probs(model, samples, X, *, logits_site="logits", batch_size=1000,
+                     **model_kwargs):
+    r"""The ensemble's predictive class probabilities :math:`\bar p(y \mid x_i)` at the test
+    points ``X`` (points x classes), for :func:`total_variation` and :func:`agreement` against
+    another run's."""
+    return np.exp(_chunked_mean_log_probs(model, samples, X, logits_site, batch_size,
+                                          model_kwargs))
 
 
 def classification_metrics(

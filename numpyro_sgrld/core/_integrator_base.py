@@ -5,7 +5,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 __all__ = ["Integrator", "StepSetting", "BiasLaw", "StepHint", "Rescale", "Settle",
-           "NeedsConstantMetric"]
+           "Overdamp", "NeedsConstantMetric"]
 
 
 class Integrator(NamedTuple):
@@ -80,6 +80,22 @@ class Settle(NamedTuple):
 
     fn: Callable
     restart: Callable
+
+
+class Overdamp(NamedTuple):
+    r"""An integrator's trait: ``fn(state, key, temperature, preconditioner)``, its state with
+    a fresh momentum, drawn from its equilibrium law at ``temperature`` (in the
+    preconditioner's geometry), no half kick pending and the thermostat at its start.
+    Warm-up's approach (:func:`numpyro_sgrld.warmup.schedule.first_window_start`) applies it
+    after every step, so that a chain on its way in from its initial point moves as
+    overdamped Langevin dynamics (one step from a fresh momentum is a Langevin step of
+    :math:`h^2/2`, noise included) and carries no momentum from one step to the next: a
+    momentum carried through a funnel's neck (a horseshoe scale, whose restoring force falls
+    as the scale grows) throws the chain out to scales many orders of magnitude beyond the
+    posterior's, where the weights' curvature vanishes and the preconditioner learnt there
+    does not fit the posterior."""
+
+    fn: Callable
 
 
 class NeedsConstantMetric(NamedTuple):

@@ -11,6 +11,7 @@ from numpyro_sgrld.core._integrator_base import (
     BiasLaw,
     Integrator,
     NeedsConstantMetric,
+    Overdamp,
     Settle,
     _time_step_law,
 )
@@ -97,6 +98,12 @@ def settle(state, temperature):
     return state._replace(thermostat=state.equilibrium)
 
 
+def _fresh(key, p, temperature):
+    r"""A momentum like ``p`` drawn from its equilibrium law :math:`\mathcal N(0, T)` (the
+    thermostats' momentum lives in the preconditioner's whitened coordinates)."""
+    return jax.tree.map(lambda u: jnp.sqrt(temperature) * u, tree_normal(key, p))
+
+
 def _kinetic_temperature(p):
     """:math:`p^\\top p / d`, the kinetic temperature of the momentum ``p``."""
     leaves = jax.tree.leaves(p)
@@ -170,6 +177,9 @@ def sgnht(diffusion=1.0) -> Integrator:
 
     return Integrator(init, step, name="sgnht", traits=(
         NeedsConstantMetric(_THERMOSTAT_METRICS), Settle(settle, restart),
+        Overdamp(lambda s, key, temperature, preconditioner: init(
+            s.momentum, None, None, None)._replace(momentum=_fresh(key, s.momentum,
+                                                                   temperature))),
         BiasLaw(_time_step_law(diffusion),
                 max_step=lambda target_bias: min(target_bias, 0.25) / diffusion)))
 
@@ -237,5 +247,11 @@ def badodab(diffusion=1.0, thermal_mass=1.0) -> Integrator:
         position = jax.tree.map(lambda x, u: x + 0.5 * h * u, position, root(p))
         return position, BADODABState(p, xi, jnp.ones((), bool))
 
+    def refresh(state, key, temperature, preconditioner):
+        return BADODABState(_fresh(key, state.momentum, temperature),
+                            jnp.full_like(state.thermostat, diffusion),
+                            jnp.zeros_like(state.started))
+
     return Integrator(init, step, name="badodab", traits=(
-        NeedsConstantMetric(_THERMOSTAT_METRICS), BiasLaw(_time_step_law(diffusion))))
+        NeedsConstantMetric(_THERMOSTAT_METRICS), BiasLaw(_time_step_law(diffusion)),
+        Overdamp(refresh)))

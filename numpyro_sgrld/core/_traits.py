@@ -19,6 +19,7 @@ trait                                        read by
 ``integrators.StepHint``                     step-size adaptation (where there is no law)
 ``integrators.Rescale``                      warm-up (the state when the step changes)
 ``integrators.Settle``                       warm-up's end (a thermostat's equilibrium)
+``integrators.Overdamp``                     warm-up's approach (a fresh momentum each step)
 ``integrators.NeedsConstantMetric``          the composition (only a constant metric)
 ``metrics.Constant``                         the composition (a metric that is constant)
 :class:`numpyro_sgrld.correction.GammaBias`  the verdict's advice (a Γ its adaptation leaves)

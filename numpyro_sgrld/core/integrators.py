@@ -40,6 +40,7 @@ from numpyro_sgrld.core._integrator_base import (
     BiasLaw,
     Integrator,
     NeedsConstantMetric,
+    Overdamp,
     Rescale,
     Settle,
     StepHint,
@@ -62,6 +63,7 @@ __all__ = [
     "StepHint",
     "Rescale",
     "Settle",
+    "Overdamp",
     "StepSetting",
     "NeedsConstantMetric",
     "langevin",
@@ -411,4 +413,10 @@ def baoab(friction=1.0) -> Integrator:
         position = jax.tree.map(lambda x, u: x + 0.5 * step_size * u, position, v)
         return position, BAOABState(v, jnp.ones((), bool))
 
-    return Integrator(init, step, name="baoab", traits=(BiasLaw(_time_step_law(friction)),))
+    def refresh(state, key, temperature, preconditioner):
+        v = preconditioner.noise(tree_normal(key, state.velocity))
+        return BAOABState(jax.tree.map(lambda u: jnp.sqrt(temperature) * u, v),
+                          jnp.zeros_like(state.started))
+
+    return Integrator(init, step, name="baoab",
+                      traits=(BiasLaw(_time_step_law(friction)), Overdamp(refresh)))

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from jax import random
 
-from numpyro_sgrld.core._integrator_base import Settle
+from numpyro_sgrld.core._integrator_base import Overdamp, Settle
 from numpyro_sgrld.core._state import chain_of, with_chain
 from numpyro_sgrld.core._step import StepInputs, start
 from numpyro_sgrld.core._traits import trait
@@ -33,6 +33,7 @@ from numpyro_sgrld.warmup.pieces import (
     WindowEnd,
     window_ends,
 )
+from numpyro_sgrld.warmup.schedule import first_window_start
 
 __all__ = ["PIECES", "Setting", "WarmupState", "init_warmup", "settled", "transition",
            "update_warmup"]
@@ -149,9 +150,24 @@ def _transition(setting, state, target, adapting, keys, idx, batch_state):
     warm, new = jax.lax.cond(
         adapting, lambda w, c: update_warmup(setting, moment, w, c, key_end),
         lambda *a: a, warm, new)
+    new = overdamped(algorithm, new, info.preconditioner, random.fold_in(keys[1], 1),
+                     first_window_start(warm.num_warmup))
     # the next step's: after warm-up the frozen one (a cyclical preset's, its cosine)
     new = new._replace(step_size=setting.step_size(state.i + 1, warm, new.step_size))
     return settled(algorithm, with_chain(state._replace(warmup=warm, **host), new))
+
+
+def overdamped(algorithm, new, preconditioner, key, approach):
+    """``new`` with a fresh momentum while the chain is in warm-up's approach (its first
+    ``approach`` steps; :class:`~numpyro_sgrld.integrators.Overdamp`)."""
+    overdamp = trait(algorithm.sampler.integrator, Overdamp)
+    if overdamp is None:
+        return new
+    integrator = new.sampler_state.integrator
+    fresh = overdamp.fn(integrator, key, algorithm.temperature, preconditioner)
+    integrator = jax.tree.map(lambda a, b: jnp.where(new.i <= approach, a, b), fresh,
+                              integrator)
+    return new._replace(sampler_state=new.sampler_state._replace(integrator=integrator))
 
 
 def settled(algorithm, new):
