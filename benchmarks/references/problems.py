@@ -9,8 +9,8 @@ write it, and the test points whose predictive distribution is compared.
 - ``concrete``: a UCI regression (``../shared/data/uci/concrete``, published split 0: 927
   training rows, 103 test rows, 8 features), one hidden layer of 50 ReLU units (the
   competition's UCI set-up), noise scale learnt, minibatch 32; judged by W2 per test point.
-- ``digits``: the project's digits MLP with a horseshoe prior (``models.bnn``), 1,437
-  training rows, 360 test rows, minibatch 100, with ``HIDDEN_DIGITS`` hidden units.
+- ``digits``: the project's digits MLP with a horseshoe prior (``models.bnn``), 1,438
+  training rows, 359 test rows, minibatch 100, with ``HIDDEN_DIGITS`` hidden units.
 - ``shuttle``: Statlog (Shuttle) (``../shared/data/bandits``), a 9-16-7 tanh MLP with the
   He-scaled Gaussian prior, 50,000 training rows (``shuttle_1000`` and ``shuttle_10000``:
   the first 1,000 and 10,000 of them), 2,000 test rows, minibatch 500.
