@@ -18,20 +18,21 @@ and after every chunk, so a stopped run resumes where it stopped::
     taskset -c 1 python benchmarks/references/networks.py --problems cancer cancer_horseshoe
     taskset -c 1 python benchmarks/references/networks.py --problems concrete digits shuttle
 
-Run it on one core (``taskset``, and XLA's own threads are limited to one here) so the wall
+Run it on one core (``taskset``; ``problems.py`` limits XLA's own threads to one) so the wall
 times compare with the presets' (``presets.py``)."""
 
-import os
+import sys
+from pathlib import Path
 
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false "
-                      "intra_op_parallelism_threads=1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import problems as P  # noqa: E402  (first: it limits XLA to one thread before jax loads)
+
+# isort: split
 
 import argparse  # noqa: E402
 import json  # noqa: E402
 import pickle  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
@@ -43,9 +44,6 @@ from numpyro_sgrld.predictive import (  # noqa: E402
     quantile_wasserstein2,
     total_variation,
 )
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import problems as P  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "docs" / "results"

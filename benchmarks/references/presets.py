@@ -23,17 +23,18 @@ table and the confusion matrix per problem::
 Wall times are on one core (``taskset``; XLA's own threads limited to one), compile
 included, as NUTS's in ``networks.py``."""
 
-import os
+import sys
+from pathlib import Path
 
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false "
-                      "intra_op_parallelism_threads=1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import problems as P  # noqa: E402  (first: it limits XLA to one thread before jax loads)
+
+# isort: split
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
@@ -47,9 +48,6 @@ from numpyro_sgrld.predictive import (  # noqa: E402
     total_variation,
     within_band,
 )
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import problems as P  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "results"

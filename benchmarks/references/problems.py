@@ -18,18 +18,24 @@ write it, and the test points whose predictive distribution is compared.
 NUTS starts from ``INIT`` (``priors.init_to_unit_scales``); the presets from their default,
 NumPyro's ``init_to_uniform``."""
 
-import gzip
-from functools import partial
-from pathlib import Path
+import os
 
-import haiku as hk
-import jax
-import jax.numpy as jnp
-import numpy as np
-import numpyro
-import numpyro.distributions as dist
+# the benchmarks time one core: XLA's own threads limited to one, before jax is imported
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false "
+                      "intra_op_parallelism_threads=1")
 
-from numpyro_sgrld import priors, random_haiku_module
+import gzip  # noqa: E402
+from functools import partial  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import haiku as hk  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import numpyro  # noqa: E402
+import numpyro.distributions as dist  # noqa: E402
+
+from numpyro_sgrld import priors, random_haiku_module  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 HIDDEN_DIGITS = 16

@@ -51,7 +51,7 @@ def _probs(p, q):
         raise ValueError(
             "Predictive probabilities must be two arrays of the same shape (points, classes); "
             f"got {p.shape} and {q.shape}. Average each run's class probabilities over its "
-            "draws first (numpyro_sgrld.predictive.classification_metrics(...)['probs'])."
+            "draws first (numpyro_sgrld.predictive.predictive_probs)."
         )
     return p, q
 
