@@ -9,6 +9,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 import pytest
+from conftest import load_benchmark
 from numpyro.infer import MCMC
 from scipy.special import ndtri
 
@@ -91,6 +92,44 @@ def test_predictive_probs_average_the_draws_probabilities():
     expected = jax.nn.softmax(jnp.einsum("pd,sdk->spk", X, w), -1).mean(0)
     np.testing.assert_allclose(probs, expected, rtol=1e-5)
     assert agreement(probs, np.asarray(expected)) == 1.0
+
+
+def test_the_crossover_is_where_nuts_time_over_the_presets_crosses_one():
+    crossing = load_benchmark("crossover").crossing
+    sizes = [1_000, 10_000, 100_000]
+    # NUTS 10x, 100x, 1000x s; the preset 100 s everywhere: ratio 0.1, 1, 10 -> N = 10,000
+    cut = crossing(sizes, [10.0, 100.0, 1000.0], [100.0, 99.0, 100.0], [True] * 3)
+    assert cut["above"] == 1_000 and cut["below"] == 10_000 and not cut["extrapolated"]
+    np.testing.assert_allclose(cut["estimate"], 10 ** (3 + 1 / (1 + np.log10(100 / 99))),
+                               rtol=1e-9)
+    # faster at every size: below the smallest, along NUTS's slope (1 per decade): N = 100
+    cut = crossing(sizes, [100.0, 1000.0, 10_000.0], [10.0] * 3, [True] * 3)
+    assert cut["extrapolated"] and cut["below"] == 1_000
+    np.testing.assert_allclose(cut["estimate"], 100.0, rtol=1e-9)
+    # outside the band at the middle size: only a bracket, no estimate
+    cut = crossing(sizes, [10.0, 1000.0, 10_000.0], [100.0, 10.0, 10.0], [True, False, True])
+    assert (cut["above"], cut["below"], cut["estimate"]) == (10_000, 100_000, None)
+    # slower or outside the band at the largest size: no crossover
+    assert crossing(sizes, [10.0] * 3, [1.0, 1.0, 100.0], [True] * 3)["below"] is None
+    assert crossing(sizes, [10.0] * 3, [1.0] * 3, [True, True, False])["below"] is None
+
+
+def test_a_network_below_the_crossover_is_pointed_to_nuts_with_its_cost():
+    from types import SimpleNamespace
+
+    from numpyro_sgrld.host._advice import NUTS_FASTER_BELOW_ROWS, network_mixing_advice
+
+    def kernel(rows, batch):
+        return SimpleNamespace(num_data=rows,
+                               subsample_plates=[SimpleNamespace(subsample_size=batch)])
+
+    small = network_mixing_advice(4, kernel(NUTS_FASTER_BELOW_ROWS // 2, 32))
+    assert "NUTS on full_batch(model)" in small
+    assert f"about {NUTS_FASTER_BELOW_ROWS / 64:.0f} of this kernel" in small
+    assert "docs/choosing.md" in small
+    for large in (kernel(NUTS_FASTER_BELOW_ROWS, 32), SimpleNamespace(num_data=10),
+                  None):
+        assert "NUTS" not in network_mixing_advice(4, large)
 
 
 def _gaussian(y=None):

@@ -16,7 +16,22 @@ Each ensemble runs in chunks of ``--chunk`` draws; its state (NumPyro's
 and after every chunk, so a stopped run resumes where it stopped::
 
     taskset -c 1 python benchmarks/references/networks.py --problems cancer cancer_horseshoe
-    taskset -c 1 python benchmarks/references/networks.py --problems concrete digits shuttle
+    taskset -c 1 python benchmarks/references/networks.py --problems concrete digits
+
+The shuttle problems (every NUTS gradient reads up to 50,000 rows; at 10,000 rows NUTS takes
+about 350 leapfrog steps a draw) run smaller ensembles, so that each finishes in about an
+hour of one core: 4 chains x 500 warm-up + 500 draws at 1,000 and 10,000 rows, 2 chains x
+250 + 250 at 50,000. Each ensemble can run on its own core (``--which``); a last run without
+``--which`` writes the record from the cache::
+
+    taskset -c 1 python benchmarks/references/networks.py --problems shuttle_1000 \
+        shuttle_10000 --warmup 500 --draws 500 --chunk 125 --which a   # and b on core 0
+    taskset -c 1 python benchmarks/references/networks.py --problems shuttle --chains 2 \
+        --warmup 250 --draws 250 --chunk 125 --which a                 # and b on core 0
+    python benchmarks/references/networks.py --problems shuttle_1000 shuttle_10000 \
+        --warmup 500 --draws 500 --chunk 125
+    python benchmarks/references/networks.py --problems shuttle --chains 2 --warmup 250 \
+        --draws 250 --chunk 125
 
 Run it on one core (``taskset``; ``problems.py`` limits XLA's own threads to one) so the wall
 times compare with the presets' (``presets.py``)."""
@@ -60,7 +75,7 @@ def _save(path, obj):
 def ensemble(name, problem, which, a, cache):
     """One NUTS ensemble, resumable: ``{"probs"}`` or ``{"mean", "scale"}`` at the test
     points, with its seconds, divergences and leapfrog steps."""
-    path = cache / f"{name}_{which}.pkl"
+    path = cache / f"{name}_{which}_{a.chains}x{a.warmup}+{a.draws}.pkl"
     done = pickle.load(open(path, "rb")) if path.exists() else None
     mcmc = MCMC(NUTS(problem["full"], init_strategy=P.INIT), num_warmup=a.warmup,
                 num_samples=a.chunk, num_chains=a.chains, chain_method="sequential",
@@ -122,11 +137,17 @@ def main():
     parser.add_argument("--cache", type=Path, default=ROOT / "benchmarks" / "references" /
                         ".cache")
     parser.add_argument("--out", type=Path, default=OUT / "network_references.jsonl")
+    parser.add_argument("--which", choices=sorted(SEEDS),
+                        help="run only this ensemble (e.g. the two on two cores at once); the "
+                        "record is written by a run that finds both in the cache")
     a = parser.parse_args()
     a.cache.mkdir(parents=True, exist_ok=True)
     (OUT / "references").mkdir(exist_ok=True)
     for name in a.problems:
         problem = P.PROBLEMS[name]()
+        if a.which:
+            ensemble(name, problem, a.which, a, a.cache)
+            continue
         runs = {w: ensemble(name, problem, w, a, a.cache) for w in SEEDS}
         preds = {w: combine(problem, d) for w, d in runs.items()}
         if problem["kind"] == "regressor":

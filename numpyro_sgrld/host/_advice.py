@@ -11,8 +11,9 @@ from numpyro_sgrld.core import equipartition
 from numpyro_sgrld.core._traits import trait
 from numpyro_sgrld.core.correction import GammaBias
 
-__all__ = ["RELAXATIONS", "centred_sites", "cold_network_note", "kernel_notes", "mixing_advice",
-           "network_mixing_advice", "network_note", "network_readings", "reading_site",
+__all__ = ["NUTS_FASTER_BELOW_ROWS", "RELAXATIONS", "centred_sites", "cold_network_note",
+           "data_sizes", "kernel_notes", "mixing_advice", "network_mixing_advice",
+           "nuts_cost_note", "network_note", "network_readings", "reading_site",
            "site_name", "temperature_problem", "thermostat_of", "thermostat_relaxation"]
 
 
@@ -44,13 +45,48 @@ def cold_network_note(cold):
             "narrows the gap.")
 
 
-def network_mixing_advice(num_chains):
+#: The number of training rows below which full-batch NUTS reaches an exact ensemble (its own
+#: floor) in less time than the presets' defaults reach its band (within twice the floor or
+#: the floor plus 0.01 in total variation), on one core: the crossover measured on a 9-16-7
+#: network at 1,000 and 10,000 rows, 140–530 rows by preset (docs/benchmarks.md, "Where
+#: SG-MCMC beats NUTS on a network").
+NUTS_FASTER_BELOW_ROWS = 250
+
+
+def data_sizes(kernel):
+    """``(N, n)``: the kernel's number of data rows and its smallest minibatch, or ``None``
+    where the kernel has no subsampled plate."""
+    n = getattr(kernel, "num_data", None)
+    plates = getattr(kernel, "subsample_plates", ()) or ()
+    sizes = [getattr(p, "subsample_size", None) for p in plates]
+    if not n or not sizes or not all(sizes):
+        return None
+    return int(n), int(min(sizes))
+
+
+def nuts_cost_note(kernel):
+    r"""For a model of fewer than :data:`NUTS_FASTER_BELOW_ROWS` rows, where full-batch NUTS
+    is the faster way to the posterior: each of its leapfrog steps reads the N rows, about
+    :math:`N/n` of this kernel's steps, and on the networks measured its whole run to an
+    exact ensemble took less time than these kernels' defaults. Empty otherwise."""
+    sizes = data_sizes(kernel)
+    if sizes is None or sizes[0] >= NUTS_FASTER_BELOW_ROWS:
+        return ""
+    n, batch = sizes
+    return (f" With {n:,} rows (a full-data gradient costs about {max(n / batch, 1.0):.0f} "
+            "of this kernel's steps), NUTS on full_batch(model) is exact and likely faster: "
+            f"on the networks measured it was below about {NUTS_FASTER_BELOW_ROWS:,} rows "
+            "(docs/choosing.md).")
+
+
+def network_mixing_advice(num_chains, kernel=None):
     """What to do when a network's chains have not mixed on the evaluation batch."""
     return ("For a network: chains still drifting towards a better fit after warm-up (each "
             "chain's first half reads lower than its second) need a longer num_warmup, not "
             "more kept draws; chains settled in modes that predict differently do not agree "
             "with more steps, and the predictive ensemble then needs more chains (its error "
-            f"shrinks as 1/sqrt(chains); this run has {int(num_chains or 1)}).")
+            f"shrinks as 1/sqrt(chains); this run has {int(num_chains or 1)})."
+            + nuts_cost_note(kernel))
 
 
 def network_note(weights, num_chains, in_function_space):
@@ -101,11 +137,9 @@ def mixing_advice(kernel):
     nuts = ("NUTS on full_batch(model) (exact, but every leapfrog step evaluates all the "
             "data{ratio}) or numpyro.infer.HMCECS (minibatches with an energy-conserving "
             "correction) on the same model")
-    n, big = getattr(kernel, "num_data", None), None
-    plates = getattr(kernel, "subsample_plates", ()) or ()
-    sizes = [getattr(p, "subsample_size", None) for p in plates]
-    if n and sizes and all(sizes):
-        big = n / min(sizes)
+    sizes, big = data_sizes(kernel), None
+    if sizes is not None:
+        big = sizes[0] / sizes[1]
     ratio = f": about {big:.0f}x this kernel's minibatch" if big and big > 1 else ""
     centred = centred_sites(kernel)
     if centred:

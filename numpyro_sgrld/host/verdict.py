@@ -266,7 +266,7 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
         problems.append(
             f"The chains have not mixed: {' and '.join(failed)}. "
             f"Run about {more:.1f}x as many steps{steps}, or use more chains. "
-            + (network_mixing_advice(num_chains) if network else mixing_advice(kernel))
+            + (network_mixing_advice(num_chains, kernel) if network else mixing_advice(kernel))
         )
     if rejected:
         # a chosen step that froze the chains is named instead of their mixing: more steps
