@@ -176,11 +176,10 @@ def table(path):
               f"{agree} | {flips} | {'yes' if r['close'] else 'no'} | "
               f"{'yes' if r['warned'] else 'no'} | {r['seconds']:.0f} | "
               f"{r['nuts_seconds']:.0f} |")
-    def strict(r):  # twice the floor, without the band's absolute allowance of 0.01
-        agree = r.get("agreement", 1.0) >= r.get("floor_agreement", 1.0) - 0.01
-        return r["ratio"] <= 2.0 and agree
+    from crossover import strictly_close
 
-    for label, close in (("the band", lambda r: r["close"]), ("twice the floor", strict)):
+    for label, close in (("the band", lambda r: r["close"]),
+                         ("twice the floor", strictly_close)):
         print(f"\nClose by {label}:\n")
         print("| problem | close, quiet | close, warned (false alarm) | far, warned | "
               "far, quiet (miss) |")
