@@ -132,6 +132,14 @@ def test_a_network_below_the_crossover_is_pointed_to_nuts_with_its_cost():
         assert "NUTS" not in network_mixing_advice(4, large)
 
 
+def test_a_network_that_has_not_mixed_is_told_the_warmup_measured_on_networks():
+    from numpyro_sgrld.host._advice import NETWORK_WARMUP, network_mixing_advice
+
+    advice = network_mixing_advice(4)
+    assert f"num_warmup (on the networks measured, {NETWORK_WARMUP:,} or more" in advice
+    assert "this run has 4" in advice
+
+
 def _gaussian(y=None):
     numpyro.sample("x", dist.Normal(0.0, 1.0).expand([3]).to_event(1))
 

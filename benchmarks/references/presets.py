@@ -109,15 +109,18 @@ def beyond_noise(pred, ref):
                 flips=int((pred["probs"].argmax(-1) != ref["probs_a"].argmax(-1)).sum()))
 
 
-def cell(name, kernel_name, problem, ref, meta, warmup=2000, samples=20_000, chains=4):
-    kernel = getattr(ns, kernel_name)(problem["model"])
+def cell(name, kernel_name, problem, ref, meta, warmup=2000, samples=20_000, chains=4, seed=0,
+         folder=RESULTS / "network_presets", **options):
+    """One preset's defaults (``warmup``, ``seed`` and the kernel's ``options`` aside) on one
+    problem, its predictive stored in ``folder`` and scored against the reference."""
+    kernel = getattr(ns, kernel_name)(problem["model"], **options)
     thinning = max(1, samples * chains // (meta["chains"] * meta["draws"]))
     mcmc = MCMC(kernel, num_warmup=warmup, num_samples=samples, num_chains=chains,
                 thinning=thinning, chain_method="vectorized", progress_bar=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         t = time.perf_counter()
-        mcmc.run(jax.random.PRNGKey(0), *problem["train"])
+        mcmc.run(jax.random.PRNGKey(seed), *problem["train"])
         jax.block_until_ready(mcmc.get_samples())
         jax.effects_barrier()
         seconds = time.perf_counter() - t
@@ -133,7 +136,6 @@ def cell(name, kernel_name, problem, ref, meta, warmup=2000, samples=20_000, cha
     else:  # the chains' ensembles, and the run's (the chains hold equal numbers of draws)
         pred = {"chain_probs": np.stack([p["probs"] for p in parts])}
         pred["probs"] = pred["chain_probs"].mean(0)
-    folder = RESULTS / "network_presets"
     folder.mkdir(exist_ok=True)
     np.savez_compressed(folder / f"{name}_{kernel_name}.npz",
                         **{k: np.asarray(v, np.float32) for k, v in pred.items()})

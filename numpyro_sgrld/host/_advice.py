@@ -11,10 +11,11 @@ from numpyro_sgrld.core import equipartition
 from numpyro_sgrld.core._traits import trait
 from numpyro_sgrld.core.correction import GammaBias
 
-__all__ = ["NUTS_FASTER_BELOW_ROWS", "RELAXATIONS", "centred_sites", "cold_network_note",
-           "data_sizes", "kernel_notes", "mixing_advice", "network_mixing_advice",
-           "nuts_cost_note", "network_note", "network_readings", "reading_site",
-           "site_name", "temperature_problem", "thermostat_of", "thermostat_relaxation"]
+__all__ = ["NETWORK_WARMUP", "NUTS_FASTER_BELOW_ROWS", "RELAXATIONS", "centred_sites",
+           "cold_network_note", "data_sizes", "kernel_notes", "mixing_advice",
+           "network_mixing_advice", "nuts_cost_note", "network_note", "network_readings",
+           "reading_site", "site_name", "temperature_problem", "thermostat_of",
+           "thermostat_relaxation"]
 
 
 def reading_site(name):
@@ -64,6 +65,14 @@ def data_sizes(kernel):
     return int(n), int(min(sizes))
 
 
+#: The warm-up the advice gives a network whose chains have not mixed: on the networks of
+#: ``benchmarks/references`` 12,000 warm-up steps instead of 2,000 brought every preset's
+#: predictive on the 400-row classifier into the HMC reference's band (7 of 13 at 2,000) and
+#: cut the distance on the UCI regression and digits networks by a fifth to two fifths, at
+#: about the same wall time (docs/benchmarks.md, "A longer warm-up for networks").
+NETWORK_WARMUP = 12_000
+
+
 def nuts_cost_note(kernel):
     r"""For a model of fewer than :data:`NUTS_FASTER_BELOW_ROWS` rows, where full-batch NUTS
     is the faster way to the posterior: each of its leapfrog steps reads the N rows, about
@@ -82,8 +91,9 @@ def nuts_cost_note(kernel):
 def network_mixing_advice(num_chains, kernel=None):
     """What to do when a network's chains have not mixed on the evaluation batch."""
     return ("For a network: chains still drifting towards a better fit after warm-up (each "
-            "chain's first half reads lower than its second) need a longer num_warmup, not "
-            "more kept draws; chains settled in modes that predict differently do not agree "
+            "chain's first half reads lower than its second) need a longer num_warmup (on the "
+            f"networks measured, {NETWORK_WARMUP:,} or more: docs/choosing.md), not more kept "
+            "draws; chains settled in modes that predict differently do not agree "
             "with more steps, and the predictive ensemble then needs more chains (its error "
             f"shrinks as 1/sqrt(chains); this run has {int(num_chains or 1)})."
             + nuts_cost_note(kernel))
