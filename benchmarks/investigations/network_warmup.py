@@ -54,8 +54,7 @@ def table(path):
           "(floor's) | close | warned | time (s) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        agree = (f"{r['agreement']:.3f} ({r['floor_agreement']:.3f})" if "agreement" in r
-                 else "")
+        agree = presets.agreement_cell(r)
         print(f"| {r['problem']} | {r['kernel']} | {r['warmup']:,} + "
               f"{r.get('samples', 20_000):,} | {r.get('init', 'uniform')} | {r['seed']} | "
               f"{r['metric'].upper()} {r['ratio']:.1f}x | {agree} | "
@@ -68,8 +67,7 @@ def table(path):
              and r.get("samples", 20_000) == 20_000]
     for key in dict.fromkeys((r["problem"], r["warmup"]) for r in plain):
         sub = [r for r in plain if (r["problem"], r["warmup"]) == key]
-        n = [sum(1 for r in sub if r["close"] == c and r["warned"] == w)
-             for c, w in ((True, False), (True, True), (False, True), (False, False))]
+        n = presets.confusion(sub)
         print(f"| {key[0]} | {key[1]:,} | {len(sub)} | " + " | ".join(map(str, n)) + " |")
 
 

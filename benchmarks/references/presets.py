@@ -165,14 +165,27 @@ def rejudge(path):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
+def agreement_cell(row):
+    """A classifier row's agreement and, in brackets, the floor's; empty for a regressor."""
+    if "agreement" not in row:
+        return ""
+    return f"{row['agreement']:.3f} ({row['floor_agreement']:.3f})"
+
+
+def confusion(rows, close=lambda r: r["close"]):
+    """The counts of close and quiet, close and warned (false alarms), far and warned, and far
+    and quiet (misses) among ``rows``."""
+    return [sum(1 for r in rows if close(r) == c and r["warned"] == w)
+            for c, w in ((True, False), (True, True), (False, True), (False, False))]
+
+
 def table(path):
     rows = [json.loads(line) for line in open(path)]
     print("| problem | preset | distance / floor | agreement (floor's) | points flipped "
           "(expected from noise) | close | warned | time (s) | NUTS (s) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        agree = (f"{r['agreement']:.3f} ({r['floor_agreement']:.3f})" if "agreement" in r
-                 else "")
+        agree = agreement_cell(r)
         flips = f"{r['flips']} ({r['expected_flips']:.1f})" if "flips" in r else ""
         print(f"| {r['problem']} | {r['kernel']} | {r['metric'].upper()} {r['ratio']:.1f}x | "
               f"{agree} | {flips} | {'yes' if r['close'] else 'no'} | "
@@ -187,9 +200,7 @@ def table(path):
               "far, quiet (miss) |")
         print("|---|---|---|---|---|")
         for p in dict.fromkeys(r["problem"] for r in rows):
-            sub = [r for r in rows if r["problem"] == p]
-            n = [sum(1 for r in sub if close(r) == c and r["warned"] == w)
-                 for c, w in ((True, False), (True, True), (False, True), (False, False))]
+            n = confusion([r for r in rows if r["problem"] == p], close)
             print(f"| {p} | " + " | ".join(map(str, n)) + " |")
 
 
