@@ -23,8 +23,12 @@ run's predictive is kept in ``benchmarks/investigations/.cache/network_warmup/``
         --kernels SGLD --seeds 0 --init unit_scales
     taskset -c 1 python benchmarks/investigations/network_warmup.py --problems concrete \
         --kernels SGLD SGHMC --seeds 0 --warmups 50000 --samples 200000 [--init unit_scales]
+    K="SGLD SGHMC PSGLD MongeSGLD ShampooSGLD WenzelSGLD AdamSGLD BAOAB SGNHT BADODAB \
+       CyclicalSGLD CyclicalSGHMC BNPSGLD"
+    taskset -c 1 python benchmarks/investigations/network_warmup.py --problems concrete \
+        digits --kernels $K --warmups 12000 --seeds 0
     taskset -c 0 python benchmarks/investigations/network_warmup.py --problems shuttle_1000 \
-        shuttle_10000 shuttle --kernels SGLD SGHMC --warmups 12000 --seeds 0
+        shuttle_10000 shuttle --kernels $K --warmups 12000 --seeds 0
     python benchmarks/investigations/network_warmup.py --table docs/results/network_warmup.jsonl
 """
 
