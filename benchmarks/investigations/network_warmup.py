@@ -73,6 +73,10 @@ def table(path):
         sub = [r for r in plain if (r["problem"], r["warmup"]) == key]
         n = presets.confusion(sub)
         print(f"| {key[0]} | {key[1]:,} | {len(sub)} | " + " | ".join(map(str, n)) + " |")
+    longest = max(r["warmup"] for r in plain)
+    print(f"\nWhy the close runs (by the band) warned, at {longest:,} warm-up steps:\n")
+    presets.reasons_table([(p, [r for r in plain if (r["problem"], r["warmup"]) == (p, longest)])
+                           for p in dict.fromkeys(r["problem"] for r in plain)])
 
 
 def main():

@@ -179,6 +179,42 @@ def confusion(rows, close=lambda r: r["close"]):
             for c, w in ((True, False), (True, True), (False, True), (False, False))]
 
 
+#: The verdict's first reason, as its warning names it: the weights' or a scale's law off
+#: (``spread``: the equipartition reading), a horseshoe scale that has not mixed (``scale``),
+#: the evaluation batch's split R-hat beyond what its ESS allows (``R-hat``), or only its bulk
+#: ESS under the 100 the verdict trusts (``ESS``).
+REASONS = ("spread", "scale", "R-hat", "ESS")
+
+
+def first_reason(warning):
+    """The first of :data:`REASONS` a warned run's verdict gives (its second sentence)."""
+    said = warning[warning.find(". The chains"):][:120]
+    if "posterior's spread" in said:
+        return "spread"
+    if "scale'" in said:
+        return "scale"
+    return "R-hat" if "split R-hat" in said else "ESS"
+
+
+def reasons_table(groups):
+    """Per ``(label, rows)`` in ``groups``, how many close runs warned for each first reason,
+    and the false alarms left if every warning for the evaluation batch's ESS alone went."""
+    print("| problem | close runs | warned: " + " | ".join(REASONS) + " | false alarms "
+          "without the ESS-only warnings |")
+    print("|---|---|" + "---|" * len(REASONS) + "---|")
+    counts, close = np.zeros(len(REASONS), int), 0
+    for label, rows in groups:
+        near = [r for r in rows if r["close"]]
+        said = [first_reason(r["warning"]) for r in near if r["warned"]]
+        n = np.array([said.count(k) for k in REASONS])
+        counts, close = counts + n, close + len(near)
+        print(f"| {label} | {len(near)} | " + " | ".join(map(str, n)) + f" | {n[:-1].sum()} |")
+    print(f"| all | {close} | " + " | ".join(map(str, counts)) + f" | {counts[:-1].sum()} |")
+    share = 100 / max(close, 1)
+    print(f"\nFalse alarms: {counts.sum()} of {close} close runs ({share * counts.sum():.0f} %); "
+          f"without the ESS-only warnings {counts[:-1].sum()} ({share * counts[:-1].sum():.0f} %).")
+
+
 def table(path):
     rows = [json.loads(line) for line in open(path)]
     print("| problem | preset | distance / floor | agreement (floor's) | points flipped "
@@ -202,6 +238,9 @@ def table(path):
         for p in dict.fromkeys(r["problem"] for r in rows):
             n = confusion([r for r in rows if r["problem"] == p], close)
             print(f"| {p} | " + " | ".join(map(str, n)) + " |")
+    print("\nWhy the close runs (by the band) warned:\n")
+    reasons_table([(p, [r for r in rows if r["problem"] == p])
+                   for p in dict.fromkeys(r["problem"] for r in rows)])
 
 
 def main():
