@@ -397,22 +397,25 @@ def test_an_algorithm_is_refused_with_the_pieces_it_holds():
 
 
 def test_the_step_takes_its_step_size_as_an_input_and_its_state_holds_no_warm_up():
-    """The algorithm's state has no warm-up field; the warm-up's one state lives beside it in
-    the host's record, and the step uses whatever step size it is given."""
+    """The algorithm's state has no warm-up, host or diagnostics field; the host's record
+    holds it as one part of one tree beside the warm-up's state (no copy per transition), and
+    the step uses whatever step size it is given."""
     from numpyro_sgrld import ChainState, SGState, StepInputs, compose
     from numpyro_sgrld.gradients import Target
     from numpyro_sgrld.warmup import WarmupState
 
-    assert not {"warmup", "adaptation", "monitor", "batch_state", "rng_key"} & set(
-        ChainState._fields)
+    assert not {"warmup", "adaptation", "monitor", "batch_state", "rng_key", "equipartition",
+                "configurational_temperature"} & set(ChainState._fields)
+    assert not set(ChainState._fields) & set(SGState._fields)
     _, state = _short_draws(SGLD(_normal_model), num_warmup=200)
     assert isinstance(state, SGState) and isinstance(state.warmup, WarmupState)
-    assert state.adaptation is state.warmup.step
+    assert isinstance(state.chain, ChainState)
+    assert state.adaptation is state.warmup.step and state.z is state.chain.z
 
     algorithm = compose(metrics.identity(), integrators.langevin(), temperature=0.0)
     target = Target(lambda z, idx: (0.5 * jnp.sum(z["x"] ** 2), {}), None, None)
     start = algorithm.begin(random.PRNGKey(0), {"x": jnp.ones(3)}, target, {})
-    chain = algorithm.init(start, target, jnp.asarray(0.1), 0, False)
+    chain = algorithm.init(start, target, jnp.asarray(0.1), False)
     for h in (0.1, 0.5):  # gradient descent at T = 0: x <- (1 - h) x
         new, info = algorithm.step(chain, StepInputs(target, {}, random.PRNGKey(1),
                                                      jnp.asarray(h)))

@@ -448,8 +448,8 @@ def test_after_warmup_the_default_step_has_no_branch(kernel_cls, kw, left):
 
     assert branches(kernel.sample, state) >= 3  # the warm-up's: adapt, learn, switch
     for active in (False, True):
-        s = state._replace(gradient_state=state.gradient_state._replace(
-            active=jnp.asarray(active)))
+        s = state._replace(chain=state.chain._replace(
+            gradient_state=state.gradient_state._replace(active=jnp.asarray(active))))
         phase = kernel.after_warmup(s)
         assert phase.gradient.name.endswith("(on)" if active else "(off)")
         assert branches(phase.sample, s) == left

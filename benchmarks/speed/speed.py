@@ -876,7 +876,8 @@ def cost_breakdown(p, name):
     unchecked_state = unchecked.init(random.PRNGKey(0), 0, None, args, {})
 
     def no_value(s):
-        return unchecked.sample(s, args, {})._replace(potential_energy=jnp.zeros(()))
+        new = unchecked.sample(s, args, {})
+        return new._replace(chain=new.chain._replace(potential_energy=jnp.zeros(())))
 
     costs = [
         _xla_cost(lambda key: hand(1, key), random.PRNGKey(0)),

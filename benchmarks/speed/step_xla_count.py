@@ -6,10 +6,19 @@ control variates on or off), one chain. Deterministic: the measure for changes t
 time on a busy machine.
 
     python benchmarks/speed/step_xla_count.py
+    python benchmarks/speed/step_xla_count.py --all --save before.json  # every preset
+    python benchmarks/speed/step_xla_count.py --all --check before.json  # after a change
+
+``--all`` counts every preset but the networks'; ``--save`` writes the counts to a JSON file,
+``--check`` compares them with a saved file and exits with status 1 where a step's flops or
+bytes accessed grew.
 
 Results: docs/benchmarks.md ("The main job", "The step after warm-up").
 """
 
+import argparse
+import json
+import sys
 import warnings
 
 import jax
@@ -17,7 +26,7 @@ import jax.numpy as jnp
 from jax import random
 
 from numpyro_sgrld.kernels import KERNELS
-from numpyro_sgrld.problems import PROBLEMS
+from numpyro_sgrld.problems import NETWORK_KERNELS, PROBLEMS
 
 NAMES = ("SGLD", "SGHMC", "PSGLD", "MongeSGLD", "ShampooSGLD")
 
@@ -39,32 +48,63 @@ def step_count(kernel, args):
 
 
 def after_warmup_counts(kernel, args):
-    """``{label: count}`` of the kernel's step after warm-up, control variates off and on."""
+    """``{label: count}`` of the kernel's step after warm-up, control variates off and on
+    (only the first where the kernel has none)."""
     state = kernel.init(random.PRNGKey(0), 2000, None, args, {})
     out = {}
+    if getattr(state.gradient_state, "active", None) is None:
+        out["after warm-up"] = count(kernel.after_warmup(state).sample, state, args)
+        return out
     for active in (False, True):
-        s = state._replace(gradient_state=state.gradient_state._replace(
-            active=jnp.asarray(active)))
+        s = state._replace(chain=state.chain._replace(
+            gradient_state=state.gradient_state._replace(active=jnp.asarray(active))))
         phase = kernel.after_warmup(s)
         out[f"after warm-up, control variates {'on' if active else 'off'}"] = count(
             phase.sample, s, args)
     return out
 
 
-def main():
-    warnings.simplefilter("ignore")
+def counts(names):
+    """``{kernel: {step: count}}`` on German credit."""
     problem = PROBLEMS["german_credit"]()
-    print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}")
-    print("| kernel | step | flops | bytes accessed | optimized HLO lines | conditionals |\n"
-          "|---|---|---|---|---|---|")
-    for name in NAMES:
+    out = {}
+    for name in names:
         rows = {"fixed (1e-4)": step_count(KERNELS[name](problem.model, step_size=1e-4),
                                            problem.args),
                 "adapted (default)": step_count(KERNELS[name](problem.model), problem.args)}
         rows.update(after_warmup_counts(KERNELS[name](problem.model), problem.args))
+        out[name] = rows
         for label, (flops, nbytes, lines, conds) in rows.items():
             print(f"| {name} | {label} | {flops:,.0f} | {nbytes:,.0f} | {lines:,} | {conds} |",
                   flush=True)
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--all", action="store_true", help="every preset but the networks'")
+    parser.add_argument("--save", help="write the counts to this JSON file")
+    parser.add_argument("--check", help="compare the counts with this JSON file")
+    a = parser.parse_args()
+    warnings.simplefilter("ignore")
+    names = [k for k in KERNELS if k not in NETWORK_KERNELS] if a.all else NAMES
+    print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}")
+    print("| kernel | step | flops | bytes accessed | optimized HLO lines | conditionals |\n"
+          "|---|---|---|---|---|---|")
+    out = counts(names)
+    if a.save:
+        with open(a.save, "w") as f:
+            json.dump(out, f, indent=1)
+    if a.check:
+        before, grew = json.load(open(a.check)), []
+        for name, rows in out.items():
+            for label, (flops, nbytes, *_) in rows.items():
+                old = before.get(name, {}).get(label)
+                if old is not None and (flops > old[0] or nbytes > old[1]):
+                    grew.append(f"{name} {label}: flops {old[0]:,.0f} -> {flops:,.0f}, "
+                                f"bytes {old[1]:,.0f} -> {nbytes:,.0f}")
+        print("\n".join(grew) or "no step grew")
+        sys.exit(1 if grew else 0)
 
 
 if __name__ == "__main__":

@@ -86,8 +86,9 @@ def kernel_stein_discrepancy(x, scores, c=1.0, beta=-0.5):
     (n, d)). It needs no draws from the target, only its score: it is near 0 for draws from
     ``p`` and bounded away from 0 otherwise (with :math:`\beta \in (-1, 0)` it detects
     non-convergence). The V-statistic (the square root of a non-negative quantity) is
-    returned; it is :math:`O(n^{-1/2})` for exact draws. Use :func:`model_scores` to get
-    ``x`` and ``scores`` for a NumPyro model.
+    returned; it is :math:`O(n^{-1/2})` for exact draws. Use
+    :func:`~numpyro_sgrld.diagnostics.model_scores` to get ``x`` and ``scores`` for a NumPyro
+    model.
     """
     x = np.asarray(x, np.float64)
     s = np.asarray(scores, np.float64)

@@ -5,7 +5,7 @@ NeurIPS 2021 approximate-inference competition).
 
 For classifiers, with :math:`p_i` and :math:`q_i` the two ensembles' predictive class
 probabilities at test point :math:`i` (each the mean over draws of the draws' class
-probabilities, :func:`predictive_probs`):
+probabilities, :func:`~numpyro_sgrld.predictive.predictive_probs`):
 
 .. math::
     \mathrm{agreement} = \frac1n\sum_i \mathbb 1[\arg\max p_i = \arg\max q_i], \qquad

@@ -221,7 +221,7 @@ def summary_row(table, idata, seconds, energy, ksd, step_units=""):
     """A run's row: ``table`` its :func:`~numpyro_sgrld.diagnostics.compare_to_reference`,
     ``energy`` its energy distance to the reference and ``ksd`` its squared KSD
     (:func:`ksd_with_error`), each with its Monte Carlo error; ``step_units`` what its step size
-    measures (:func:`~numpyro_sgrld.app.report.step_units`)."""
+    measures (:func:`~numpyro_sgrld.app._tables.step_units`)."""
     stats = _arviz.dataset(idata, "sample_stats")
     diverging = int(np.asarray(stats["diverging"]).sum()) if "diverging" in stats else 0
     err = table["std_mean_error"].abs()

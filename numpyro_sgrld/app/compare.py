@@ -81,8 +81,8 @@ def _run_kernel(kernel, problem, num_warmup, num_steps, thinning, num_chains, se
                 target_ess, max_steps, extra_fields=SG_EXTRA_FIELDS):
     """One kernel's run as InferenceData, continued (same chains) until its smallest bulk ESS
     reaches ``target_ess`` and its largest split R-hat is at most :data:`MAX_RHAT`, or it took
-    ``max_steps`` steps per chain
-    (:func:`~numpyro_sgrld.diagnostics.continue_to_ess`); returns ``(idata, seconds, steps)``."""
+    ``max_steps`` steps per chain (:func:`~numpyro_sgrld.analysis.diagnostics.continue_to_ess`);
+    returns ``(idata, seconds, steps)``."""
     mcmc = MCMC(
         kernel,
         num_warmup=num_warmup,
@@ -235,7 +235,7 @@ def run_compare(
     (the Γ bias on Rensmeyer & Niggemann's 1-D target, with and without the correction).
     ``large`` (a :class:`~numpyro_sgrld.time_to_accuracy.Setting`, or ``None`` for none) adds
     the time-to-accuracy race on a large logistic regression
-    (:func:`~numpyro_sgrld.time_to_accuracy.run_large`). The report opens with a verdict
+    (:func:`~numpyro_sgrld.app.time_to_accuracy.run_large`). The report opens with a verdict
     (:func:`verdict_paragraph`). ``workers`` runs of the first problem (the reference and the
     kernels) go at a time, each in its own process (:func:`numpyro_sgrld.app._parallel.run_all`);
     the large problem's race always runs one method at a time."""

@@ -68,6 +68,13 @@ def integer(value, name, *, low=1, hint=""):
     return int(number)
 
 
+def field_names(state):
+    """The names ``extra_fields`` can take from ``state``: its fields, and those of the
+    ``NamedTuple`` fields it reads through (a ``chain``)."""
+    inner = getattr(state, "chain", None)
+    return list(getattr(inner, "_fields", ())) + list(state._fields)
+
+
 def named_field_lookup(self, key):
     """``__getitem__`` of a state ``NamedTuple``: integer indices as usual; a string, which
     NumPyro's ``extra_fields`` look-up tries after ``getattr`` fails, is a field the state does
@@ -75,7 +82,7 @@ def named_field_lookup(self, key):
     if isinstance(key, str):
         raise ValueError(
             f"The stochastic-gradient kernels' {type(self).__name__} has no field {key!r}: it "
-            f"has the fields {list(self._fields)}; `extra_fields` must name some of them (NUTS "
+            f"has the fields {field_names(self)}; `extra_fields` must name some of them (NUTS "
             "fields such as accept_prob, num_steps or adapt_state do not exist here; the "
             "kernel's own state is e.g. 'sampler_state.integrator.momentum' or "
             "'sampler_state.metric.square_avg')."

@@ -180,7 +180,8 @@ class GradientEstimator(NamedTuple):
     end (concrete), with what only warm-up changes resolved in Python (no branch on it);
     ``None`` where nothing is. ``activate(state, centre, position, target, draw, root, key)
     -> state`` (optional): what warm-up calls at the end of each window after its first, with
-    the window's mean as ``centre`` (:func:`activate_control_variates`). ``name`` names it in
+    the window's mean as ``centre``
+    (:func:`~numpyro_sgrld.core.gradients.activate_control_variates`). ``name`` names it in
     error messages."""
 
     init: Callable

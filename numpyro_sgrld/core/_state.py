@@ -1,25 +1,29 @@
-"""The state of every stochastic-gradient kernel: the algorithm's (:class:`ChainState`, what
-:func:`numpyro_sgrld.core._step.step` reads and returns) and the host's record of it for NumPyro
-(:class:`SGState`: the chain's state, the minibatch sampler's, the next key, the warm-up's
-and the run monitor's)."""
+"""The state of every stochastic-gradient kernel, one tree with one type per concern: the
+algorithm's (:class:`ChainState`, what :func:`numpyro_sgrld.core._step.step` reads and
+returns) inside the host's record of it for NumPyro (:class:`SGState`: the chain's state, the
+minibatch sampler's, the next key, the warm-up's, the run monitor's, and the equipartition
+check's sums, which a reducer over each step's :class:`~numpyro_sgrld.core._step.StepInfo`
+keeps)."""
 
 from typing import Any, NamedTuple
 
 from numpyro_sgrld.core._checks import named_field_lookup
 from numpyro_sgrld.core.gradients import ControlVariate
 
-__all__ = ["ChainState", "SGState", "chain_of", "with_chain"]
+__all__ = ["ChainState", "SGState"]
 
 
-class SGState(NamedTuple):
-    """State of every stochastic-gradient kernel.
+class ChainState(NamedTuple):
+    """The algorithm's state: what one step (:func:`numpyro_sgrld.core._step.step`) reads and
+    returns, none of the warm-up's, the host's (the minibatch sampler's state, the next key)
+    or the diagnostics'. Each field is also readable on the :class:`SGState` that holds it
+    (``state.z`` is ``state.chain.z``).
 
     - **i** – iteration counter (0 before the first step); the schedule is evaluated at ``i``.
     - **z** – the current position: a dict of unconstrained latent values, at which the
       minibatch potential and its gradient were finite (the draw ``MCMC`` records).
     - **sampler_state** – the composed kernel's own state
       (:class:`~numpyro_sgrld.core._composition.SamplerState`: metric, integrator, correction).
-    - **batch_state** – the minibatch sampler's state (``None`` when drawing with replacement).
     - **potential_energy** – the *minibatch estimate* :math:`\\hat U` at the position the last
       step started from (it comes free with that step's gradient): with ``check_proposal``
       (the default) that is ``z`` unless the step was rejected; without it, one step behind
@@ -42,14 +46,42 @@ class SGState(NamedTuple):
       *any* step since the previous recorded draw was rejected.) (The checks are sums: a
       gradient whose squared norm, or a state whose entries sum, beyond the float range,
       |sum| > 3.4e38 in float32, counts as non-finite too.)
-    - **rng_key** – random key for the next step.
     - **num_rejected** – how many steps have been rejected since ``init`` (cumulative, whatever
       the ``thinning``): a chain that keeps proposing where the gradient is not finite
       (or, without ``check_proposal``, is stuck at such a point) shows it here.
     - **gradient_state** – the gradient estimator's state: ``None`` for the plain minibatch
       gradient; the :class:`~numpyro_sgrld.gradients.ControlVariate` (centre, full-data
       potential and gradient there, estimated distance of the centre from the mode) for control
-      variates (also readable as ``control_variate``).
+      variates.
+    - **proposal** – with ``check_proposal`` (the default), the position the last step
+      proposed from ``z``: the next step evaluates the minibatch potential and its gradient
+      there and moves ``z`` to it only if both are finite, else the chain goes back to ``z``
+      (:func:`numpyro_sgrld.core._step.step`); ``None`` without ``check_proposal`` and for the
+      cyclical presets (which check each proposal at once), where the next step starts from
+      ``z``.
+    """
+
+    i: Any
+    z: Any
+    sampler_state: Any
+    potential_energy: Any
+    grad_norm: Any
+    step_size: Any
+    diverging: Any
+    num_rejected: Any = 0
+    gradient_state: Any = None
+    proposal: Any = None
+
+
+class SGState(NamedTuple):
+    """State of every stochastic-gradient kernel, as ``MCMC`` holds it (``last_state``,
+    ``post_warmup_state``). The fields of its :class:`ChainState` read through it
+    (``state.z``, ``state.step_size``, ``state.diverging``, ..., and in ``extra_fields``);
+    to change one, replace the chain: ``state._replace(chain=state.chain._replace(z=...))``.
+
+    - **chain** – the algorithm's :class:`ChainState`.
+    - **batch_state** – the minibatch sampler's state (``None`` when drawing with replacement).
+    - **rng_key** – random key for the next step.
     - **warmup** – with ``step_size=None``, the warm-up's
       :class:`~numpyro_sgrld.warmup.WarmupState` (the step-size adaptation's state, its
       ``step``, and, for a metric learnt in warm-up, the current slow window's statistics, its
@@ -59,35 +91,22 @@ class SGState(NamedTuple):
     - **monitor** – when ``numpyro.infer.MCMC``'s own loop runs the kernel, the run's streaming
       moments for the verdict at its end (:class:`~numpyro_sgrld.monitor.RunMonitor`);
       ``None`` otherwise.
-    - **proposal** – with ``check_proposal`` (the default), the position the last step
-      proposed from ``z``: the next step evaluates the minibatch potential and its gradient
-      there and moves ``z`` to it only if both are finite, else the chain goes back to ``z``
-      (:func:`numpyro_sgrld.core._step.step`); ``None`` without ``check_proposal`` and for the
-      cyclical presets (which check each proposal at once), where the next step starts from
-      ``z``.
     - **equipartition** – the run's equipartition sums after warm-up
       (:class:`~numpyro_sgrld.equipartition.Equipartition`): the verdict's check that the
-      chain samples the posterior's spread, from the gradient each step evaluates anyway.
+      chain samples the posterior's spread, from the gradient each step evaluates anyway,
+      kept by :func:`~numpyro_sgrld.equipartition.observe` over each step's
+      :class:`~numpyro_sgrld.core._step.StepInfo`.
     - **configurational_temperature** – the last step's reading of that check,
       :math:`\\frac{1}{dT}\\sum_i(\\theta_i - c_i)\\,\\partial_i\\hat U(\\theta)` at the position it
       started from (:mod:`numpyro_sgrld.equipartition`): its mean over the draws after warm-up
       is 1 for a chain that samples the posterior (``extra_fields``).
     """
 
-    i: Any
-    z: Any
-    sampler_state: Any
+    chain: ChainState
     batch_state: Any
-    potential_energy: Any
-    grad_norm: Any
-    step_size: Any
-    diverging: Any
     rng_key: Any
-    num_rejected: Any = 0
-    gradient_state: Any = None
     warmup: Any = None
     monitor: Any = None
-    proposal: Any = None
     equipartition: Any = None
     configurational_temperature: Any = None
 
@@ -100,37 +119,19 @@ class SGState(NamedTuple):
     @property
     def control_variate(self):
         """The :class:`~numpyro_sgrld.gradients.ControlVariate`, or ``None`` without one."""
-        state = self.gradient_state
+        state = self.chain.gradient_state
         return state if isinstance(state, ControlVariate) else None
 
     # NumPyro's `extra_fields` look-up tries `state[name]` after `getattr` fails
     __getitem__ = named_field_lookup
 
 
-class ChainState(NamedTuple):
-    """The algorithm's state: the fields of :class:`SGState` that one step
-    (:func:`numpyro_sgrld.core._step.step`) reads and returns, none of the warm-up's or the
-    host's (the minibatch sampler's state, the next key)."""
-
-    i: Any
-    z: Any
-    sampler_state: Any
-    potential_energy: Any
-    grad_norm: Any
-    step_size: Any
-    diverging: Any
-    num_rejected: Any = 0
-    gradient_state: Any = None
-    proposal: Any = None
-    equipartition: Any = None
-    configurational_temperature: Any = None
+def _read_through(name):
+    """The :class:`SGState` property that reads the chain's field ``name``."""
+    return property(lambda state: getattr(state.chain, name),
+                    doc=f"The chain's ``{name}`` (:class:`ChainState`).")
 
 
-def chain_of(state):
-    """The :class:`ChainState` in an :class:`SGState` (the same arrays)."""
-    return ChainState(*(getattr(state, name) for name in ChainState._fields))
+for _name in ChainState._fields:
+    setattr(SGState, _name, _read_through(_name))
 
-
-def with_chain(state, chain):
-    """``state`` with the fields of the :class:`ChainState` ``chain``."""
-    return state._replace(**chain._asdict())

@@ -25,7 +25,6 @@ import jax
 import jax.numpy as jnp
 from jax import random
 
-from numpyro_sgrld.core import equipartition as equi
 from numpyro_sgrld.core._acceptance import accept, accept_pending, usable
 from numpyro_sgrld.core._checks import flag, real
 from numpyro_sgrld.core._composition import (
@@ -68,9 +67,9 @@ class Algorithm(NamedTuple):
         """What a chain's start needs before its step size is known: :func:`begin`."""
         return begin(self, key, z, target, idx)
 
-    def init(self, start, target, step_size, first_sampling_step, proposal_next_step):
+    def init(self, start, target, step_size, proposal_next_step):
         """The chain's first :class:`~numpyro_sgrld.core._state.ChainState`: :func:`init`."""
-        return init(self, start, target, step_size, first_sampling_step, proposal_next_step)
+        return init(self, start, target, step_size, proposal_next_step)
 
     def step(self, state, inputs):
         """One step: :func:`step`."""
@@ -150,12 +149,10 @@ def begin(algorithm, key, z, target, idx):
     return Start(z, est, idx, key, curvature)
 
 
-def init(algorithm, start, target, step_size, first_sampling_step, proposal_next_step):
+def init(algorithm, start, target, step_size, proposal_next_step):
     """The chain's first :class:`~numpyro_sgrld.core._state.ChainState` from its :class:`Start`
-    at step ``step_size``;
-    ``first_sampling_step`` is the step counter where the equipartition check starts
-    counting, ``proposal_next_step`` whether the next step checks the proposal (the state
-    holds one)."""
+    at step ``step_size``; ``proposal_next_step`` is whether the next step checks the proposal
+    (the state holds one)."""
     z, est = start.z, start.estimate
     return ChainState(
         i=jnp.zeros((), jnp.int32),
@@ -169,21 +166,24 @@ def init(algorithm, start, target, step_size, first_sampling_step, proposal_next
         num_rejected=jnp.zeros((), jnp.int32),
         gradient_state=est.state,
         proposal=z if proposal_next_step else None,
-        equipartition=equi.init(z, first_sampling_step),
-        configurational_temperature=jnp.zeros((), step_size.dtype),
     )
 
 
 class StepInfo(NamedTuple):
-    """What a step computed on the way that the warm-up reads: the gradient's
-    :class:`~numpyro_sgrld.gradients.Estimate`, the step's
-    :class:`~numpyro_sgrld.metrics.Preconditioner`, whether the step was accepted, and the
-    step size it used."""
+    """What a step computed on the way, which the warm-up and the diagnostics read: the
+    gradient's :class:`~numpyro_sgrld.gradients.Estimate`, the step's
+    :class:`~numpyro_sgrld.metrics.Preconditioner`, whether the step was accepted, the step
+    size it used, the step's counter ``i`` (the state's before it), the position it started
+    from (``start``, where the estimate's gradient was evaluated) and whether its inputs were
+    usable there (``usable``: a rejected start is not counted by the equipartition check)."""
 
     estimate: Estimate
     preconditioner: Preconditioner
     accepted: Any
     step_size: Any
+    i: Any
+    start: Any
+    usable: Any
 
 
 def context(target, i, aux):
@@ -254,7 +254,6 @@ def step(spec, state, inputs):
         ok, sampler_state = accept_pending(ready, landed, sampler_state, state.sampler_state,
                                            averages)
         z, proposal = here, tree_where(ok, z, here)
-    checked, reading = _equipartition(spec, state, position, est.grad, ready)
     new = ChainState(
         i=state.i + 1,
         z=z,
@@ -266,21 +265,8 @@ def step(spec, state, inputs):
         num_rejected=state.num_rejected + (~ok).astype(jnp.int32),
         gradient_state=est.state,
         proposal=proposal,
-        equipartition=checked,
-        configurational_temperature=reading,
     )
-    return new, StepInfo(est, preconditioner, ok, step_size)
-
-
-def _equipartition(spec, state, position, grad, ready):
-    """The equipartition sums after this step (:mod:`numpyro_sgrld.equipartition`), with the
-    step's own reading; unchanged at temperature 0 (an exploration stage's descent)."""
-    acc = state.equipartition
-    if acc is None or (isinstance(spec.temperature, (int, float)) and spec.temperature == 0):
-        return acc, state.configurational_temperature
-    new, products = equi.update(acc, position, grad, ready, state.i)
-    size = sum(x.size for x in jax.tree.leaves(position))
-    return new, jnp.sum(products) / (size * spec.temperature)
+    return new, StepInfo(est, preconditioner, ok, step_size, state.i, position, ready)
 
 
 def _when(flag, reject):

@@ -186,8 +186,9 @@ def sgnht(diffusion=1.0) -> Integrator:
 
 # --------------------------------------------------------------------------- BADODAB
 class BADODABState(NamedTuple):
-    """BADODAB's momentum ``p`` (the last half kick pending, as for :class:`BAOABState`), its
-    thermostat ``xi`` (a scalar) and ``started``."""
+    """BADODAB's momentum ``p`` (the last half kick pending, as for
+    :class:`~numpyro_sgrld.integrators.BAOABState`), its thermostat ``xi`` (a scalar) and
+    ``started``."""
 
     momentum: Any
     thermostat: Any
@@ -206,8 +207,9 @@ def badodab(diffusion=1.0, thermal_mass=1.0) -> Integrator:
     \nabla\hat U`, A :math:`\theta \leftarrow \theta + \tfrac h2 p`, D :math:`\xi
     \leftarrow \xi + \tfrac h{2\mu}(p^\top p/d - T)`, O the exact Ornstein–Uhlenbeck step at
     friction :math:`\xi`, :math:`p \leftarrow e^{-\xi h}p + \sqrt{AT(1 - e^{-2\xi h})/\xi}
-    \,\eta` (:math:`\sqrt{2ATh}\,\eta` at :math:`\xi = 0`), then D, A, B. As in :func:`baoab`,
-    the closing B is merged with the next step's opening one (one gradient per step).
+    \,\eta` (:math:`\sqrt{2ATh}\,\eta` at :math:`\xi = 0`), then D, A, B. As in
+    :func:`~numpyro_sgrld.integrators.baoab`, the closing B is merged with the next step's opening
+    one (one gradient per step).
     ``diffusion`` :math:`A > 0` (the injected noise, as in :func:`sgnht`), ``thermal_mass``
     :math:`\mu > 0`; :math:`\xi` starts at :math:`A`, :math:`p` at 0. With exact gradients the
     invariant law is :math:`\propto e^{-U/T - p^\top p/(2T) - d\mu(\xi - A)^2/(2T)}`, so

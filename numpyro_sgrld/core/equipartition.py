@@ -65,7 +65,7 @@ from scipy.stats import t as student_t
 __all__ = ["BAND", "BATCHES", "FAMILY_ERROR", "FIRST_LENGTH", "MIN_BATCH_ESS",
            "PER_COORDINATE", "Equipartition", "Temperatures", "centring_factor", "critical_z",
            "decentred", "departure_z", "departures", "group_names", "group_sizes", "init",
-           "summarize", "update"]
+           "observe", "summarize", "update"]
 
 #: The effective draws a chain's batch must hold for that chain's own reading to be judged:
 #: with fewer, batch means understate the error (Flegal & Jones 2010). Over replicated right
@@ -221,6 +221,19 @@ def update(acc, position, grad, ok, i):
                         jnp.where(full, half, row),
                         filled, jnp.where(full, 2 * acc.length, acc.length))
     return new, step
+
+
+def observe(acc, reading, info, temperature):
+    r"""The reducer over each step's :class:`~numpyro_sgrld.core._step.StepInfo`:
+    ``(sums, reading)`` after the step ``info`` describes, ``reading`` being that step's
+    :math:`\frac{1}{dT}\sum_i(\theta_i - c_i)\,\partial_i\hat U(\theta)` at the position it
+    started from; unchanged without sums (``acc`` ``None``) or at temperature 0 (an
+    exploration stage's descent)."""
+    if acc is None or (isinstance(temperature, (int, float)) and temperature == 0):
+        return acc, reading
+    new, products = update(acc, info.start, info.estimate.grad, info.usable, info.i)
+    size = sum(x.size for x in jax.tree.leaves(info.start))
+    return new, jnp.sum(products) / (size * temperature)
 
 
 def summarize(acc, temperature=1.0):

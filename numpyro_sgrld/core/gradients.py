@@ -8,8 +8,9 @@ A gradient estimator is a pair of pure functions (:class:`GradientEstimator`)::
 ``target`` (:class:`Target`, built by the kernel) holds the minibatch potential
 ``potential(z, batch) -> (value, aux)``, the full-data potential (``None`` when the kernel has
 no model), and ``draw_batch(key)`` for estimators that search (the control variates' mode).
-``aux`` is the dict of auxiliary values the model recorded with :func:`auxiliary` on this
-minibatch, from the same forward pass as the gradient. ``oracle(z) -> (value, grad)`` is the
+``aux`` is the dict of auxiliary values the model recorded with
+:func:`~numpyro_sgrld.auxiliary` on this minibatch, from the same forward pass as the gradient.
+``oracle(z) -> (value, grad)`` is the
 same estimator on the same minibatch at another point (for the Γ correction and for
 integrators that need a second gradient). The state (a control-variate centre, an anchor's
 full gradient) belongs to the estimator: :func:`minibatch` has none, :func:`control_variates`

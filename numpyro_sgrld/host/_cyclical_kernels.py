@@ -113,8 +113,9 @@ class CyclicalSGLD(_Cyclical, SGMCMC):
 
 
 class CyclicalSGHMC(_Cyclical, SGMCMC):
-    __doc__ = r"""Cyclical SGHMC (Zhang et al. 2020, cSGHMC): SGHMC (:class:`SGHMC`, Chen et
-    al.'s parametrisation, ``step_size`` the learning rate) with a cosine step size restarted
+    __doc__ = r"""Cyclical SGHMC (Zhang et al. 2020, cSGHMC): SGHMC
+    (:class:`~numpyro_sgrld.SGHMC`, Chen et al.'s parametrisation, ``step_size`` the learning rate)
+    with a cosine step size restarted
     every cycle and an exploration stage (momentum SGD: friction, no injected noise) at the
     start of each cycle. The momentum is kept across stages and cycles.""" + _CYCLICAL_DOC + r"""
     :param friction: :math:`\alpha \in (0, 1]`, default 0.1.

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import random
 
+from numpyro_sgrld.core import equipartition
 from numpyro_sgrld.core._checks import flag, integer, real
 from numpyro_sgrld.core._state import SGState
 from numpyro_sgrld.core._step import Algorithm, compose
@@ -245,14 +246,16 @@ def init_state(setting, target, z, rng_key, num_warmup, plates, batching, adapts
     if adapts:
         warm = init_warmup(setting, random.fold_in(key_sampler, 3), start, target, num_warmup)
     step_size = setting.step_size(0, warm, None if settings is None else settings.step_size)
-    chain = algorithm.init(start, target, step_size, first_sampling_step, proposal_next_step)
+    chain = algorithm.init(start, target, step_size, proposal_next_step)
     if settings is not None:
         chain = _with_settings(chain, settings)
     return SGState(
-        **chain._asdict(),
+        chain=chain,
         batch_state=batch_state,
         rng_key=key_next,
         warmup=warm,
+        equipartition=equipartition.init(chain.z, first_sampling_step),
+        configurational_temperature=jnp.zeros((), step_size.dtype),
     )
 
 

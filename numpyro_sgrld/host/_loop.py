@@ -60,6 +60,7 @@ import numpy as np
 from jax import lax
 
 from numpyro_sgrld.core._cache import lru_get
+from numpyro_sgrld.core._checks import field_names
 from numpyro_sgrld.host import _loop_report as report
 
 __all__ = ["collect"]
@@ -106,7 +107,8 @@ def _window(val, since):
     if since is None:
         return val
     state = report.state_of(val)
-    return _with_state(val, state._replace(diverging=state.num_rejected > since))
+    chain = state.chain._replace(diverging=state.num_rejected > since)
+    return _with_state(val, state._replace(chain=chain))
 
 
 #: Steps per iteration of the loop over steps: ``None`` chooses by the backend (16 on an
@@ -345,9 +347,10 @@ def _empty_collection(transform, init_val, size):
     try:
         shapes = jax.eval_shape(transform, init_val)
     except (AttributeError, TypeError, KeyError) as e:
-        fields = getattr(report.state_of(init_val), "_fields", None)
-        if fields is None:
+        state = report.state_of(init_val)
+        if not hasattr(state, "_fields"):
             raise
+        fields = field_names(state)
         raise ValueError(
             f"Cannot collect the requested fields from the kernel's state ({type(e).__name__}: "
             f"{e}). A stochastic-gradient kernel's state has the fields {list(fields)}; "

@@ -2,7 +2,7 @@ r"""The verdict on NumPyro's own sampling loop: streaming moments of the run, ju
 
 ``numpyro.infer.MCMC`` gives a kernel no call at the end of a run, and its loop keeps the
 draws where the kernel cannot see them. So a stochastic-gradient kernel that ``MCMC`` drives
-keeps, in its state, per chain and for at most :data:`~numpyro_sgrld.verdict.MAX_COORDINATES`
+keeps, in its state, per chain and for at most :data:`~numpyro_sgrld.host.verdict.MAX_COORDINATES`
 coordinates of the unconstrained position, the sums and sums of squares of the run's
 post-warm-up steps in :data:`BATCHES` consecutive batches (:class:`RunMonitor`), and on the
 run's last step hands them to the host, which judges them (:func:`judge`) and warns through
@@ -73,7 +73,7 @@ class RunMonitor(NamedTuple):
 
 def coordinates(size):
     """The judged flat indices of a position of ``size`` coordinates: all of them, or
-    :data:`~numpyro_sgrld.verdict.MAX_COORDINATES` evenly spaced ones."""
+    :data:`~numpyro_sgrld.host.verdict.MAX_COORDINATES` evenly spaced ones."""
     if size <= MAX_COORDINATES:
         return np.arange(size)
     return np.unique(np.linspace(0, size - 1, MAX_COORDINATES).round().astype(int))

@@ -1,7 +1,7 @@
 r"""The warm-up's pieces, each a :class:`Piece`: an ``init``, an ``update`` run on every
 warm-up step, and a ``window_end`` run at the end of each slow window
 (:mod:`numpyro_sgrld.warmup.schedule`), composed in that order by
-:func:`numpyro_sgrld.warmup.adapter.warmup_adapter`:
+:func:`numpyro_sgrld.warmup.steps.update_warmup`:
 
 1. :data:`STEP_SIZE` – the step of the bias law (:mod:`numpyro_sgrld.warmup.adaptation`):
    one power iteration per warm-up step, measured again in the new geometry at a window's end;
@@ -203,7 +203,7 @@ def _step_update(setting, moment, warm, chain):
 
 def _step_window_end(setting, end, warm, chain):
     """The step measured again in the new geometry
-    (:func:`~numpyro_sgrld.adaptation.remeasure`), with the gradient estimator as the
+    (:func:`~numpyro_sgrld.warmup.adaptation.remeasure`), with the gradient estimator as the
     control variates left it."""
     algorithm, target = setting.algorithm, end.target
 

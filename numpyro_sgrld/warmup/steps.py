@@ -16,8 +16,8 @@ import jax
 import jax.numpy as jnp
 from jax import random
 
+from numpyro_sgrld.core import equipartition as equi
 from numpyro_sgrld.core._integrator_base import Overdamp, Settle
-from numpyro_sgrld.core._state import chain_of, with_chain
 from numpyro_sgrld.core._step import StepInputs, start
 from numpyro_sgrld.core._traits import trait
 from numpyro_sgrld.core.gradients import shared_flag
@@ -127,20 +127,19 @@ def transition(setting, state, target, adapting=None):
 
 def _transition(setting, state, target, adapting, keys, idx, batch_state):
     """:func:`transition` from its ``keys``, minibatch ``idx`` and new ``batch_state``."""
-    algorithm, warm = setting.algorithm, state.warmup
+    algorithm, warm, chain = setting.algorithm, state.warmup, state.chain
     key_next, _, key_step, *keys = keys
-    host = {"batch_state": batch_state, "rng_key": key_next}
-    chain = chain_of(state)
-    step_size = setting.step_size(state.i, warm, state.step_size)
+    step_size = setting.step_size(chain.i, warm, chain.step_size)
     if warm is None:
-        new, _ = algorithm.step(chain, StepInputs(target, idx, key_step, step_size))
-        return settled(algorithm, with_chain(state._replace(**host), new))
+        new, info = algorithm.step(chain, StepInputs(target, idx, key_step, step_size))
+        new = settled(algorithm, new, state.equipartition)
+        return _record(algorithm, state, new, info, batch_state, key_next, warm)
     if adapting is False:  # after warm-up, known when traced: none of its branches
-        new, _ = algorithm.step(chain, StepInputs(target, idx, key_step, step_size))
-        new = new._replace(step_size=setting.step_size(state.i + 1, warm, new.step_size))
-        return with_chain(state._replace(**host), new)
+        new, info = algorithm.step(chain, StepInputs(target, idx, key_step, step_size))
+        new = new._replace(step_size=setting.step_size(chain.i + 1, warm, new.step_size))
+        return _record(algorithm, state, new, info, batch_state, key_next, warm)
     if adapting is None:
-        adapting = state.i < warm.num_warmup
+        adapting = chain.i < warm.num_warmup
     inputs = StepInputs(target, idx, key_step, step_size, adapting,
                         lambda a, b: too_steep(a, b, algorithm.temperature))
     new, info = algorithm.step(chain, inputs)
@@ -153,8 +152,19 @@ def _transition(setting, state, target, adapting, keys, idx, batch_state):
     new = overdamped(algorithm, new, info.preconditioner, random.fold_in(keys[1], 1),
                      first_window_start(warm.num_warmup))
     # the next step's: after warm-up the frozen one (a cyclical preset's, its cosine)
-    new = new._replace(step_size=setting.step_size(state.i + 1, warm, new.step_size))
-    return settled(algorithm, with_chain(state._replace(warmup=warm, **host), new))
+    new = new._replace(step_size=setting.step_size(chain.i + 1, warm, new.step_size))
+    new = settled(algorithm, new, state.equipartition)
+    return _record(algorithm, state, new, info, batch_state, key_next, warm)
+
+
+def _record(algorithm, state, chain, info, batch_state, key, warm):
+    """The host's record after a step: the new ``chain``, the minibatch sampler's state, the
+    next ``key``, the warm-up's state ``warm`` and the equipartition check's sums with the
+    step observed (:func:`~numpyro_sgrld.equipartition.observe`)."""
+    sums, reading = equi.observe(state.equipartition, state.configurational_temperature,
+                                 info, algorithm.temperature)
+    return state._replace(chain=chain, batch_state=batch_state, rng_key=key, warmup=warm,
+                          equipartition=sums, configurational_temperature=reading)
 
 
 def overdamped(algorithm, new, preconditioner, key, approach):
@@ -170,11 +180,11 @@ def overdamped(algorithm, new, preconditioner, key, approach):
     return new._replace(sampler_state=new.sampler_state._replace(integrator=integrator))
 
 
-def settled(algorithm, new):
-    """``new`` with the integrator's state restarted halfway through warm-up and settled at
-    its end (:class:`~numpyro_sgrld.integrators.Settle`): in the state from which the
-    equipartition check starts counting."""
-    settle, acc = trait(algorithm.sampler.integrator, Settle), new.equipartition
+def settled(algorithm, new, acc):
+    """The chain ``new`` with the integrator's state restarted halfway through warm-up and
+    settled at its end (:class:`~numpyro_sgrld.integrators.Settle`): in the state from which
+    the equipartition check (its sums ``acc``) starts counting."""
+    settle = trait(algorithm.sampler.integrator, Settle)
     if settle is None or acc is None:
         return new
     integrator = new.sampler_state.integrator
