@@ -55,6 +55,7 @@ from numpyro_sgrld.core import correction, gradients, integrators, metrics, sche
 from numpyro_sgrld.core._composition import SamplerState
 from numpyro_sgrld.core._state import ChainState
 from numpyro_sgrld.core._step import Algorithm, StepInputs, compose
+from numpyro_sgrld.core._traits import trait
 from numpyro_sgrld.core.schedules import constant, cyclical, polynomial_decay
 from numpyro_sgrld.host import sharding, verdict
 from numpyro_sgrld.host._adapter import SGMCMC, SGState
@@ -97,6 +98,7 @@ __all__ = [
     "learnt_settings",
     "StepInputs",
     "compose",
+    "trait",
     "Verdict",
     "check",
     "verdict",

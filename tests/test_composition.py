@@ -421,3 +421,47 @@ def test_the_step_takes_its_step_size_as_an_input_and_its_state_holds_no_warm_up
                                                      jnp.asarray(h)))
         np.testing.assert_allclose(new.z["x"], (1 - h) * np.ones(3), rtol=1e-6)
         assert info.step_size == np.float32(h)
+
+
+def _adagrad(eps=1e-8):
+    """docs/composition.md's new metric, from public names alone."""
+    from numpyro_sgrld import metrics as m
+
+    class AdagradState(NamedTuple):
+        sum_sq: object
+
+    def init(position):
+        return AdagradState(jax.tree.map(jnp.zeros_like, position))
+
+    def update(grad, state, position, context=None):
+        n = m.step_context(context).num_data
+        sum_sq = jax.tree.map(lambda s, g: s + (g / n) ** 2, state.sum_sq, grad)
+        d = jax.tree.map(lambda s: 1.0 / (eps + jnp.sqrt(s)), sum_sq)
+        return m.Preconditioner(
+            drift=lambda v: jax.tree.map(jnp.multiply, d, v),
+            noise=lambda v: jax.tree.map(lambda di, vi: jnp.sqrt(di) * vi, d, v),
+        ), AdagradState(sum_sq)
+
+    return m.Metric(init, update, name="adagrad", traits=(m.Averages(),))
+
+
+def test_step_size_none_applies_one_rule_to_a_users_metric_and_a_presets():
+    """With ``step_size=None`` a metric given to ``SGMCMC`` is composed as a preset's is: an
+    adaptive one in learnt coordinates (``SGMCMC(metric=rmsprop())`` is ``PSGLD``, draw for
+    draw; a new metric written from docs/composition.md is whitened the same way), a constant
+    one, one reading auxiliary values or one whitened already as given; with a given step
+    every metric as given."""
+    from numpyro_sgrld import PSGLD, SGMCMC, trait
+
+    mine, _ = _short_draws(SGMCMC(_normal_model, metric=metrics.rmsprop()), num_warmup=200)
+    preset, _ = _short_draws(PSGLD(_normal_model), num_warmup=200)
+    np.testing.assert_array_equal(mine, preset)
+
+    kernel = SGMCMC(_normal_model, metric=_adagrad())
+    assert trait(kernel.metric, metrics.Restart) is not None and kernel.metric.name == "adagrad"
+    draws, state = _short_draws(kernel, num_warmup=200)
+    assert np.all(np.isfinite(draws)) and np.all(np.asarray(state.step_size) > 0)
+    assert trait(SGMCMC(_normal_model, 0.1, metric=_adagrad()).metric, metrics.Restart) is None
+
+    for given in (metrics.diagonal(0.5), metrics.bnp(), metrics.whitened(metrics.rmsprop())):
+        assert SGMCMC(_normal_model, metric=given).metric is given

@@ -220,3 +220,18 @@ def test_no_module_touches_another_modules_private_attributes():
                 for line, attr in _private_reads(tree)
                 if attr in ours and attr not in owners[name]]
     assert not offences, "\n".join(offences)
+
+
+def test_the_verdict_reads_the_kernel_through_one_value():
+    """The verdict and its advice read what they know of a run's kernel from one value
+    (``host._run.describe``: a ``Run``), never from the kernel's attributes one by one."""
+    readers = ["verdict", "_advice", "_step_rejections", "_loop_report", "_run_verdict"]
+    found = []
+    for name in readers:
+        path = PACKAGE / "host" / f"{name}.py"
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr"
+                    and isinstance(node.args[0], ast.Name)
+                    and node.args[0].id in {"kernel", "sampler"}):
+                found.append(f"{name}.py:{node.lineno}")
+    assert not found, found

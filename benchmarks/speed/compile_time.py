@@ -5,7 +5,8 @@
 One chain, 40 steps, every 5th kept; the loop is lowered and compiled with
 ``jax.jit(...).lower(...).compile()`` and timed, and its optimized HLO's lines counted. The
 last configuration is the default without the warm-up's preconditioner piece
-(``warmup.pieces.PRECONDITIONER``: the learnt preconditioner's statistics and window ends):
+(``warmup.pieces.preconditioner_init`` giving no statistics: the learnt preconditioner's
+updates and window ends):
 the share of the compile time that the rarely taken warm-up work costs.
 Results: docs/benchmarks.md ("The main job").
 """
@@ -58,12 +59,12 @@ def _timed(lowered):
 
 
 def _window_end_as(mode):
-    """``jax.lax.cond`` with the learnt metric's window end (``true_fun`` named
-    ``window_end``) never taken (``"skipped"``) or always taken (``"taken"``)."""
+    """``jax.lax.cond`` with the learnt metric's window end (``true_fun``
+    ``warmup.steps.window_end``) never taken (``"skipped"``) or always taken (``"taken"``)."""
     cond = jax.lax.cond
 
     def patched(pred, true_fun, false_fun, *operands):
-        if getattr(true_fun, "__name__", "") == "window_end":
+        if getattr(getattr(true_fun, "func", true_fun), "__name__", "") == "window_end":
             return (false_fun if mode == "skipped" else true_fun)(*operands)
         return cond(pred, true_fun, false_fun, *operands)
 
@@ -77,12 +78,12 @@ def main():
     for label, kwargs in CONFIGS.items():
         seconds, lines = compile_seconds(SGLD(problem.model, **kwargs), problem.args)
         print(f"| {label} | {seconds:.1f} | {lines:,} |", flush=True)
-    pieces = steps.PIECES
-    try:
-        steps.PIECES = tuple(p for p in pieces if p.name != "preconditioner")
+    learn = steps.pieces.preconditioner_init
+    try:  # no window statistics: no updates of them, no window ends
+        steps.pieces.preconditioner_init = lambda setting, begin: None
         seconds, lines = compile_seconds(SGLD(problem.model), problem.args)
     finally:
-        steps.PIECES = pieces
+        steps.pieces.preconditioner_init = learn
     print(f"| the default without the learnt metric's warm-up updates and window ends | "
           f"{seconds:.1f} | {lines:,} |")
     for mode, label, alone in (("skipped", "the default, window end never taken", False),

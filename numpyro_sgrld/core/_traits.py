@@ -12,16 +12,17 @@ trait                                        read by
 :class:`numpyro_sgrld.correction.Lag`        the Γ correction (the statistic's decay, order)
 :class:`numpyro_sgrld.correction.NoLag`      the Γ correction (why it does not apply)
 ``metrics.Averages``                         the acceptance policy (state finite with grad)
-``metrics.Aux``                              model set-up (auxiliary values the metric reads)
+``metrics.Aux``                              model set-up; ``step_size=None`` (not whitened)
 ``metrics.WarmStart``                        the sampler's initialisation
 ``metrics.Restart``                          warm-up (a constant part it learns)
+``metrics.AdaptsUntil``                      the kernel's ``init`` (a warm-up too short)
 ``integrators.BiasLaw``                      step-size adaptation (the bias law, a cap)
 ``integrators.StepHint``                     step-size adaptation (where there is no law)
 ``integrators.Rescale``                      warm-up (the state when the step changes)
 ``integrators.Settle``                       warm-up's end (a thermostat's equilibrium)
 ``integrators.Overdamp``                     warm-up's approach (a fresh momentum each step)
 ``integrators.NeedsConstantMetric``          the composition (only a constant metric)
-``metrics.Constant``                         the composition (a metric that is constant)
+``metrics.Constant``                         the composition; ``step_size=None`` (not whitened)
 :class:`numpyro_sgrld.correction.GammaBias`  the verdict's advice (a Γ its adaptation leaves)
 ==========================================  ===============================================
 """

@@ -258,10 +258,8 @@ class SGMCMC(MCMCKernel):
         return self._settled[gradient]
 
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
-        model_kwargs = {} if model_kwargs is None else model_kwargs
-        # NumPy data becomes JAX arrays once, here: a model indexes it with traced indices
-        with _setup.evaluate_now():  # concrete, even when MCMC calls init inside pmap
-            model_args, model_kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
+        parts.check_warmup_length(self.metric, self.correction, num_warmup)
+        model_args, model_kwargs = model_host.jax_arguments(model_args, model_kwargs)
         vectorized = not is_prng_key(rng_key)
         init_params = parts.start(init_params, self.settings, vectorized and rng_key.shape[0])
         if vectorized:

@@ -10,6 +10,7 @@ import numpy as np
 from numpyro_sgrld.core import equipartition
 from numpyro_sgrld.core._traits import trait
 from numpyro_sgrld.core.correction import GammaBias
+from numpyro_sgrld.host._run import describe
 
 __all__ = ["NETWORK_WARMUP", "NUTS_FASTER_BELOW_ROWS", "RELAXATIONS", "centred_sites",
            "cold_network_note", "data_sizes", "kernel_notes", "mixing_advice",
@@ -56,10 +57,11 @@ NUTS_FASTER_BELOW_ROWS = 250
 
 def data_sizes(kernel):
     """``(N, n)``: the kernel's number of data rows and its smallest minibatch, or ``None``
-    where the kernel has no subsampled plate."""
-    n = getattr(kernel, "num_data", None)
-    plates = getattr(kernel, "subsample_plates", ()) or ()
-    sizes = [getattr(p, "subsample_size", None) for p in plates]
+    where the kernel has no subsampled plate; ``kernel``: a kernel or its
+    :class:`~numpyro_sgrld.host._run.Run`."""
+    run = describe(kernel)
+    n = run.num_data
+    sizes = [getattr(p, "subsample_size", None) for p in run.subsample_plates]
     if not n or not sizes or not all(sizes):
         return None
     return int(n), int(min(sizes))
@@ -125,8 +127,8 @@ def centred_sites(kernel):
     kernel's model whose prior depends on other latent sites (a centred hierarchy, from
     ``numpyro.infer.inspect.get_dependencies`` on the last run's arguments); ``None`` when the
     model cannot be inspected."""
-    model = getattr(kernel, "model", None)
-    args = getattr(kernel, "model_args", None)
+    run = describe(kernel)
+    model, args = run.model, run.model_args
     if model is None or args is None:
         return None
     from numpyro.infer.inspect import get_dependencies
@@ -135,8 +137,7 @@ def centred_sites(kernel):
         prior = get_dependencies(model, args[0], args[1])["prior_dependencies"]
     except Exception:  # any model the inspection cannot trace: no model-specific advice
         return None
-    setup = getattr(kernel, "setup", None)
-    latent = set(getattr(setup, "inv_transforms", None) or {})
+    latent = set(getattr(run.setup, "inv_transforms", None) or {})
     return {site: sorted(s for s in deps if s != site and s in latent)
             for site, deps in prior.items()
             if site in latent and any(s != site and s in latent for s in deps)}
@@ -223,8 +224,8 @@ def temperature_advice(kernel, wide, duration=None, thermostat=None):
     r"""What to do about a reading above (``wide``) or below 1, for this kernel (``duration``:
     the sampling phase's length in time units; ``thermostat``: the chains' last
     :math:`\xi`)."""
-    integrator = getattr(kernel, "integrator", None)
-    relaxation = thermostat_relaxation(thermostat, getattr(kernel, "temperature", 1.0))
+    run = describe(kernel)
+    relaxation = thermostat_relaxation(thermostat, run.temperature)
     if duration is not None and relaxation is not None and duration < RELAXATIONS * relaxation:
         steps = duration and RELAXATIONS * relaxation / duration
         return (f"The thermostat ends at ξ = {relaxation:.3g} (it absorbs the gradient noise: "
@@ -241,20 +242,20 @@ def temperature_advice(kernel, wide, duration=None, thermostat=None):
         return ("Below 1 the chains have not reached equilibrium in some directions (or a "
                 "thermostat runs cold): use a longer num_warmup and more steps, or SGLD/SGHMC "
                 "with step_size=None (the step is chosen in warm-up).")
-    if kernel is None:
+    if not run.given:
         return "Use a smaller step_size."
-    metric = getattr(kernel, "metric", None)
+    metric = run.metric
     advice = []
-    if not getattr(kernel, "adapts_step_size", False):
+    if not run.adapts_step_size:
         advice.append("give a smaller step_size, or step_size=None to have it chosen in "
                       "warm-up for a stated bias (docs/step_size.md)")
     else:
-        bias = getattr(kernel, "target_bias", None)
+        bias = run.target_bias
         advice.append(f"use a smaller target_bias (now {bias}; half of it about halves the "
                       "step's inflation)")
-    gamma = [t for t in (trait(h, GammaBias) for h in (metric, integrator) if h is not None)
+    gamma = [t for t in (trait(h, GammaBias) for h in (metric, run.integrator) if h is not None)
              if t is not None]
-    if any(t.correctable for t in gamma) and getattr(kernel, "correction", None) is None:
+    if any(t.correctable for t in gamma) and run.correction is None:
         advice.append(f"the adaptive metric {metric.name!r} is not Γ-corrected, which "
                       "inflates the variances even at small steps: use correction='exact' "
                       "(small models; docs/bias.md)")
@@ -266,9 +267,11 @@ def temperature_advice(kernel, wide, duration=None, thermostat=None):
 
 
 def kernel_notes(kernel, step_size):
+    """The notes on the kernel's own choices: the bias its adapted step allows."""
+    run = describe(kernel)
     notes = []
-    if getattr(kernel, "adapts_step_size", False) and step_size is not None:
-        bias = getattr(kernel, "target_bias", None)
+    if run.adapts_step_size and step_size is not None:
+        bias = run.target_bias
         if bias is not None:
             notes.append(
                 f"The adapted step (median {float(np.median(step_size)):.3g}) inflates the "

@@ -4,6 +4,7 @@ gradient estimator its arguments name, the step-size rule, the
 minibatch draw (sharded with ``data_parallel``), vectorised chains' lockstep transition and
 the progress bar's line."""
 
+import warnings
 from functools import partial
 
 import jax
@@ -24,7 +25,7 @@ from numpyro_sgrld.core.gradients import (
     minibatch,
 )
 from numpyro_sgrld.core.integrators import langevin
-from numpyro_sgrld.core.metrics import Aux
+from numpyro_sgrld.core.metrics import AdaptsUntil, Aux
 from numpyro_sgrld.host import _cycles as cycles_
 from numpyro_sgrld.host._potentials import minibatch_potential, minibatch_potential_with_aux
 from numpyro_sgrld.host._setup import steps_per_epoch
@@ -75,7 +76,7 @@ def algorithm(given, step_size, model, metric, integrator, gradient, correction,
     estimator = gradient_estimator(gradient, control_variate, mode_steps, start_at_centre,
                                    model)
     return compose(
-        choices.default_metric(step_size) if metric is None else metric,
+        choices.kernel_metric(metric, step_size),
         langevin() if integrator is None else integrator,
         choices.default_gradient(step_size, gradient, control_variate, model is not None)
         or estimator,
@@ -135,6 +136,20 @@ def step_size_rule(schedule, cycles):
         return warm.step.step_size
 
     return rule
+
+
+def check_warmup_length(metric, correction, num_warmup):
+    """Warn where a corrected kernel's warm-up is shorter than its metric still adapts
+    (:class:`~numpyro_sgrld.metrics.AdaptsUntil`): until then Γ corrects a metric that still
+    changes."""
+    adapts = trait(metric, AdaptsUntil)
+    if adapts is None or correction is None or num_warmup >= adapts.steps:
+        return
+    warnings.warn(
+        f"The metric {metric.name!r} fixes {adapts.what} after {adapts.steps} steps, but "
+        f"num_warmup={num_warmup}: until then Γ corrects a metric that still changes. Use "
+        f"num_warmup >= {adapts.steps}, or give the metric a fixed {adapts.what} (for "
+        "MongeSGLD, a number alpha2).", UserWarning, stacklevel=3)
 
 
 def check_init_strategy(init_strategy):

@@ -6,7 +6,6 @@ from numpyro_sgrld.core.integrators import langevin
 from numpyro_sgrld.core.metrics import bnp, wenzel
 from numpyro_sgrld.host._adapter import SGMCMC
 from numpyro_sgrld.host._presets import COMMON, example
-from numpyro_sgrld.warmup import choices
 
 __all__ = ["WenzelSGLD", "BNPSGLD"]
 
@@ -54,7 +53,6 @@ class WenzelSGLD(SGMCMC):
         **kwargs,
     ):
         metric = wenzel(decay, eps, update_interval, lagged_refresh=lagged_refresh)
-        metric = choices.preset_metric(metric, step_size)
         super().__init__(model, step_size, metric=metric, integrator=langevin(), **kwargs)
 
 

@@ -18,6 +18,7 @@ import jax
 import numpy as np
 import numpyro
 
+from numpyro_sgrld.host._run import describe
 from numpyro_sgrld.host._step_rejections import step_rejection_problem
 
 __all__ = ["plain_tuple", "state_of", "rejections", "adaptive_steps", "is_traced", "judge",
@@ -115,7 +116,7 @@ def judge(collection, kept, val, body_fun, num_steps):
         return
     chain_axis = 1 if np.ndim(state.i) == 1 else None
     draws = leaves_by_chain({k: np.asarray(x)[:kept] for k, x in draws.items()}, chain_axis)
-    kernel = getattr(body_fun, "keywords", {}).get("sampler")
+    kernel = describe(getattr(body_fun, "keywords", {}).get("sampler"))
     draws = with_evaluation(draws, kernel, constrained=False)
     acc = getattr(state, "equipartition", None)
     chains = _all_chains("verdict", (draws, np.atleast_1d(np.asarray(state.step_size)),
@@ -125,8 +126,7 @@ def judge(collection, kept, val, body_fun, num_steps):
         return
     if len(chains) == 1:
         v = verdict(draws, None, num_steps, kernel, np.asarray(state.step_size),
-                    temperatures_of(state, kernel), thermostat_of(state),
-                    getattr(kernel, "network_sites", None))
+                    temperatures_of(state, kernel), thermostat_of(state), kernel.network_sites)
     else:
         v = _pooled_verdict(chains, num_steps, kernel)
     if not v.trusted:
@@ -148,7 +148,7 @@ def _pooled_verdict(chains, num_steps, kernel):
     thermostat = (None if any(x is None for x in thermostats)
                   else np.concatenate(thermostats))
     return verdict(draws, None, num_steps, kernel, np.concatenate(steps), temperatures,
-                   thermostat, getattr(kernel, "network_sites", None))
+                   thermostat, describe(kernel).network_sites)
 
 
 def warn_if_rejected(before, after, num_steps, adaptive=0, kernel=None, step_size=None):

@@ -242,3 +242,11 @@ def batched_init_params(model, init_strategy, once, keys, prototype, model_args,
             "model, or pass another `init_strategy` or `init_params`."
         )
     return z
+
+
+def jax_arguments(model_args, model_kwargs):
+    """The model's arguments with NumPy data as JAX arrays (``model_kwargs`` ``None``: none),
+    converted once, concretely, even when ``MCMC`` calls ``init`` inside ``pmap``: a model
+    indexes them with traced indices."""
+    with evaluate_now():
+        return jax.tree.map(as_jax_array, (model_args, model_kwargs or {}))

@@ -27,6 +27,7 @@ from numpyro_sgrld.core import equipartition
 from numpyro_sgrld.host import _evaluation, _setup, monitor
 from numpyro_sgrld.host._compat import fast_sampling_loop_enabled
 from numpyro_sgrld.host._loop_report import sequential_chain
+from numpyro_sgrld.host._run import describe
 from numpyro_sgrld.host.verdict import judgement
 
 __all__ = ["arm", "observe", "observed", "report"]
@@ -185,8 +186,7 @@ def report(kernel, sums, squares, origin, rejected, step_size, equipartition_sum
         temperatures = equipartition.summarize(pooled, kernel.temperature)
     rhat, ess = monitor.judge(sums, squares, origin, run.num_samples)
     v = judgement(rhat, ess, run.names, int(rejected.sum()), run.num_samples, kernel, step,
-                  temperatures, sums.shape[0], thermostat,
-                  getattr(kernel, "network_sites", None),
+                  temperatures, sums.shape[0], thermostat, describe(kernel).network_sites,
                   monitor.centring(sums, squares, origin, run.num_samples))
     if not v.trusted:
         # sent from XLA's host callback: no user frame to point at

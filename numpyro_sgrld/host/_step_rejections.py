@@ -5,6 +5,8 @@ warm-up rejected with a step the user chose (``step_size=`` or learnt settings),
 
 import numpy as np
 
+from numpyro_sgrld.host._run import describe
+
 __all__ = ["MOSTLY_REJECTED", "rejected_share", "step_rejection_problem"]
 
 #: The share of the proposals after warm-up, rejected, from which a chosen step is named as
@@ -19,9 +21,8 @@ def rejected_share(rejected, num_steps, kernel=None):
     outside the cyclical presets), a rejected proposal takes two steps, the one that made it
     and the one that found it not finite and made none: ``r`` of ``n`` steps then reject
     ``r`` of ``n - r`` proposals."""
-    algorithm = getattr(kernel, "algorithm", None)
-    deferred = (getattr(algorithm, "check_proposal", False)
-                and getattr(kernel, "cycles", None) is None)
+    run = describe(kernel)
+    deferred = getattr(run.algorithm, "check_proposal", False) and run.cycles is None
     proposals = num_steps - rejected if deferred else num_steps
     return float(min(rejected / max(proposals, 1), 1.0))
 
@@ -32,26 +33,27 @@ def step_rejection_problem(kernel, step_size, rejected, num_steps, num_chains=1)
     ``num_chains`` chains) at a step the user chose: a ``step_size`` given to the kernel, or
     the step of its learnt settings (``step_size``, the chains' steps). ``None`` for an
     adapted step or fewer rejections."""
-    if (kernel is None or getattr(kernel, "adapts_step_size", True) or not rejected
-            or not num_steps):
+    run = describe(kernel)
+    # a kernel whose step is not known to be given (NUTS, none) is told nothing here
+    if run.adapts_step_size is not False or not rejected or not num_steps:
         return None
     steps = int(num_steps) * max(int(num_chains or 1), 1)
-    share = rejected_share(int(rejected), steps, kernel)
+    share = rejected_share(int(rejected), steps, run)
     if share < MOSTLY_REJECTED:
         return None
     h = np.asarray(step_size if step_size is not None else np.nan, np.float64).ravel()
     h = h[np.isfinite(h)]
     value = f"step_size={float(np.median(h)):.3g}" if h.size else "step_size"
-    name = type(kernel).__name__
+    name = run.name
     lead = (f"{share:.0%} of the proposals after warm-up were rejected ({int(rejected)} of "
             f"{steps} steps): the chains stayed where they were, and their draws say nothing "
             "of the posterior.")
-    if getattr(kernel, "settings", None) is not None:
+    if run.settings is not None:
         return (f"{lead} The learnt settings' {value} is too large for this chain (settings "
                 "learnt on another model or data?): give settings._replace(step_size=...) a "
                 f"smaller one, or learn them again on this model with {name}(model) at "
                 "step_size=None.")
-    metric = getattr(getattr(kernel, "metric", None), "name", None)
+    metric = getattr(run.metric, "name", None)
     composed = "the metric as composed" + ("" if metric is None else f", {metric!r},")
     return (f"{lead} The given {value} is too large for this chain: a given step_size runs "
             f"{composed} in the model's own coordinates, with none of the preconditioning "

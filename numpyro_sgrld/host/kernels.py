@@ -21,7 +21,6 @@ SGNHT         identity                sgnht
 ============  ======================  ======================
 """
 
-import warnings
 from functools import partial
 
 from numpyro_sgrld.core.integrators import adaptive_drift, langevin
@@ -36,7 +35,6 @@ from numpyro_sgrld.host._cyclical_kernels import CYCLE_LENGTH, CyclicalSGHMC, Cy
 from numpyro_sgrld.host._layer_kernels import BNPSGLD, WenzelSGLD
 from numpyro_sgrld.host._momentum_kernels import BADODAB, BAOAB, SGHMC, SGNHT
 from numpyro_sgrld.host._presets import COMMON, example
-from numpyro_sgrld.warmup import choices
 
 __all__ = [
     "CYCLE_LENGTH",
@@ -165,7 +163,6 @@ class PSGLD(SGMCMC):
         **kwargs,
     ):
         metric = rmsprop(decay, eps, bias_correction=bias_correction)
-        metric = choices.preset_metric(metric, step_size)
         super().__init__(
             model, step_size, metric=metric, integrator=langevin(), correction=correction, **kwargs
         )
@@ -236,23 +233,9 @@ class MongeSGLD(SGMCMC):
         # with Γ, an adapted alpha2 is fixed after AUTO_FREEZE steps (metrics.monge)
         freeze = AUTO_FREEZE if auto and correction is not None else None
         metric = monge(alpha2, decay, max_drift_norm=max_drift_norm, freeze_after=freeze)
-        metric = choices.preset_metric(metric, step_size)
-        self._freeze_alpha2 = freeze
         super().__init__(
             model, step_size, metric=metric, integrator=langevin(), correction=correction, **kwargs
         )
-
-    def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
-        if self._freeze_alpha2 is not None and num_warmup < self._freeze_alpha2:
-            warnings.warn(
-                f"MongeSGLD(alpha2='auto', correction=...) fixes alpha2 after "
-                f"{self._freeze_alpha2} steps, but num_warmup={num_warmup}: until then Γ "
-                "corrects a metric that still changes. Use num_warmup >= "
-                f"{self._freeze_alpha2}, or give a number alpha2.",
-                UserWarning,
-                stacklevel=2,
-            )
-        return super().init(rng_key, num_warmup, init_params, model_args, model_kwargs)
 
 
 class ShampooSGLD(SGMCMC):
@@ -333,7 +316,6 @@ class ShampooSGLD(SGMCMC):
             precondition_vectors=precondition_vectors,
             ridge=ridge,
         )
-        metric = choices.preset_metric(metric, step_size)
         super().__init__(
             model, step_size, metric=metric, integrator=langevin(), correction=correction, **kwargs
         )
@@ -392,8 +374,6 @@ class AdamSGLD(SGMCMC):
         **kwargs,
     ):
         integrator = adaptive_drift(drift_scale, beta1, beta2, eps)
-        if metric is None:
-            metric = choices.default_metric(step_size)
         super().__init__(model, step_size, metric=metric, integrator=integrator, **kwargs)
 
 

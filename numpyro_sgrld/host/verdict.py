@@ -56,6 +56,7 @@ from numpyro_sgrld.host._advice import (
     thermostat_of,
     thermostat_relaxation,
 )
+from numpyro_sgrld.host._run import describe
 from numpyro_sgrld.host._step_rejections import step_rejection_problem
 
 __all__ = ["temperatures_of", "MAX_RHAT", "MAX_STEP_SPREAD", "MEAN_ERROR", "MIN_ESS", "Verdict",
@@ -216,7 +217,9 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
     """The :class:`Verdict` from each judged coordinate's split R-hat and bulk ESS, with its
     ``sites`` (``(name, flat index)`` each); ``centring``, each coordinate's
     :func:`~numpyro_sgrld.equipartition.centring_factor` (several chains); the other
-    arguments as :func:`verdict`'s."""
+    arguments as :func:`verdict`'s (``kernel`` a kernel or its
+    :class:`~numpyro_sgrld.host._run.Run`)."""
+    run = describe(kernel)
     problems, notes = [], []
     network = frozenset(network_sites or ())
     centring = [np.nan] * len(sites) if centring is None else list(centring)
@@ -266,12 +269,12 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
         problems.append(
             f"The chains have not mixed: {' and '.join(failed)}. "
             f"Run about {more:.1f}x as many steps{steps}, or use more chains. "
-            + (network_mixing_advice(num_chains, kernel) if network else mixing_advice(kernel))
+            + (network_mixing_advice(num_chains, run) if network else mixing_advice(run))
         )
     if rejected:
         # a chosen step that froze the chains is named instead of their mixing: more steps
         # of a chain that does not move do not mix it
-        frozen = step_rejection_problem(kernel, step_size, rejected, num_steps, num_chains)
+        frozen = step_rejection_problem(run, step_size, rejected, num_steps, num_chains)
         if frozen is not None:
             problems[:] = [frozen] + [p for p in problems
                                       if not p.startswith("The chains have not mixed")]
@@ -289,7 +292,7 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
         departed, cold = network_readings(departed, network)
         if cold:
             notes.append(cold_network_note(cold))
-    spread = _step_spread(kernel, step_size)
+    spread = _step_spread(run, step_size)
     if spread > MAX_STEP_SPREAD and temperatures is not None and not departed:
         # measured: each chain's readings say whether its own step inflated its law
         notes.append(
@@ -311,10 +314,10 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
             "smaller common step_size."
         )
     if departed:
-        problems.append(temperature_problem(departed, temperatures, kernel,
+        problems.append(temperature_problem(departed, temperatures, run,
                                              _duration(step_size, num_steps), thermostat))
-    if kernel is not None:
-        notes.extend(kernel_notes(kernel, step_size))
+    if run.given:
+        notes.extend(kernel_notes(run, step_size))
     trusted = not problems and (bool(columns) or bool(network))
     if not columns and not network:
         problems.append("No floating-point draws to judge.")
@@ -343,9 +346,9 @@ def _ess_per_chain(esss, num_chains):
     return float(np.median(finite)) / max(int(num_chains or 1), 1) if finite else None
 
 
-def _step_spread(kernel, step_size):
+def _step_spread(run, step_size):
     """The ratio of the largest to the smallest chain's adapted step (1 with a given step)."""
-    if step_size is None or not getattr(kernel, "adapts_step_size", False):
+    if step_size is None or not run.adapts_step_size:
         return 1.0
     h = np.asarray(step_size, np.float64).ravel()
     h = h[np.isfinite(h) & (h > 0)]
@@ -367,7 +370,7 @@ def check(mcmc, warn=True):
     run is judged by its equipartition readings too (:func:`temperatures_of`)."""
     draws = mcmc.get_samples(group_by_chain=True)
     state = mcmc.last_state
-    kernel = mcmc.sampler
+    run = describe(mcmc.sampler)
     rejected = None
     fields = {}
     try:
@@ -376,11 +379,10 @@ def check(mcmc, warn=True):
         pass
     if "diverging" in fields:
         rejected = int(np.sum(np.asarray(fields["diverging"])))
-    network = getattr(kernel, "network_sites", None)
-    draws = with_evaluation(draws, kernel, constrained=True)
-    v = verdict(draws, rejected, mcmc.num_samples, kernel,
-                getattr(state, "step_size", None), temperatures_of(state, kernel),
-                thermostat_of(state), network)
+    draws = with_evaluation(draws, run, constrained=True)
+    v = verdict(draws, rejected, mcmc.num_samples, run,
+                getattr(state, "step_size", None), temperatures_of(state, run),
+                thermostat_of(state), run.network_sites)
     if warn and not v.trusted:
         warnings.warn(str(v), UserWarning, stacklevel=2)
     return v
@@ -389,10 +391,11 @@ def check(mcmc, warn=True):
 def with_evaluation(draws, kernel, constrained):
     """``draws`` (grouped by chain) with a network's evaluation batch log-likelihood at
     them as the site :data:`numpyro_sgrld.host._evaluation.NAME` (unchanged for any other
-    kernel's model, or without the model's arguments)."""
-    setup = getattr(kernel, "setup", None)
+    kernel's model, or without the model's arguments); ``kernel``: a kernel or its
+    :class:`~numpyro_sgrld.host._run.Run`."""
+    run = describe(kernel)
+    setup, args = run.setup, run.model_args
     loglik = getattr(setup, "evaluation", None)
-    args = getattr(kernel, "model_args", None)
     if loglik is None or args is None or not draws:
         return draws
     latent = {k: v for k, v in draws.items() if k in setup.inv_transforms}
@@ -407,7 +410,7 @@ def temperatures_of(state, kernel=None):
     acc = getattr(state, "equipartition", None)
     if acc is None:
         return None
-    return equipartition.summarize(jax.device_get(acc), getattr(kernel, "temperature", 1.0))
+    return equipartition.summarize(jax.device_get(acc), describe(kernel).temperature)
 
 
 def leaves_by_chain(tree, chain_axis):

@@ -1,7 +1,7 @@
-"""The warm-up: small pieces, each an ``init``/``update`` pair with its own state
-(:mod:`~numpyro_sgrld.warmup.pieces`: the step of the bias law, the momentum, the constant
-preconditioner learnt over the slow windows, the control variates), composed into one
-``(init, update)`` with one :class:`WarmupState` (:mod:`~numpyro_sgrld.warmup.steps`), as
+"""The warm-up: small pieces, each an ``init``, an ``update`` and a ``final`` that returns what
+it learnt (:mod:`~numpyro_sgrld.warmup.pieces`: the step of the bias law, the momentum, the
+constant preconditioner learnt over the slow windows, the control variates), composed into
+one ``(init, update)`` with one :class:`WarmupState` (:mod:`~numpyro_sgrld.warmup.steps`), as
 NumPyro's ``warmup_adapter`` composes NUTS's. The windows are in
 :mod:`~numpyro_sgrld.warmup.schedule`, the preconditioner's statistics in
 :mod:`~numpyro_sgrld.warmup.preconditioner`, the step size's measurement in
@@ -10,7 +10,7 @@ NumPyro's ``warmup_adapter`` composes NUTS's. The windows are in
 value a new kernel takes, in :mod:`~numpyro_sgrld.warmup.settings`. ``docs/step_size.md``
 says in one paragraph what the warm-up does."""
 
-from numpyro_sgrld.warmup.pieces import Piece, Setting
+from numpyro_sgrld.warmup.pieces import Setting
 from numpyro_sgrld.warmup.preconditioner import (
     PreconditionerWarmup,
     init_preconditioner,
@@ -26,13 +26,11 @@ from numpyro_sgrld.warmup.schedule import (
     window_ends,
 )
 from numpyro_sgrld.warmup.settings import LearntSettings, learnt_settings
-from numpyro_sgrld.warmup.steps import PIECES, WarmupState, init_warmup, update_warmup
+from numpyro_sgrld.warmup.steps import WarmupState, init_warmup, update_warmup
 
 __all__ = [
     "NUM_WINDOWS",
-    "PIECES",
     "LearntSettings",
-    "Piece",
     "Setting",
     "WarmupState",
     "init_warmup",

@@ -6,9 +6,12 @@ r"""What ``step_size=None`` turns on, in one place. A kernel built without a ste
 2. **a constant preconditioner** learnt over warm-up's windows, where the kernel is given no
    metric (:func:`default_metric`: :func:`~numpyro_sgrld.metrics.learnt`; with a step size,
    the identity);
-3. **an adaptive preset's metric in the learnt coordinates** (:func:`preset_metric`:
-   :func:`~numpyro_sgrld.core.metrics.whitened`, a dense metric for at most
-   :data:`~numpyro_sgrld.core.metrics.constant.DENSE_MAX_DIM` coordinates under the adaptive one);
+3. **an adaptive metric in the learnt coordinates**, a preset's or the user's alike
+   (:func:`kernel_metric`: :func:`~numpyro_sgrld.core.metrics.whitened`, a dense metric for
+   at most :data:`~numpyro_sgrld.core.metrics.constant.DENSE_MAX_DIM` coordinates under the
+   adaptive one), unless it is constant (:class:`~numpyro_sgrld.metrics.Constant`), reads the
+   model's auxiliary values in the model's own coordinates (:class:`~numpyro_sgrld.metrics.Aux`)
+   or is whitened already (:class:`~numpyro_sgrld.metrics.Restart`);
 4. **control variates switched on in warm-up** where they reduce the gradient noise enough to
    pay for their second gradient, where the kernel is given no gradient estimator and has a
    model (:func:`default_gradient`);
@@ -21,10 +24,20 @@ With learnt settings (``settings=``, :mod:`numpyro_sgrld.warmup.settings`) the k
 composed as with ``step_size=None`` and starts from what a warm-up learnt, learning nothing.
 """
 
+from numpyro_sgrld.core._traits import trait
 from numpyro_sgrld.core.gradients import warmup_control_variates
-from numpyro_sgrld.core.metrics import identity, learnt, whitened
+from numpyro_sgrld.core.metrics import (
+    Aux,
+    Constant,
+    Metric,
+    Restart,
+    identity,
+    learnt,
+    whitened,
+)
 
-__all__ = ["cycle_start", "default_gradient", "default_metric", "preset_metric"]
+__all__ = ["cycle_start", "default_gradient", "default_metric", "kernel_metric",
+           "preset_metric"]
 
 
 def default_metric(step_size):
@@ -34,9 +47,24 @@ def default_metric(step_size):
 
 
 def preset_metric(metric, step_size):
-    """An adaptive preset's metric: in the coordinates of a dense metric learnt in warm-up with
+    """An adaptive metric: in the coordinates of a dense metric learnt in warm-up with
     ``step_size=None``; as given otherwise."""
     return whitened(metric) if step_size is None else metric
+
+
+def kernel_metric(metric, step_size):
+    """The metric a kernel composed from its pieces runs with, the one rule for every preset
+    and every metric a user gives: :func:`default_metric` where none is given; with
+    ``step_size=None`` an adaptive metric in learnt coordinates (:func:`preset_metric`), but
+    not a constant one, one that reads the model's auxiliary values, or one whitened
+    already; ``metric`` as given otherwise."""
+    if metric is None:
+        return default_metric(step_size)
+    if not isinstance(metric, Metric):  # refused, with the fix, by the composition
+        return metric
+    if any(trait(metric, kind) is not None for kind in (Constant, Aux, Restart)):
+        return metric
+    return preset_metric(metric, step_size)
 
 
 def default_gradient(step_size, gradient, control_variate, has_model):

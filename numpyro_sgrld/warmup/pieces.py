@@ -1,26 +1,30 @@
-r"""The warm-up's pieces, each a :class:`Piece`: an ``init``, an ``update`` run on every
-warm-up step, and a ``window_end`` run at the end of each slow window
-(:mod:`numpyro_sgrld.warmup.schedule`), composed in that order by
-:func:`numpyro_sgrld.warmup.steps.update_warmup`:
+r"""The warm-up's pieces, each three functions over its own state: an ``init``, an ``update``
+run on every warm-up step, and a ``final`` run at the end of each slow window
+(:mod:`numpyro_sgrld.warmup.schedule`) that returns what the piece learnt, which the sampler
+starts from (as BlackJAX's ``window_adaptation`` returns its parameters).
+:func:`numpyro_sgrld.warmup.steps.update_warmup` calls them, and puts their results in the
+chain's state; no piece reads or edits another's state:
 
-1. :data:`STEP_SIZE` – the step of the bias law (:mod:`numpyro_sgrld.warmup.adaptation`):
-   one power iteration per warm-up step, measured again in the new geometry at a window's end;
-2. :data:`MOMENTUM` – the integrator's momentum rescaled while the step moves
-   (:class:`~numpyro_sgrld.integrators.Rescale`), restarted at a window's end (its momentum
-   belongs to the old geometry);
-3. :data:`PRECONDITIONER` – the constant preconditioner learnt over the windows
-   (:mod:`numpyro_sgrld.warmup.preconditioner`): the window's statistics, and at its end the
-   new metric (and an adaptive metric restarted in its coordinates,
+1. the step of the bias law (:mod:`numpyro_sgrld.warmup.adaptation`, :func:`step_size_init`,
+   :func:`step_size_update`, :func:`step_size_final`): one power iteration per warm-up step,
+   measured again in the new geometry at a window's end;
+2. the momentum (:func:`momentum_update`, :func:`momentum_final`): rescaled while the step
+   moves (:class:`~numpyro_sgrld.integrators.Rescale`), restarted at a window's end (its
+   momentum belongs to the old geometry);
+3. the constant preconditioner learnt over the windows
+   (:mod:`numpyro_sgrld.warmup.preconditioner`, :func:`preconditioner_init`,
+   :func:`preconditioner_update`, :func:`preconditioner_final`): the window's statistics, and
+   at its end the new metric (and an adaptive metric restarted in its coordinates,
    :class:`~numpyro_sgrld.metrics.Restart`);
-4. :data:`CONTROL_VARIATES` – the gradient estimator's ``activate``: from the second window
-   on, the window's mean becomes the control variates' centre where that pays, moved onto the
-   mode first where it is far from it (:func:`~numpyro_sgrld.gradients.nearer_centre`, the
-   chain with it).
+4. the control variates (:func:`control_variates_final`): the gradient estimator's
+   ``activate``: from the second window on, the window's mean becomes the control variates'
+   centre where that pays, moved onto the mode first where it is far from it
+   (:func:`~numpyro_sgrld.gradients.nearer_centre`, the chain with it).
 
-At a window's end the pieces run in the order preconditioner, control variates, step size,
-momentum: each reads what the one before it left in the :class:`WindowEnd` (the new
-preconditioner, the new gradient state, the new step). Every function takes the
-:class:`Setting`, none the kernel.
+At a window's end they run in the order preconditioner, control variates, step size,
+momentum, each given what the ones before returned (the new preconditioner, the new gradient
+estimator's state and position, the new step). Every function takes the :class:`Setting`,
+none the kernel.
 """
 
 from collections.abc import Callable
@@ -34,7 +38,6 @@ from jax.flatten_util import ravel_pytree
 from numpyro_sgrld.core._integrator_base import BiasLaw, Rescale
 from numpyro_sgrld.core._step import context, start
 from numpyro_sgrld.core._traits import trait
-from numpyro_sgrld.core._tree import tree_where
 from numpyro_sgrld.core.gradients import hessian_diagonal_estimate, shared_flag
 from numpyro_sgrld.core.metrics import Learnt, Restart
 from numpyro_sgrld.warmup.adaptation import (
@@ -54,8 +57,11 @@ from numpyro_sgrld.warmup.preconditioner import (
 )
 from numpyro_sgrld.warmup.schedule import final_window_start, first_window_start
 
-__all__ = ["CONTROL_VARIATES", "MOMENTUM", "PRECONDITIONER", "STEP_SIZE", "Begin", "Moment",
-           "Piece", "Setting", "WindowEnd", "capped", "hvp", "learns_metric"]
+__all__ = ["Begin", "LearntMetric", "Moment", "Setting", "capped", "control_variates_final", "hvp",
+           "learns_metric", "momentum_final", "momentum_update", "moved_centre",
+           "preconditioner_final",
+           "preconditioner_init", "preconditioner_update", "step_size_final", "step_size_init",
+           "step_size_update"]
 
 
 class Setting(NamedTuple):
@@ -107,35 +113,6 @@ class Moment(NamedTuple):
     num_warmup: Any
 
 
-class WindowEnd(NamedTuple):
-    """What the pieces' ``window_end`` read and leave for the next: the position ``z``, the
-    step's estimate, target and minibatch, the chain's state before the step, the key, the
-    window's mean position (``centre``), the new :class:`~numpyro_sgrld.metrics.
-    Preconditioner` (set by :data:`PRECONDITIONER`) and the new step's state."""
-
-    z: Any
-    estimate: Any
-    target: Any
-    idx: Any
-    before: Any
-    key: Any
-    centre: Any = None
-    preconditioner: Any = None
-
-
-class Piece(NamedTuple):
-    """One piece of the warm-up: ``init(setting, begin) -> piece state`` (``None``: the piece
-    does not apply), ``update(setting, moment, warm, chain) -> (warm, chain)`` on every
-    warm-up step, ``window_end(setting, end, warm, chain) -> (end, warm, chain)``
-    at a slow window's end (``None``: nothing then), where ``warm`` is the dict of the pieces'
-    states by ``name`` and ``chain`` the :class:`~numpyro_sgrld.core._state.ChainState`."""
-
-    name: str
-    init: Callable
-    update: Callable | None = None
-    window_end: Callable | None = None
-
-
 def hvp(target, idx):
     """``(z, v) -> H v`` of the minibatch potential on ``idx``."""
     grad = jax.grad(lambda x: target.potential(x, idx)[0])
@@ -161,7 +138,7 @@ def capped(setting, adaptation):
 # -- the step size -------------------------------------------------------------------------
 
 
-def _step_init(setting, begin):
+def step_size_init(setting, begin):
     """The adaptation's state at the initial position."""
     algorithm, s, target = setting.algorithm, begin.start, begin.target
     est = s.estimate
@@ -178,10 +155,10 @@ def _step_init(setting, begin):
     ))
 
 
-def _step_update(setting, moment, warm, chain):
-    """One power iteration at the step's starting point with a second minibatch's gradient
-    (:mod:`numpyro_sgrld.adaptation`)."""
-    algorithm, before, adaptation = setting.algorithm, moment.before, warm["step"]
+def step_size_update(setting, moment, adaptation):
+    """The adaptation's state after one power iteration at the step's starting point with a
+    second minibatch's gradient (:mod:`numpyro_sgrld.adaptation`)."""
+    algorithm, before = setting.algorithm, moment.before
     key, key_direction = random.split(moment.key_step_size)
     idx2, _ = setting.draw(key, moment.batch_state)
     target = moment.target
@@ -194,61 +171,47 @@ def _step_update(setting, moment, warm, chain):
         with_noise=phases(before.i, adaptation.num_warmup)[0],
         target=stage_target(before.i, adaptation.num_warmup, setting.target_bias),
     )
-    adaptation = capped(setting, update_step_size(
+    return capped(setting, update_step_size(
         adaptation, before.i, rho, y, stiffness, moment.info.accepted,
         setting.target_bias, key_direction,
     ))
-    return {**warm, "step": adaptation}, chain
 
 
-def _step_window_end(setting, end, warm, chain):
-    """The step measured again in the new geometry
-    (:func:`~numpyro_sgrld.warmup.adaptation.remeasure`), with the gradient estimator as the
-    control variates left it."""
-    algorithm, target = setting.algorithm, end.target
+def step_size_final(setting, adaptation, z, preconditioner, gradient_state, target, idx, key):
+    """The step measured again at ``z`` in the new geometry (``preconditioner``;
+    :func:`~numpyro_sgrld.warmup.adaptation.remeasure`), with the gradient estimator's state
+    ``gradient_state`` as the control variates left it."""
+    algorithm = setting.algorithm
 
     def gradient(k):
-        return algorithm.gradient.estimate(end.z, setting.draw(k, None)[0],
-                                           chain.gradient_state, target).grad
+        return algorithm.gradient.estimate(z, setting.draw(k, None)[0], gradient_state,
+                                           target).grad
 
-    adaptation = capped(setting, remeasure(
-        warm["step"], end.key, end.z, end.preconditioner, hvp(target, end.idx), gradient,
+    return capped(setting, remeasure(
+        adaptation, key, z, preconditioner, hvp(target, idx), gradient,
         _bias_weights(setting), algorithm.temperature, setting.target_bias, target.step,
     ))
-    return end, {**warm, "step": adaptation}, chain
-
-
-#: The step of the bias law.
-STEP_SIZE = Piece("step", _step_init, _step_update, _step_window_end)
 
 
 # -- the momentum ----------------------------------------------------------------------------
 
 
-def _momentum_update(setting, moment, warm, chain):
-    """The integrator's momentum rescaled to the new step while the adaptation moves it."""
+def momentum_update(setting, integrator_state, ratio):
+    """The integrator's state with its momentum rescaled by ``ratio``, the new step over the
+    one the step used, while the adaptation moves it
+    (:class:`~numpyro_sgrld.integrators.Rescale`; unchanged without that trait)."""
     rescale = trait(setting.algorithm.sampler.integrator, Rescale)
     if rescale is None:
-        return warm, chain
-    ratio = warm["step"].step_size / moment.info.step_size
-    sampler_state = chain.sampler_state
-    return warm, chain._replace(sampler_state=sampler_state._replace(
-        integrator=rescale.fn(sampler_state.integrator, ratio)))
+        return integrator_state
+    return rescale.fn(integrator_state, ratio)
 
 
-def _momentum_window_end(setting, end, warm, chain):
-    """The integrator started afresh at the new step: its momentum belongs to the old
-    geometry."""
+def momentum_final(setting, z, key, step_size):
+    """The integrator's state started afresh at ``z`` for the new step: its momentum belongs
+    to the old geometry."""
     algorithm = setting.algorithm
-    integrator = algorithm.sampler.integrator.init(
-        end.z, random.fold_in(end.key, 1), warm["step"].step_size, algorithm.temperature)
-    return end, warm, chain._replace(
-        sampler_state=chain.sampler_state._replace(integrator=integrator))
-
-
-#: The integrator's momentum.
-MOMENTUM = Piece("momentum", lambda setting, begin: None, _momentum_update,
-                 _momentum_window_end)
+    return algorithm.sampler.integrator.init(z, random.fold_in(key, 1), step_size,
+                                             algorithm.temperature)
 
 
 # -- the preconditioner --------------------------------------------------------------------
@@ -260,9 +223,9 @@ def learns_metric(metric):
     return trait(metric, Learnt) is not None or trait(metric, Restart) is not None
 
 
-def _preconditioner_init(setting, begin):
+def preconditioner_init(setting, begin):
     """The first window's statistics, for a metric learnt in warm-up (``None`` where there is
-    nothing to learn)."""
+    nothing to learn: then there are no windows)."""
     metric = setting.algorithm.sampler.metric
     if not learns_metric(metric):
         return None
@@ -273,12 +236,9 @@ def _preconditioner_init(setting, begin):
     return None
 
 
-def _preconditioner_update(setting, moment, warm, chain):
-    """The new position and a Hessian-diagonal estimate at the step's start join the
-    window's statistics (on the steps inside the slow windows)."""
-    stats = warm["preconditioner"]
-    if stats is None:
-        return warm, chain
+def preconditioner_update(setting, moment, stats, position):
+    """The window's statistics with the chain's new ``position`` and a Hessian-diagonal
+    estimate at the step's start (on the steps inside the slow windows)."""
     target = moment.target
     i = target.step  # unbatched for vectorised chains
     in_windows = (i >= first_window_start(moment.num_warmup)) & (
@@ -286,20 +246,29 @@ def _preconditioner_update(setting, moment, warm, chain):
     curvature = hessian_diagonal_estimate(
         lambda x, b: target.potential(x, b)[0], start(moment.before), moment.idx,
         moment.key_curvature)
-    updated = update_preconditioner(stats, start(chain), curvature)
-    stats = jax.tree.map(lambda new, old: jnp.where(in_windows, new, old), updated, stats)
-    return {**warm, "preconditioner": stats}, chain
+    updated = update_preconditioner(stats, position, curvature)
+    return jax.tree.map(lambda new, old: jnp.where(in_windows, new, old), updated, stats)
 
 
-def _preconditioner_window_end(setting, end, warm, chain):
-    """The metric becomes the window's estimate (diagonal, or dense with the full-data
-    Hessian at the window's mean where there is one), an adaptive metric restarts in its
-    coordinates, and the statistics empty for the next window."""
-    stats, metric = warm["preconditioner"], setting.algorithm.sampler.metric
-    target, z, est = end.target, end.z, end.estimate
-    sampler_state = chain.sampler_state
-    scale = preconditioner_scale(stats, sampler_state.metric.scale)
-    metric_state = sampler_state.metric._replace(scale=scale)
+class LearntMetric(NamedTuple):
+    """What a window taught the preconditioner (:func:`preconditioner_final`): the metric's
+    new state, the step's :class:`~numpyro_sgrld.metrics.Preconditioner` in it at the
+    window's end, the window's mean position (``centre``) and the next window's empty
+    statistics."""
+
+    metric_state: Any
+    preconditioner: Any
+    centre: Any
+    stats: Any
+
+
+def preconditioner_final(setting, stats, metric_state, z, estimate, target, i):
+    """The window's :class:`LearntMetric`: the metric becomes the window's estimate (diagonal, or
+    dense with the full-data Hessian at the window's mean where there is one), an adaptive
+    metric restarts in its coordinates, and the statistics empty for the next window."""
+    metric = setting.algorithm.sampler.metric
+    scale = preconditioner_scale(stats, metric_state.scale)
+    new_state = metric_state._replace(scale=scale)
     if stats.cross is not None:
         hessian = None
         if target.full_potential is not None:
@@ -307,74 +276,51 @@ def _preconditioner_window_end(setting, end, warm, chain):
             hessian = jax.hessian(lambda x: target.full_potential(unravel(x)))(flat)
             if target.axis_name is not None:  # vectorised chains share one metric
                 hessian = jax.lax.pmean(hessian, target.axis_name)
-        factor = preconditioner_factor(stats, scale, sampler_state.metric.factor, hessian)
+        factor = preconditioner_factor(stats, scale, metric_state.factor, hessian)
         diagonal = ravel_pytree(scale)[1](jnp.sum(factor * factor, axis=1))
-        metric_state = metric_state._replace(scale=diagonal, factor=factor)
+        new_state = new_state._replace(scale=diagonal, factor=factor)
     restart = trait(metric, Restart)
     if restart is not None:  # the adaptive part, in the new coordinates
-        metric_state = restart.fn(metric_state, z, context(target, end.before.i, est.aux))
-    preconditioner, _ = metric.update(est.grad, metric_state, z,
-                                      context(target, end.before.i, est.aux))
-    end = end._replace(centre=stats.mean, preconditioner=preconditioner)
-    chain = chain._replace(sampler_state=sampler_state._replace(metric=metric_state))
-    return end, {**warm, "preconditioner": reset_preconditioner(stats)}, chain
-
-
-def window_ends(warm):
-    """The steps after which a slow window ends, or ``None`` without windows (no metric is
-    learnt)."""
-    stats = warm.get("preconditioner")
-    return None if stats is None else stats.window_ends
-
-
-#: The constant preconditioner learnt over the windows.
-PRECONDITIONER = Piece("preconditioner", _preconditioner_init, _preconditioner_update,
-                       _preconditioner_window_end)
+        new_state = restart.fn(new_state, z, context(target, i, estimate.aux))
+    preconditioner, _ = metric.update(estimate.grad, new_state, z,
+                                      context(target, i, estimate.aux))
+    return LearntMetric(new_state, preconditioner, stats.mean, reset_preconditioner(stats))
 
 
 # -- the control variates ------------------------------------------------------------------
 
 
-def _control_variates_window_end(setting, end, warm, chain):
-    """From the second window on, the window's mean becomes the control variates' centre
-    where that pays (the gradient estimator's ``activate``, with the new preconditioner's
-    ``drift`` to move a far centre towards the mode: :func:`~numpyro_sgrld.gradients.
-    nearer_centre`); a centre so moved takes the chain (and the step's measurement at the
-    window's end) with it."""
+def control_variates_final(setting, gradient_state, learnt, z, target, key, first_end):
+    """The gradient estimator's state after a window's end: from the second window on
+    (after the step ``first_end``), the window's mean (``learnt.centre``) becomes the control
+    variates' centre where that pays (the gradient estimator's ``activate``, with the new
+    preconditioner's ``drift`` to move a far centre towards the mode:
+    :func:`~numpyro_sgrld.gradients.nearer_centre`); ``gradient_state`` unchanged without
+    ``activate``; ``key`` is the window end's (the estimator's is drawn from it)."""
     activate = setting.algorithm.gradient.activate
     if activate is None:
-        return end, warm, chain
-    target, z = end.target, end.z
-    last = shared_flag(target.step + 1 > warm["preconditioner"].window_ends[0],
-                       target.axis_name)
-    root = end.preconditioner.noise_transpose or end.preconditioner.noise
-    gradient_state = jax.lax.cond(
+        return gradient_state
+    last = shared_flag(target.step + 1 > first_end, target.axis_name)
+    root = learnt.preconditioner.noise_transpose or learnt.preconditioner.noise
+    return jax.lax.cond(
         last,
-        lambda g: activate(g, end.centre, z, target, lambda k: setting.draw(k, None)[0], root,
-                           random.fold_in(end.key, 2), end.preconditioner.drift),
+        lambda g: activate(g, learnt.centre, z, target, lambda k: setting.draw(k, None)[0],
+                           root, random.fold_in(key, 2), learnt.preconditioner.drift),
         lambda g: g,
-        chain.gradient_state,
+        gradient_state,
     )
-    # a centre moved towards the mode (nearer_centre) takes the chain with it
-    centre = gradient_state.cv.centre
-    moved = gradient_state.active & ~(_same(centre, end.centre)
-                                      | _same(centre, chain.gradient_state.cv.centre))
 
-    def to_centre(x):
-        return None if x is None else tree_where(moved, centre, x)
 
-    end = end._replace(z=to_centre(end.z))
-    chain = chain._replace(z=to_centre(chain.z), proposal=to_centre(chain.proposal),
-                           gradient_state=gradient_state)
-    return end, warm, chain
+def moved_centre(new, old, centre):
+    """``(moved, where)``: whether the control variates' new state ``new`` moved its centre
+    towards the mode (:func:`~numpyro_sgrld.gradients.nearer_centre`), neither staying at the
+    window's mean ``centre`` nor at the previous state ``old``'s, and that centre, to which
+    the chain goes with it."""
+    where = new.cv.centre
+    return new.active & ~(_same(where, centre) | _same(where, old.cv.centre)), where
 
 
 def _same(a, b):
     """Whether two trees hold the same values."""
     return jnp.all(jnp.stack([jnp.all(x == y) for x, y in
                               zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)]))
-
-
-#: The control variates switched on in warm-up.
-CONTROL_VARIATES = Piece("control_variates", lambda setting, begin: None,
-                         window_end=_control_variates_window_end)

@@ -1,8 +1,9 @@
 r"""The warm-up as one ``(init, update)`` pair around the algorithm's step, composed of its
 pieces (:mod:`numpyro_sgrld.warmup.pieces`), as NumPyro's ``warmup_adapter`` composes NUTS's:
 :func:`init_warmup` gives the one :class:`WarmupState` (the pieces' states, outside the
-chain's :class:`~numpyro_sgrld.core._state.ChainState`), :func:`update_warmup` runs every piece's
-update after a step and, at a slow window's end, every piece's window end. :func:`transition`
+chain's :class:`~numpyro_sgrld.core._state.ChainState`), :func:`update_warmup` runs every
+piece's update after a step and, at a slow window's end, every piece's ``final``
+(:func:`window_end`), putting what each returns where the sampler uses it. :func:`transition`
 is a whole transition: its keys, its minibatch, the step size (the :class:`Setting`'s rule),
 the step (:meth:`Algorithm.step <numpyro_sgrld.core._step.Algorithm>`) and, where there is a
 warm-up, the warm-up's update. What the warm-up does, in one paragraph:
@@ -10,99 +11,113 @@ warm-up, the warm-up's update. What the warm-up does, in one paragraph:
 """
 
 from contextlib import nullcontext
-from typing import NamedTuple
+from functools import partial
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax import random
 
+import numpyro_sgrld.warmup.pieces as pieces
 from numpyro_sgrld.core import equipartition as equi
 from numpyro_sgrld.core._integrator_base import Overdamp, Settle
 from numpyro_sgrld.core._step import StepInputs, start
 from numpyro_sgrld.core._traits import trait
+from numpyro_sgrld.core._tree import tree_where
 from numpyro_sgrld.core.gradients import shared_flag
 from numpyro_sgrld.warmup.adaptation import too_steep
-from numpyro_sgrld.warmup.pieces import (
-    CONTROL_VARIATES,
-    MOMENTUM,
-    PRECONDITIONER,
-    STEP_SIZE,
-    Begin,
-    Moment,
-    Setting,
-    WindowEnd,
-    window_ends,
-)
+from numpyro_sgrld.warmup.pieces import Begin, Moment, Setting
 from numpyro_sgrld.warmup.schedule import first_window_start
 
-__all__ = ["PIECES", "Setting", "WarmupState", "init_warmup", "settled", "transition",
-           "update_warmup"]
-
-#: The warm-up's pieces in the order their updates and window ends run.
-PIECES = (PRECONDITIONER, CONTROL_VARIATES, STEP_SIZE, MOMENTUM)
+__all__ = ["Setting", "WarmupState", "init_warmup", "settled", "transition", "update_warmup",
+           "window_end"]
 
 
 class WarmupState(NamedTuple):
-    """The warm-up's state (``SGState.warmup``; ``None`` with a given step size): the pieces'
-    states by name (``None`` for a piece with none)."""
+    """The warm-up's state (``SGState.warmup``; ``None`` with a given step size), one field
+    per piece that has one:
 
-    pieces: dict
+    - **preconditioner** – the current slow window's statistics
+      (:class:`~numpyro_sgrld.warmup.PreconditionerWarmup`), or ``None`` where no metric is
+      learnt (then there are no windows);
+    - **step** – the step-size adaptation's
+      :class:`~numpyro_sgrld.adaptation.StepSizeState`.
+    """
+
+    preconditioner: Any
+    step: Any
 
     @property
     def num_warmup(self):
         """The warm-up's length (held by the step size's state)."""
-        return self.pieces["step"].num_warmup
-
-    @property
-    def step(self):
-        """The step-size adaptation's :class:`~numpyro_sgrld.adaptation.StepSizeState`."""
-        return self.pieces["step"]
-
-    @property
-    def preconditioner(self):
-        """The current slow window's statistics
-        (:class:`~numpyro_sgrld.warmup.PreconditionerWarmup`), or ``None`` where no metric is
-        learnt."""
-        return self.pieces.get("preconditioner")
+        return self.step.num_warmup
 
 
-def init_warmup(setting, key, start_, target, num_warmup, pieces=None):
-    """The :class:`WarmupState` at the chain's :class:`~numpyro_sgrld.core._step.Start`: every
-    piece's ``init``, with the composed sampler's state at step 1; ``pieces`` default
-    :data:`PIECES`."""
-    pieces = PIECES if pieces is None else pieces
+def init_warmup(setting, key, start_, target, num_warmup):
+    """The :class:`WarmupState` at the chain's :class:`~numpyro_sgrld.core._step.Start`: each
+    piece's ``init``, with the composed sampler's state at step 1."""
     sampler_state = start_.sampler_state(setting.algorithm, target, 1.0,
                                          setting.algorithm.temperature)
     begin = Begin(start_, target, key, num_warmup, sampler_state)
-    return WarmupState({p.name: p.init(setting, begin) for p in pieces})
+    return WarmupState(preconditioner=pieces.preconditioner_init(setting, begin),
+                       step=pieces.step_size_init(setting, begin))
 
 
-def update_warmup(setting, moment, warm, chain, key_end, pieces=None):
-    """``(warm, chain)`` after a warm-up step: every piece's ``update``, then, on the step
-    that ends a slow window, every piece's ``window_end``; ``pieces`` default :data:`PIECES`."""
-    pieces = PIECES if pieces is None else pieces
-    states = warm.pieces
-    for piece in pieces:
-        if piece.update is not None:
-            states, chain = piece.update(setting, moment, states, chain)
-    ends = window_ends(states)
-    if ends is not None:
-        target = moment.target
-        end = WindowEnd(start(chain), moment.info.estimate, target, moment.idx, moment.before,
-                        key_end)
+def update_warmup(setting, moment, warm, chain, key_end):
+    """``(warm, chain)`` after a warm-up step: each piece's ``update`` (the preconditioner's
+    statistics, the step, the momentum rescaled to it), then, on the step that ends a slow
+    window, :func:`window_end`."""
+    stats = warm.preconditioner
+    if stats is not None:
+        stats = pieces.preconditioner_update(setting, moment, stats, start(chain))
+    step = pieces.step_size_update(setting, moment, warm.step)
+    integrator = pieces.momentum_update(setting, chain.sampler_state.integrator,
+                                        step.step_size / moment.info.step_size)
+    warm = WarmupState(stats, step)
+    chain = chain._replace(sampler_state=chain.sampler_state._replace(integrator=integrator))
+    if stats is None:  # no metric learnt: no windows
+        return warm, chain
+    # one flag for the lockstep chains (the window ends are per-chain state): a batched
+    # predicate would run the window's end, a full-data Hessian, on every warm-up step
+    target = moment.target
+    now = shared_flag(jnp.any(target.step + 1 == stats.window_ends), target.axis_name)
+    return jax.lax.cond(now, partial(window_end, setting, moment, key=key_end),
+                        lambda *a: a, warm, chain)
 
-        def window_end(states, chain):
-            e = end
-            for piece in pieces:
-                if piece.window_end is not None:
-                    e, states, chain = piece.window_end(setting, e, states, chain)
-            return states, chain
 
-        # one flag for the lockstep chains (the window ends are per-chain state): a batched
-        # predicate would run the window's end, a full-data Hessian, on every warm-up step
-        now = shared_flag(jnp.any(target.step + 1 == ends), target.axis_name)
-        states, chain = jax.lax.cond(now, window_end, lambda *a: a, states, chain)
-    return warm._replace(pieces=states), chain
+def window_end(setting, moment, warm, chain, key):
+    """``(warm, chain)`` at a slow window's end: each piece's ``final`` in turn, given what the
+    ones before returned: the learnt metric (:func:`~numpyro_sgrld.warmup.pieces.
+    preconditioner_final`) goes into the chain's metric state; the control variates' new
+    state (:func:`~numpyro_sgrld.warmup.pieces.control_variates_final`) into the chain's
+    gradient estimator's, the chain moved with a centre moved towards the mode; the step
+    measured again there in the new metric (:func:`~numpyro_sgrld.warmup.pieces.
+    step_size_final`); the integrator restarted at it
+    (:func:`~numpyro_sgrld.warmup.pieces.momentum_final`)."""
+    target, est = moment.target, moment.info.estimate
+    z = start(chain)
+    learnt = pieces.preconditioner_final(setting, warm.preconditioner,
+                                         chain.sampler_state.metric, z, est, target,
+                                         moment.before.i)
+    chain = chain._replace(sampler_state=chain.sampler_state._replace(
+        metric=learnt.metric_state))
+    if setting.algorithm.gradient.activate is not None:
+        gradient_state = pieces.control_variates_final(
+            setting, chain.gradient_state, learnt, z, target, key, learnt.stats.window_ends[0])
+        moved, centre = pieces.moved_centre(gradient_state, chain.gradient_state,
+                                            learnt.centre)
+
+        def to_centre(x):
+            return None if x is None else tree_where(moved, centre, x)
+
+        z = to_centre(z)
+        chain = chain._replace(z=to_centre(chain.z), proposal=to_centre(chain.proposal),
+                               gradient_state=gradient_state)
+    step = pieces.step_size_final(setting, warm.step, z, learnt.preconditioner,
+                                  chain.gradient_state, target, moment.idx, key)
+    integrator = pieces.momentum_final(setting, z, key, step.step_size)
+    chain = chain._replace(sampler_state=chain.sampler_state._replace(integrator=integrator))
+    return WarmupState(learnt.stats, step), chain
 
 
 def transition(setting, state, target, adapting=None):

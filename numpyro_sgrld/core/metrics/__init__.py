@@ -25,6 +25,7 @@ statistic in the moving average (a metric without it cannot carry the correction
 
 from numpyro_sgrld.core._acceptance import Averages
 from numpyro_sgrld.core.metrics._base import (
+    AdaptsUntil,
     Aux,
     Constant,
     Learnt,
@@ -33,6 +34,7 @@ from numpyro_sgrld.core.metrics._base import (
     Restart,
     StepContext,
     WarmStart,
+    step_context,
 )
 from numpyro_sgrld.core.metrics.bnp import BNPState, bnp
 from numpyro_sgrld.core.metrics.constant import (
@@ -55,6 +57,8 @@ __all__ = [
     "Metric",
     "Preconditioner",
     "StepContext",
+    "step_context",
+    "AdaptsUntil",
     "Aux",
     "Averages",
     "WarmStart",

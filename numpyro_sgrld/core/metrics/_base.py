@@ -40,7 +40,9 @@ class StepContext(NamedTuple):
     aux: Any = None
 
 
-def _context(context):
+def step_context(context):
+    """``context``, or the :class:`StepContext` of a metric's ``update`` called without one
+    (:math:`N = 1`, step 0, no auxiliary values)."""
     return StepContext() if context is None else context
 
 
@@ -80,6 +82,16 @@ class WarmStart(NamedTuple):
     the gradient itself is zero. ``context`` is the :class:`StepContext` of the first step."""
 
     fn: Callable
+
+
+class AdaptsUntil(NamedTuple):
+    """A metric's trait: it still adapts ``what`` over its first ``steps`` updates and holds it
+    fixed after them (:func:`~numpyro_sgrld.metrics.monge`'s ``freeze_after``). The Γ
+    correction is that of a metric that no longer adapts, so :meth:`SGMCMC.init
+    <numpyro_sgrld.SGMCMC.init>` warns when a corrected kernel's warm-up is shorter."""
+
+    steps: int
+    what: str
 
 
 class Constant(NamedTuple):

@@ -74,7 +74,7 @@ import numpy as np
 
 from numpyro_sgrld.core._checks import flag, real
 from numpyro_sgrld.core.correction import NoLag
-from numpyro_sgrld.core.metrics._base import Aux, Metric, Preconditioner, _check_decay, _context
+from numpyro_sgrld.core.metrics._base import Aux, Metric, Preconditioner, _check_decay, step_context
 
 #: Prefix of the auxiliary values that hold a dense layer's inputs: ``"layer_inputs:{path}"``,
 #: where ``"{path}/w"`` and ``"{path}/b"`` are the layer's weight and bias sites.
@@ -213,7 +213,7 @@ def bnp(decay=0.99, eps1=1e-2, eps2=1e-4, noise_scale="consistent", bias_correct
         return BNPState(mean, var, jnp.zeros((), jnp.int32))
 
     def update(grad, state, position, context=None):
-        inputs = _layers_with_inputs(position, _context(context).aux)
+        inputs = _layers_with_inputs(position, step_context(context).aux)
         mean, var, blocks = dict(state.mean), dict(state.var), {}
         count = state.count + 1
         if bias_correction:

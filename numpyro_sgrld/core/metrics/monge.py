@@ -10,11 +10,12 @@ from numpyro_sgrld.core._checks import integer, real
 from numpyro_sgrld.core._tree import tree_dot, tree_norm
 from numpyro_sgrld.core.correction import GammaBias, Lag, NoLag
 from numpyro_sgrld.core.metrics._base import (
+    AdaptsUntil,
     Metric,
     Preconditioner,
     _check_decay,
     _check_nonnegative,
-    _context,
+    step_context,
 )
 
 
@@ -135,7 +136,7 @@ def monge(alpha2="auto", decay=0.9, max_drift_norm=None, freeze_after=None) -> M
         return MongeState(avg)
 
     def update(grad, state, position, context=None):
-        num_data = _context(context).num_data
+        num_data = step_context(context).num_data
         avg = jax.tree.map(lambda v, g: decay * v + (1 - decay) * g / num_data, state.avg, grad)
         sq_norm = tree_dot(avg, avg)
         if auto:
@@ -175,4 +176,5 @@ def monge(alpha2="auto", decay=0.9, max_drift_norm=None, freeze_after=None) -> M
         "with alpha2='auto' the metric's strength follows the chain, which Γ does not "
         "differentiate; pass freeze_after=K (alpha2 fixed after K steps, a warm-up of at "
         "least K; MongeSGLD(correction=...) does this) or a number alpha2"))
-    return Metric(init, update, name="monge", traits=(Averages(), lag, GammaBias()))
+    fixed = () if freeze_after is None else (AdaptsUntil(freeze_after, "alpha2"),)
+    return Metric(init, update, name="monge", traits=(Averages(), lag, GammaBias()) + fixed)

@@ -14,7 +14,7 @@ from numpyro_sgrld.core.metrics._base import (
     WarmStart,
     _check_decay,
     _check_nonnegative,
-    _context,
+    step_context,
 )
 
 
@@ -63,7 +63,7 @@ def rmsprop(decay=0.99, eps=1e-8, bias_correction=True) -> Metric:
         return RMSpropState(zeros, jnp.zeros((), jnp.int32), zeros)
 
     def warm_start(state, curvature, context=None):
-        num_data = _context(context).num_data
+        num_data = step_context(context).num_data
         floor = jax.tree.map(
             lambda c, v: jnp.abs(c).astype(v.dtype) / float(num_data) ** 2,
             curvature,
@@ -72,7 +72,7 @@ def rmsprop(decay=0.99, eps=1e-8, bias_correction=True) -> Metric:
         return state._replace(floor=floor)
 
     def update(grad, state, position, context=None):
-        num_data = _context(context).num_data
+        num_data = step_context(context).num_data
         count = state.count + 1
         square_avg = jax.tree.map(
             lambda v, g: decay * v + (1 - decay) * (g / num_data) ** 2, state.square_avg, grad

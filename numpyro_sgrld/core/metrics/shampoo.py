@@ -17,7 +17,7 @@ from numpyro_sgrld.core.metrics._base import (
     _check_decay,
     _check_interval,
     _check_nonnegative,
-    _context,
+    step_context,
 )
 
 
@@ -296,7 +296,7 @@ def shampoo(
         return ShampooState(pick(0), pick(1), pick(2), jnp.zeros((), jnp.int32))
 
     def warm_start(state, curvature, context=None):
-        num_data = _context(context).num_data
+        num_data = step_context(context).num_data
         leaves, treedef = jax.tree.flatten(curvature)
         stats = [_curvature_stats(c, num_data, layout(c), s)
                  for c, s in zip(leaves, treedef.flatten_up_to(state.stats))]
@@ -307,7 +307,7 @@ def shampoo(
                             jax.tree.unflatten(treedef, list(precs)), state.count)
 
     def update(grad, state, position, context=None):
-        num_data = _context(context).num_data
+        num_data = step_context(context).num_data
         count = state.count + 1
         recompute = count % update_interval == 0
         leaves, treedef = jax.tree.flatten(grad)

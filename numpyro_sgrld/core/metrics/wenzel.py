@@ -13,7 +13,7 @@ from numpyro_sgrld.core.metrics._base import (
     _check_decay,
     _check_interval,
     _check_nonnegative,
-    _context,
+    step_context,
 )
 
 
@@ -56,7 +56,7 @@ def wenzel(decay=0.99, eps=1e-8, update_interval=None, *, lagged_refresh=False) 
         return WenzelState(ones, ones, jnp.zeros((), jnp.int32))
 
     def update(grad, state, position, context=None):
-        context = _context(context)
+        context = step_context(context)
         num_data = context.num_data
         interval = context.steps_per_epoch if update_interval is None else update_interval
         count = state.count + 1
