@@ -75,3 +75,24 @@ def test_checkpoint_bad_input(tmp_path):
     other = checkpoint._replace(samples={"v": checkpoint.samples["w"]})
     with pytest.raises(ValueError, match="sites \\['w'\\] differ from the checkpoint's \\['v'\\]"):
         save_checkpoint(mcmc, tmp_path / "c", previous=other)
+
+
+class _FlatState:
+    """Unpickles as an earlier version's flat kernel state: the state class called with its
+    15 fields."""
+
+    def __reduce__(self):
+        from numpyro_sgrld import SGState
+
+        return SGState, tuple(range(15))
+
+
+def test_a_checkpoint_of_an_earlier_version_is_named_as_such(tmp_path):
+    import pickle
+
+    for name, saved in (("flat", {"format": 1, "checkpoint": {"state": _FlatState()}}),
+                        ("old", {"format": 1, "checkpoint": {}})):
+        (tmp_path / name).write_bytes(pickle.dumps(saved))
+        with pytest.raises(ValueError, match="earlier numpyro_sgrld \\(format 1\\).*run the "
+                                             "segment again"):
+            load_checkpoint(tmp_path / name)

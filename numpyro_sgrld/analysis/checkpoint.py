@@ -37,7 +37,9 @@ import numpy as np
 
 __all__ = ["Checkpoint", "save_checkpoint", "load_checkpoint", "resume"]
 
-_FORMAT = 1
+#: The file format: 2 since the kernel's state became one tree (``SGState.chain``); files of
+#: format 1 hold the earlier flat state, which this version cannot resume.
+_FORMAT = 2
 
 
 class Checkpoint(NamedTuple):
@@ -122,9 +124,23 @@ def save_checkpoint(mcmc, path, previous=None, *, keep_draws=True):
     return checkpoint
 
 
+def _older(path):
+    """The error for a checkpoint an earlier version wrote (format 1: a flat kernel state)."""
+    return ValueError(
+        f"{str(path)!r} is a checkpoint of an earlier numpyro_sgrld (format 1), whose kernel "
+        f"state this version (format {_FORMAT}: the state is one tree, docs/changelog.md) "
+        "cannot resume: run the segment again from its start, or resume it with the version "
+        "that wrote it.")
+
+
 def _read(path):
     with open(path, "rb") as f:
-        saved = pickle.load(f)  # noqa: S301 (documented: load only files you wrote)
+        try:
+            saved = pickle.load(f)  # noqa: S301 (documented: load only files you wrote)
+        except TypeError as e:  # an earlier version's state class, with other fields
+            raise _older(path) from e
+    if isinstance(saved, dict) and saved.get("format") == 1:
+        raise _older(path)
     if not isinstance(saved, dict) or saved.get("format") != _FORMAT:
         raise ValueError(f"{str(path)!r} is not a numpyro_sgrld checkpoint (format {_FORMAT}).")
     return saved

@@ -9,9 +9,11 @@ Given the gradient estimate, the step
    gradient oracle on the same minibatch;
 3. moves the position with the integrator.
 
-Nothing here knows about NumPyro: the kernel (:mod:`numpyro_sgrld.host._adapter`) draws the
-minibatch, asks the gradient estimator, builds the :class:`~numpyro_sgrld.metrics.StepContext`
-and applies the acceptance policy.
+Nothing here knows about NumPyro: the algorithm's step (:func:`numpyro_sgrld.core._step.step`)
+asks the gradient estimator on the minibatch it is given, builds the
+:class:`~numpyro_sgrld.metrics.StepContext`, calls this and applies the acceptance policy
+(:mod:`numpyro_sgrld.core._acceptance`); the warm-up's transition
+(:func:`numpyro_sgrld.warmup.steps.transition`) draws the minibatch and chooses the step size.
 """
 
 from typing import Any, NamedTuple

@@ -72,6 +72,9 @@ class ChainState(NamedTuple):
     gradient_state: Any = None
     proposal: Any = None
 
+    # NumPyro's `extra_fields` look-up tries `state[name]` after `getattr` fails
+    __getitem__ = named_field_lookup
+
 
 class SGState(NamedTuple):
     """State of every stochastic-gradient kernel, as ``MCMC`` holds it (``last_state``,

@@ -3,14 +3,14 @@ r"""Integrators: how one step moves the position, given the gradient and the met
 An integrator is a pair of pure functions (:class:`Integrator`)::
 
     init(position, key, step_size, temperature) -> state
-    step(key, position, state, grad, preconditioner, step_size, temperature, context, oracle)
-        -> (position, state)
+    step(key, position, state, grad, preconditioner, setting) -> (position, state)
 
 ``grad`` is the gradient estimate :math:`\nabla\hat U` at ``position`` (from the gradient
 estimator, :mod:`numpyro_sgrld.gradients`), ``preconditioner`` the metric's
 :class:`~numpyro_sgrld.metrics.Preconditioner` for this step (:math:`D`, :math:`D^{1/2}` and,
-when the kernel computes it, the Γ drift), ``context`` the step's
-:class:`~numpyro_sgrld.metrics.StepContext`. ``oracle(position) -> (value, grad)`` evaluates the
+when the kernel computes it, the Γ drift), ``setting`` the step's :class:`StepSetting`: the
+step size, the temperature, the step's :class:`~numpyro_sgrld.metrics.StepContext` and
+``oracle``. ``oracle(position) -> (value, grad)`` evaluates the
 same gradient estimator on the same minibatch elsewhere, for schemes that need a gradient at an
 intermediate point; the integrators here never call it (:func:`baoab` defers its last half
 kick to the next step's gradient instead). The state

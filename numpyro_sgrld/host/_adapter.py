@@ -1,10 +1,11 @@
 """The NumPyro adapter: the one NumPyro-aware piece of a stochastic-gradient kernel.
 
-:class:`SGMCMC` sets the model up (its plates, data checks, initial values), draws the
-minibatch indices every step, asks the gradient estimator for :math:`\\nabla\\hat U`, builds
-the step's :class:`~numpyro_sgrld.metrics.StepContext`, runs the composed step
-(:func:`numpyro_sgrld.core._composition.transition_with_preconditioner`), applies the acceptance
-policy (:mod:`numpyro_sgrld.core._acceptance`) and postprocesses draws.
+:class:`SGMCMC` sets the model up (its plates, data checks, initial values), builds the
+warm-up's :class:`~numpyro_sgrld.warmup.pieces.Setting` (the algorithm, the minibatch draw over
+the model's plates, the step-size rule), hands each chain's state to the transition
+(:func:`numpyro_sgrld.warmup.steps.transition`: it draws the minibatch and runs the algorithm's
+step, :func:`numpyro_sgrld.core._step.step`, which estimates the gradient, composes the step
+and applies the acceptance policy), runs chains and postprocesses draws.
 """
 
 from functools import partial
@@ -63,8 +64,10 @@ class SGMCMC(MCMCKernel):
     (``metric``, ``integrator``, ``correction``), e.g. SGHMC's momentum is
     ``sampler_state.integrator.momentum`` (``extra_fields=("sampler_state.integrator.momentum",)``).
 
-    :param metric: a :class:`~numpyro_sgrld.metrics.Metric` (default
-        :func:`~numpyro_sgrld.metrics.identity`).
+    :param metric: a :class:`~numpyro_sgrld.metrics.Metric` (default: learnt in warm-up with
+        ``step_size=None``, else :func:`~numpyro_sgrld.metrics.identity`). With
+        ``step_size=None`` an adaptive metric runs in the coordinates learnt in warm-up, as
+        every adaptive preset's does (:func:`~numpyro_sgrld.warmup.choices.kernel_metric`).
     :param integrator: an :class:`~numpyro_sgrld.integrators.Integrator` (default
         :func:`~numpyro_sgrld.integrators.langevin`).
     :param gradient: a :class:`~numpyro_sgrld.gradients.GradientEstimator` (default

@@ -45,9 +45,11 @@ class SGHMC(SGMCMC):
     :param naive: naive SGHMC, no friction and no injected noise (Chen et al. 2014, Sec. 3.2):
         does **not** sample the posterior with stochastic gradients; warns. Needs
         ``resample_momentum_every``; for demonstrations (``benchmarks/papers/chen_double_well.py``).
-    :param metric: a :class:`~numpyro_sgrld.metrics.Metric` (default identity): with
-        ``metrics.rmsprop()`` this is preconditioned SGHMC, mass matrix :math:`M = D^{-1}`
-        (:func:`~numpyro_sgrld.integrators.sghmc_step`).
+    :param metric: a :class:`~numpyro_sgrld.metrics.Metric` (default: learnt in warm-up with
+        ``step_size=None``, else the identity): with ``metrics.rmsprop()`` this is
+        preconditioned SGHMC, mass matrix :math:`M = D^{-1}`
+        (:func:`~numpyro_sgrld.integrators.sghmc_step`), in learnt coordinates with
+        ``step_size=None`` (:func:`~numpyro_sgrld.warmup.choices.kernel_metric`).
     :param kwargs: ``potential_fn``, ``temperature``, ``num_data``, ``batching``,
         ``init_strategy`` (see :class:`~numpyro_sgrld.SGMCMC`).
 

@@ -183,7 +183,7 @@ def report(kernel, sums, squares, origin, rejected, step_size, equipartition_sum
     temperatures = None
     if all(r is not None for r in readings):
         pooled = jax.tree.map(lambda *x: np.concatenate(x), *readings)
-        temperatures = equipartition.summarize(pooled, kernel.temperature)
+        temperatures = equipartition.summarize(pooled, describe(kernel).temperature)
     rhat, ess = monitor.judge(sums, squares, origin, run.num_samples)
     v = judgement(rhat, ess, run.names, int(rejected.sum()), run.num_samples, kernel, step,
                   temperatures, sums.shape[0], thermostat, describe(kernel).network_sites,

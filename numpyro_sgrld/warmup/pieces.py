@@ -3,7 +3,7 @@ run on every warm-up step, and a ``final`` run at the end of each slow window
 (:mod:`numpyro_sgrld.warmup.schedule`) that returns what the piece learnt, which the sampler
 starts from (as BlackJAX's ``window_adaptation`` returns its parameters).
 :func:`numpyro_sgrld.warmup.steps.update_warmup` calls them, and puts their results in the
-chain's state; no piece reads or edits another's state:
+chain's state and the warm-up's; no piece reads or edits another's state:
 
 1. the step of the bias law (:mod:`numpyro_sgrld.warmup.adaptation`, :func:`step_size_init`,
    :func:`step_size_update`, :func:`step_size_final`): one power iteration per warm-up step,

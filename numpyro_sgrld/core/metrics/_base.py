@@ -88,7 +88,11 @@ class AdaptsUntil(NamedTuple):
     """A metric's trait: it still adapts ``what`` over its first ``steps`` updates and holds it
     fixed after them (:func:`~numpyro_sgrld.metrics.monge`'s ``freeze_after``). The Γ
     correction is that of a metric that no longer adapts, so :meth:`SGMCMC.init
-    <numpyro_sgrld.SGMCMC.init>` warns when a corrected kernel's warm-up is shorter."""
+    <numpyro_sgrld.SGMCMC.init>` warns when a corrected kernel's warm-up is shorter. (Whitened
+    in a dense learnt metric, with ``step_size=None`` and at most
+    :data:`~numpyro_sgrld.core.metrics.constant.DENSE_MAX_DIM` coordinates, the metric
+    restarts at each window's end and adapts ``steps`` updates more after the last one; the
+    warning does not count those.)"""
 
     steps: int
     what: str

@@ -58,8 +58,10 @@ def _composed(inner_preconditioner, base):
 
 def whitened(inner: Metric, dense_max_dim=DENSE_MAX_DIM) -> Metric:
     r"""``inner`` (an adaptive metric) in the coordinates of a dense metric learnt in warm-up
-    (see the module docstring). The default of PSGLD, MongeSGLD, ShampooSGLD and WenzelSGLD
-    with ``step_size=None``; with a given step :math:`L = I` and this is ``inner``."""
+    (see the module docstring). What ``step_size=None`` makes of every adaptive metric a
+    kernel is given, a preset's (PSGLD, MongeSGLD, ShampooSGLD, WenzelSGLD) or a user's
+    (:func:`~numpyro_sgrld.warmup.choices.kernel_metric`); with a given step :math:`L = I` and
+    this is ``inner``."""
     reads = trait(inner, Aux)
     inner_warm = trait(inner, WarmStart)
     if reads is not None:
