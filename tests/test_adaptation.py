@@ -190,7 +190,7 @@ def stiff_gaussian():
 
 # (kernel, frozen step): target_bias / (c_curv lam_max) for a first-order law (SGHMC's
 # curvature weight at friction 0.1 is 1 / (2 (2 - 0.1))); for the time-step integrators'
-# second-order law c h^2 lam_max = target_bias with c = 1/4 (integrators._time_step_law)
+# second-order law c h^2 lam_max = target_bias with c = 1/4 (integrators.time_step_law)
 NOISELESS = {
     "sgld": (SGLD, 0.1 / (0.5 * 100.0)),
     "sghmc": (lambda m, **kw: SGHMC(m, friction=0.1, **kw), 0.1 / (100.0 / 3.8)),
@@ -246,7 +246,7 @@ def _sgnht(h, lam, xi, A, T=1.0):
 
 @pytest.mark.parametrize("h", [0.01, 0.05, 0.1])
 def test_the_time_step_law_is_the_discretised_chains(h):
-    """The laws of integrators._time_step_law, from the discrete Lyapunov equation on a
+    """The laws of integrators.time_step_law, from the discrete Lyapunov equation on a
     Gaussian of curvature lam, at the steps the adaptation takes (h^2 lam / 4 <= 0.1):
     BAOAB's variance is exactly the target's without gradient noise, and 1 + h s2 / (2 gamma T)
     of it with noise, up to a relative error of second order (at most h^2 (lam + gamma^2) / 2);

@@ -19,10 +19,10 @@ from numpyro_sgrld.analysis import _arviz
 from numpyro_sgrld.app import _rows, _tables
 from numpyro_sgrld.app.report import (
     BEST_LEVEL,
-    _write_report,
     distance_cell,
     format_table,
     verdict_paragraph,
+    write_report,
 )
 
 D = 5
@@ -111,7 +111,7 @@ def test_the_report_prints_no_negative_distance_no_inf_or_nan_and_one_name_per_m
     rows = copy.deepcopy(rows)
     kernels = [k for k in rows if k != "NUTS (reference)"]
     problem = SimpleNamespace(description="A synthetic problem", name="the synthetic problem")
-    _write_report(tmp_path, problem, rows, {}, None, _settings(kernels), _race())
+    write_report(tmp_path, problem, rows, {}, None, _settings(kernels), _race())
     report = (tmp_path / "report.md").read_text()
     printed = report + "\n" + format_table(rows)
     assert not re.search(r"\b(inf|nan)\b", printed, re.IGNORECASE)

@@ -235,3 +235,45 @@ def test_the_verdict_reads_the_kernel_through_one_value():
                     and node.args[0].id in {"kernel", "sampler"}):
                 found.append(f"{name}.py:{node.lineno}")
     assert not found, found
+
+
+def _private_names_imported(path, mods):
+    """``(line, module, name)`` of each underscore name (not a module) ``path`` takes from
+    another module of the package: ``from m import _x`` or ``m._x`` on an imported module."""
+    found, aliases = [], {}
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in mods:
+            for a in node.names:
+                if f"{node.module}.{a.name}" in mods:
+                    aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+                elif a.name.startswith("_") and not a.name.startswith("__"):
+                    found.append((node.lineno, node.module, a.name))
+        elif isinstance(node, ast.Import):
+            aliases.update({a.asname: a.name for a in node.names if a.asname and a.name in mods})
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in aliases and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and f"{aliases[node.value.id]}.{node.attr}" not in mods):
+            found.append((node.lineno, aliases[node.value.id], node.attr))
+    return found
+
+
+def test_no_private_name_crosses_a_module_boundary():
+    """What one module uses of another is public in it: no ``_name`` (a function, a class, a
+    constant) is imported from, or read on, another module of the package."""
+    mods = _modules()
+    found = [f"{path.relative_to(PACKAGE.parent)}:{line}: {module}.{name}"
+             for path in mods.values()
+             for line, module, name in _private_names_imported(path, mods)]
+    assert not found, "\n".join(found)
+
+
+def test_the_private_name_check_sees_one(tmp_path):
+    mods = _modules()
+    path = tmp_path / "m.py"
+    path.write_text("from numpyro_sgrld.core._checks import field_names, _helper\n"
+                    "from numpyro_sgrld.host import _loop\n_loop._private_thing\n_loop.GROUP\n")
+    assert [(m, n) for _, m, n in _private_names_imported(path, mods)] == [
+        ("numpyro_sgrld.core._checks", "_helper"), ("numpyro_sgrld.host._loop", "_private_thing")]

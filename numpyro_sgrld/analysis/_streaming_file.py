@@ -7,7 +7,7 @@ import json
 import numpy as np
 
 from numpyro_sgrld.analysis import _arviz
-from numpyro_sgrld.analysis.inference_data import _escape as escape
+from numpyro_sgrld.analysis._arviz import escape
 
 __all__ = ["FILE_ATTRIBUTE", "GROUPS", "CHUNK_BYTES", "file_plan", "file_draws",
            "segment_datasets", "create", "append", "truncate"]

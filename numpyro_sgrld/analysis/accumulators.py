@@ -9,7 +9,11 @@ import jax
 import numpy as np
 from jax.scipy.special import logsumexp
 
-from numpyro_sgrld.analysis.predictive import _chunks, _classification_scores, _gaussian_log_density
+from numpyro_sgrld.analysis.predictive import (
+    classification_scores,
+    gaussian_log_density,
+    predictive_chunks,
+)
 from numpyro_sgrld.core._checks import integer
 
 __all__ = [
@@ -70,7 +74,7 @@ def classification_accumulator(
 
     def update(sums, samples):
         parts = []
-        for chunk in _chunks(model, _flat(samples), X, [logits_site], batch_size, None,
+        for chunk in predictive_chunks(model, _flat(samples), X, [logits_site], batch_size, None,
                              model_kwargs):
             log_probs = jax.nn.log_softmax(chunk[logits_site], axis=-1)
             parts.append(np.asarray(logsumexp(log_probs, axis=0), np.float64))
@@ -94,7 +98,7 @@ def classification_metrics_from(sums, y, num_bins=10):
     (``log_prob``, ``accuracy``, ``ece``, ``mce``, ``probs``), from its
     :class:`ClassificationSums` and the test labels ``y``."""
     _check_sums(sums, "classification")
-    return _classification_scores(sums.log_prob_sum - np.log(sums.num_draws), y, num_bins)
+    return classification_scores(sums.log_prob_sum - np.log(sums.num_draws), y, num_bins)
 
 
 class RegressionSums(NamedTuple):
@@ -125,8 +129,8 @@ def regression_accumulator(
 
     def update(sums, samples):
         means, seconds, densities = [], [], []
-        chunks = _chunks(model, _flat(samples), X, [mean_site, scale_site], batch_size, None,
-                         model_kwargs)
+        chunks = predictive_chunks(model, _flat(samples), X, [mean_site, scale_site],
+                                   batch_size, None, model_kwargs)
         for start, chunk in zip(range(0, X.shape[0], batch_size), chunks):
             mean = np.asarray(chunk[mean_site], np.float64)
             scale = np.asarray(chunk[scale_site], np.float64)
@@ -136,7 +140,7 @@ def regression_accumulator(
             if targets is not None:
                 y_chunk = targets[start : start + mean.shape[1]]
                 densities.append(
-                    np.logaddexp.reduce(_gaussian_log_density(mean, scale, y_chunk), axis=0)
+                    np.logaddexp.reduce(gaussian_log_density(mean, scale, y_chunk), axis=0)
                 )
         parts = [np.concatenate(p) for p in (means, seconds)]
         density = np.concatenate(densities) if densities else None

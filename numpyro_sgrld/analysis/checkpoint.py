@@ -75,7 +75,7 @@ def _segment_draws(mcmc):
     return int(np.shape(leaves[0])[1]) if leaves else 0
 
 
-def _checkpoint_of(mcmc, previous=None, keep_draws=True):
+def checkpoint_of(mcmc, previous=None, keep_draws=True):
     """The :class:`Checkpoint` :func:`save_checkpoint` writes, without writing it."""
     if mcmc.last_state is None:
         raise ValueError("`mcmc` has not run: there is no state to save. Call mcmc.run first.")
@@ -101,9 +101,9 @@ def _checkpoint_of(mcmc, previous=None, keep_draws=True):
     )
 
 
-def _write(path, checkpoint, **attachments):
+def write_checkpoint(path, checkpoint, **attachments):
     """Write ``checkpoint`` (and picklable ``attachments``, which :func:`load_checkpoint`
-    ignores and ``_attachments`` returns) to ``path``: to a temporary name, then
+    ignores and ``read_attachments`` returns) to ``path``: to a temporary name, then
     renamed, so an interruption while saving leaves the old file intact."""
     path = Path(path)
     partial = path.with_name(path.name + ".partial")
@@ -119,8 +119,8 @@ def save_checkpoint(mcmc, path, previous=None, *, keep_draws=True):
     (``num_draws``) only: no draws are copied or written. The file is written to a temporary
     name and renamed, so an interruption while saving leaves the old checkpoint intact.
     Returns the :class:`Checkpoint`."""
-    checkpoint = _checkpoint_of(mcmc, previous, keep_draws)
-    _write(path, checkpoint)
+    checkpoint = checkpoint_of(mcmc, previous, keep_draws)
+    write_checkpoint(path, checkpoint)
     return checkpoint
 
 
@@ -146,8 +146,8 @@ def _read(path):
     return saved
 
 
-def _attachments(path):
-    """The ``attachments`` ``_write`` saved beside the checkpoint at ``path``."""
+def read_attachments(path):
+    """The ``attachments`` ``write_checkpoint`` saved beside the checkpoint at ``path``."""
     return {k: v for k, v in _read(path).items() if k not in ("format", "checkpoint")}
 
 

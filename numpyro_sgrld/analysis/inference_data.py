@@ -142,7 +142,7 @@ def observed_data(model, samples, *model_args, **model_kwargs):
     return {name: np.asarray(site["value"]) for name, site in _observed_sites(trace).items()}
 
 
-def _sample_stats(mcmc):
+def sample_stats_of(mcmc):
     extra = mcmc.get_extra_fields(group_by_chain=True)
     names = _SG_STAT_NAMES if isinstance(mcmc.sampler, SGMCMC) else _HMC_STAT_NAMES
     stats = {}
@@ -294,7 +294,7 @@ def to_inference_data(
         _trace_full(model, jax.tree.map(lambda v: v[0], flat), model_args, model_kwargs)
     )
     posterior = {k: v for k, v in grouped.items() if k not in observed}
-    groups = {"posterior": posterior, "sample_stats": _sample_stats(mcmc)}
+    groups = {"posterior": posterior, "sample_stats": sample_stats_of(mcmc)}
     if observed:
         groups["observed_data"] = observed_data(model, flat, *model_args, **model_kwargs)
         if log_likelihood:

@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 
-def _chunks(model, samples, X, sites, batch_size, rng_key, model_kwargs):
+def predictive_chunks(model, samples, X, sites, batch_size, rng_key, model_kwargs):
     """Yield ``{site: draws x chunk x ...}`` for consecutive chunks of test points."""
     rng_key = random.PRNGKey(0) if rng_key is None else rng_key
     predictive = Predictive(full_batch(model), samples, return_sites=list(sites))
@@ -59,7 +59,7 @@ def predict_sites(model, samples, X, sites, *, batch_size=1000, rng_key=None, **
     """Values of per-point deterministic ``sites`` of ``full_batch(model)(X_chunk,
     **model_kwargs)`` for every draw, concatenated over chunks of test points (leading axes:
     draws, points)."""
-    chunks = list(_chunks(model, samples, X, sites, batch_size, rng_key, model_kwargs))
+    chunks = list(predictive_chunks(model, samples, X, sites, batch_size, rng_key, model_kwargs))
     return {site: np.concatenate([np.asarray(c[site]) for c in chunks], axis=1) for site in sites}
 
 
@@ -112,7 +112,8 @@ def maximum_calibration_error(probs, labels, num_bins=10):
 def _chunked_mean_log_probs(model, samples, X, logits_site, batch_size, model_kwargs):
     """log of the draw-averaged class probabilities, one chunk of test points at a time."""
     out = []
-    for chunk in _chunks(model, samples, X, [logits_site], batch_size, None, model_kwargs):
+    for chunk in predictive_chunks(model, samples, X, [logits_site], batch_size, None,
+                                   model_kwargs):
         log_probs = jax.nn.log_softmax(chunk[logits_site], axis=-1)
         out.append(np.asarray(logsumexp(log_probs, axis=0) - np.log(log_probs.shape[0])))
     return np.concatenate(out, axis=0)
@@ -135,10 +136,10 @@ def classification_metrics(
     ``mce`` and the mean predictive ``probs`` (for :func:`calibration_bins` and
     :func:`numpyro_sgrld.plots.plot_reliability`)."""
     log_mean = _chunked_mean_log_probs(model, samples, X, logits_site, batch_size, model_kwargs)
-    return _classification_scores(log_mean, y, num_bins)
+    return classification_scores(log_mean, y, num_bins)
 
 
-def _classification_scores(log_mean, y, num_bins):
+def classification_scores(log_mean, y, num_bins):
     """:func:`classification_metrics` from the log of the ensemble's mean class probabilities
     (points x classes)."""
     y = np.asarray(y)
@@ -156,7 +157,7 @@ def regression_metrics(mean, scale, y):
     """Ensemble RMSE and Gaussian test log-likelihood from per-draw predictive means and
     scales (arrays ``draws x points``; ``scale`` may broadcast, e.g. ``draws x 1``)."""
     mean, y = np.asarray(mean, np.float64), np.asarray(y, np.float64)
-    log_density = _gaussian_log_density(mean, scale, y)
+    log_density = gaussian_log_density(mean, scale, y)
     per_point = logsumexp(log_density, axis=0) - np.log(mean.shape[0])
     return {
         "rmse": float(np.sqrt(np.mean((mean.mean(axis=0) - y) ** 2))),
@@ -164,7 +165,7 @@ def regression_metrics(mean, scale, y):
     }
 
 
-def _gaussian_log_density(mean, scale, y):
+def gaussian_log_density(mean, scale, y):
     """The Gaussian log-density ``log N(y | mean, scale^2)`` in float64, ``scale`` broadcast to
     ``mean``'s shape (draws x points)."""
     mean, y = np.asarray(mean, np.float64), np.asarray(y, np.float64)

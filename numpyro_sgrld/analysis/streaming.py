@@ -73,8 +73,13 @@ from numpyro_sgrld.analysis.accumulators import (
     regression_accumulator,
     regression_metrics_from,
 )
-from numpyro_sgrld.analysis.checkpoint import _attachments, _checkpoint_of, _write, load_checkpoint
-from numpyro_sgrld.analysis.inference_data import _sample_stats, load_netcdf
+from numpyro_sgrld.analysis.checkpoint import (
+    checkpoint_of,
+    load_checkpoint,
+    read_attachments,
+    write_checkpoint,
+)
+from numpyro_sgrld.analysis.inference_data import load_netcdf, sample_stats_of
 from numpyro_sgrld.core._checks import integer
 from numpyro_sgrld.host._adapter import SGMCMC
 from numpyro_sgrld.host._compat import fast_sampling_loop_enabled
@@ -270,7 +275,7 @@ def _start(path, sidecar, plan, resume):
             f"The checkpoint {str(sidecar)!r} is there but the draws file {str(path)!r} is not: "
             "restore the file, or remove the checkpoint to start over."
         )
-    saved = _attachments(sidecar).get("streaming")
+    saved = read_attachments(sidecar).get("streaming")
     if saved is None:
         raise ValueError(
             f"{str(sidecar)!r} is a checkpoint but not one of a streamed run: remove it, or "
@@ -339,7 +344,7 @@ def _segment(mcmc, path, sidecar, plan, progress, rng_key, args, kwargs, init_pa
         mcmc.run(progress.checkpoint.state.rng_key, *args, extra_fields=plan.extra_fields,
                  **kwargs)
     posterior = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
-    datasets = file_.segment_datasets(posterior, _sample_stats(mcmc))
+    datasets = file_.segment_datasets(posterior, sample_stats_of(mcmc))
     if progress is None:
         file_.create(path, datasets, plan)
     else:
@@ -347,10 +352,11 @@ def _segment(mcmc, path, sidecar, plan, progress, rng_key, args, kwargs, init_pa
     del datasets
     if accumulator is not None:
         accumulated = accumulator.update(accumulated, posterior)
-    checkpoint = _checkpoint_of(
+    checkpoint = checkpoint_of(
         mcmc, None if progress is None else progress.checkpoint, keep_draws=False
     )
-    _write(sidecar, checkpoint, streaming={"plan": plan._asdict(), "accumulated": accumulated})
+    write_checkpoint(sidecar, checkpoint,
+                     streaming={"plan": plan._asdict(), "accumulated": accumulated})
     # the next segment continues from the state itself (JAX arrays), not its NumPy copy
     return _Progress(checkpoint._replace(state=mcmc.last_state), accumulated)
 

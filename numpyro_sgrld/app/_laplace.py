@@ -115,7 +115,7 @@ def pareto_khat(log_weights):
     return float((n * k_post + 10 * 0.5) / (n + 10))
 
 
-def _reference_path(X, y, num_draws, seed, folder):
+def reference_path(X, y, num_draws, seed, folder):
     h = hashlib.sha256()
     h.update(np.asarray(X.shape).tobytes())
     h.update(np.asarray(X[:: max(1, X.shape[0] // 1000)]).tobytes())
@@ -128,7 +128,7 @@ def _reference_path(X, y, num_draws, seed, folder):
 def laplace_reference(X, y, num_draws=4000, seed=0, folder=None, refresh=False):
     """The reference posterior moments of the logistic regression (module docstring):
     importance sampling from the Laplace approximation, cached as an ``.npz`` file."""
-    path = _reference_path(X, y, num_draws, seed, folder)
+    path = reference_path(X, y, num_draws, seed, folder)
     if path.exists() and not refresh:
         f = np.load(path)
         return Reference(f["mean"], f["sd"], f["mean_se"], f["sd_se"], float(f["khat"]),

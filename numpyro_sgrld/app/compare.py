@@ -41,9 +41,9 @@ from numpyro_sgrld.app.report import (
     BASELINES,
     MAX_RHAT,
     MIN_ESS,
-    _write_report,
     format_table,
     verdict_paragraph,
+    write_report,
 )
 from numpyro_sgrld.host.kernels import KERNELS, PSGLD
 from numpyro_sgrld.warmup.adaptation import MIN_WARMUP
@@ -366,7 +366,7 @@ def run_compare(
         log(f"{stamp()} Problem 2: time to accuracy on a large logistic regression")
         race = run_large(large, out, log=lambda text: log(f"{stamp()} {text}"),
                          **({} if large_kernels is None else {"kernels": large_kernels}))
-    _write_report(
+    write_report(
         out,
         problem,
         rows,

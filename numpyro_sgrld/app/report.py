@@ -244,7 +244,7 @@ def verdict_paragraph(rows, race=None, name="German credit"):
     return " ".join(text)
 
 
-def _write_report(out, problem, rows, curves, gamma, settings, race=None):
+def write_report(out, problem, rows, curves, gamma, settings, race=None):
     steps = ", ".join(
         f"{k} {settings['steps'][k]:.3g}{' (adapted)' if k in settings['adapted'] else ''}"
         for k in settings["kernels"] if np.isfinite(settings["steps"][k])

@@ -43,9 +43,9 @@ import numpy as np
 from numpyro_sgrld.app import _race_cache
 from numpyro_sgrld.app._laplace import (
     Reference,
-    _reference_path,
     laplace_reference,
     pareto_khat,
+    reference_path,
 )
 from numpyro_sgrld.app._parallel import ticking
 
@@ -399,7 +399,7 @@ def run_large(setting=None, out=None, kernels=SG_DEFAULT, log=print, sg_cap=90.0
 def _large_reference(setting, log):
     """The large problem's reference (:func:`laplace_reference`, cached), with its lines."""
     X, y = logistic_data(setting.num_data, setting.num_features, setting.seed)
-    cached = _reference_path(X, y, 4000, setting.seed, None).exists()
+    cached = reference_path(X, y, 4000, setting.seed, None).exists()
     log("Reference: importance sampling from the Laplace approximation "
         + ("(cached: read from disk)" if cached else "(computing; cached for later runs)"))
     with ticking(log, "the reference"):

@@ -15,7 +15,7 @@ import numpy as np
 __all__ = ["real", "integer"]
 
 
-def _scalar(value):
+def as_scalar(value):
     """``value`` as a Python number, or ``None`` when it is not a real scalar."""
     if isinstance(value, (bool, np.bool_)) or isinstance(value, jax.core.Tracer):
         return None
@@ -38,7 +38,7 @@ def real(value, name, *, low=None, high=None, low_open=False, high_open=False, h
     ``low``/``high`` are the bounds (``None``: unbounded), ``*_open`` whether they are
     excluded. The error names the argument, the value, the range and ``hint``.
     """
-    number = _scalar(value)
+    number = as_scalar(value)
     ok = number is not None and math.isfinite(number)
     if ok and low is not None:
         ok = number > low if low_open else number >= low
@@ -58,7 +58,7 @@ def real(value, name, *, low=None, high=None, low_open=False, high_open=False, h
 
 def integer(value, name, *, low=1, hint=""):
     """An integer ``>= low`` (Python, NumPy or 0-d JAX integer; not a bool or a float)."""
-    number = _scalar(value)
+    number = as_scalar(value)
     if isinstance(number, float) or number is None or number < low:
         raise ValueError(
             f"`{name}` must be an integer >= {low}, got {value!r}"

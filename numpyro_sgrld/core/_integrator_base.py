@@ -49,7 +49,7 @@ class BiasLaw(NamedTuple):
     stationary variance on a Gaussian, :math:`1 + h(c_\lambda\lambda + c_s s^2/T)` for
     curvature :math:`\lambda` and gradient-noise variance :math:`s^2` (both in the metric's
     coordinates); a third element 2 makes the curvature term second order,
-    :math:`c_\lambda h^2\lambda` (time-step integrators, :func:`_time_step_law`).
+    :math:`c_\lambda h^2\lambda` (time-step integrators, :func:`time_step_law`).
     ``max_step(target_bias)``: the largest step ``step_size=None`` may choose, where the
     integrator has a bias or limit that does not depend on the posterior (``None``: none).
     Without it the step must be given."""
@@ -106,7 +106,7 @@ class NeedsConstantMetric(NamedTuple):
     hint: str = ""
 
 
-def _time_step_law(friction):
+def time_step_law(friction):
     r"""The second-order bias law of a time-step integrator (BAOAB, SGNHT, BADODAB) with
     friction :math:`\gamma` (the thermostats': their diffusion :math:`A`):
     ``(1/4, 1/(2 gamma), 2)``, a variance inflation of

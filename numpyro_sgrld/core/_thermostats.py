@@ -13,7 +13,7 @@ from numpyro_sgrld.core._integrator_base import (
     NeedsConstantMetric,
     Overdamp,
     Settle,
-    _time_step_law,
+    time_step_law,
 )
 from numpyro_sgrld.core._tree import tree_normal
 
@@ -122,7 +122,7 @@ def sgnht(diffusion=1.0) -> Integrator:
     the friction applied as the decay :math:`e^{-\xi h}` (Ding et al. write :math:`1 - \xi h`,
     equal to first order; the decay stays stable when a chain far from the posterior heats
     the thermostat to :math:`\xi h > 2`, where :math:`1 - \xi h` flips and amplifies the
-    momentum). ``step_size=None`` adapts the step by :func:`_time_step_law`, at most
+    momentum). ``step_size=None`` adapts the step by :func:`time_step_law`, at most
     :math:`\min(\delta, 1/4)/A` (``target_bias`` :math:`\delta`): the thermostat measures
     the momentum after the kick, half a step from the positions, and at its equilibrium on a
     Gaussian the positions' variance is :math:`1 - hA/2` of the target's to first order,
@@ -180,7 +180,7 @@ def sgnht(diffusion=1.0) -> Integrator:
         Overdamp(lambda s, key, temperature, preconditioner: init(
             s.momentum, None, None, None)._replace(momentum=_fresh(key, s.momentum,
                                                                    temperature))),
-        BiasLaw(_time_step_law(diffusion),
+        BiasLaw(time_step_law(diffusion),
                 max_step=lambda target_bias: min(target_bias, 0.25) / diffusion)))
 
 
@@ -218,7 +218,7 @@ def badodab(diffusion=1.0, thermal_mass=1.0) -> Integrator:
     a kick of :math:`h` per step), and the thermostat settles at :math:`A + h\sigma^2/(2T)`
     (``tests/test_badodab.py``). A constant metric :math:`D = RR^\top` is taken as in
     :func:`sgnht` (kick :math:`R^\top\nabla\hat U`, drift :math:`Rp`);
-    ``step_size=None`` adapts the step by :func:`_time_step_law`.
+    ``step_size=None`` adapts the step by :func:`time_step_law`.
     """
     diffusion = real(diffusion, "diffusion", low=0, low_open=True,
                      hint="It is the injected noise A (the thermostat's target); 1 is typical.")
@@ -255,5 +255,5 @@ def badodab(diffusion=1.0, thermal_mass=1.0) -> Integrator:
                             jnp.zeros_like(state.started))
 
     return Integrator(init, step, name="badodab", traits=(
-        NeedsConstantMetric(_THERMOSTAT_METRICS), BiasLaw(_time_step_law(diffusion)),
+        NeedsConstantMetric(_THERMOSTAT_METRICS), BiasLaw(time_step_law(diffusion)),
         Overdamp(refresh)))

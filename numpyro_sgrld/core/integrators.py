@@ -45,7 +45,7 @@ from numpyro_sgrld.core._integrator_base import (
     Settle,
     StepHint,
     StepSetting,
-    _time_step_law,
+    time_step_law,
 )
 from numpyro_sgrld.core._thermostats import (
     BADODABState,
@@ -392,7 +392,7 @@ def baoab(friction=1.0) -> Integrator:
     variance is inflated by :math:`1/(1 - h\lambda/2)` (``tests/test_baoab.py``); with
     gradient noise the usual :math:`O(h)` bias returns. ``friction`` :math:`\gamma > 0` (per
     unit of time). Not Γ-corrected; ``step_size=None`` adapts the step by
-    :func:`_time_step_law`.
+    :func:`time_step_law`.
     """
     friction = real(friction, "friction", low=0, low_open=True,
                     hint="It is the rate gamma of the O step's velocity decay, exp(-gamma h).")
@@ -419,4 +419,4 @@ def baoab(friction=1.0) -> Integrator:
                           jnp.zeros_like(state.started))
 
     return Integrator(init, step, name="baoab",
-                      traits=(BiasLaw(_time_step_law(friction)), Overdamp(refresh)))
+                      traits=(BiasLaw(time_step_law(friction)), Overdamp(refresh)))

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from numpyro_sgrld.core._checks import _scalar, integer, real
+from numpyro_sgrld.core._checks import as_scalar, integer, real
 
 __all__ = ["constant", "polynomial_decay", "cyclical", "as_schedule"]
 
@@ -116,7 +116,7 @@ def as_schedule(step_size) -> Callable:
     """Turn ``step_size`` (a float or a schedule) into a validated schedule ``t -> h_t``."""
     if isinstance(step_size, (bool, np.bool_)) or step_size is None:
         raise ValueError(f"`step_size` must be a number > 0 or a schedule, got {step_size!r}.")
-    if _scalar(step_size) is not None:
+    if as_scalar(step_size) is not None:
         schedule = constant(real(step_size, "step_size", low=0, low_open=True))
     elif callable(step_size):
         schedule = step_size

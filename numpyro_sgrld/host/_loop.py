@@ -374,7 +374,7 @@ def _trace_state():
 _TOP_LEVEL_TRACE = _trace_state()
 
 
-def _under_transform(tree):
+def under_transform(tree):
     """Whether this runs inside a JAX transformation (``jit``, ``vmap``, ``pmap``, ``grad``)
     or ``tree`` holds tracers: NumPyro's own caches (``numpyro.util.cached_by``) ask the same,
     with JAX's private ``trace_state_clean``. Here: whether JAX's current trace is the one
@@ -414,7 +414,7 @@ def collect(
         raise ValueError(f"collection_size={collection_size} is smaller than the {kept} draws")
     start = lower + (upper - lower) % thinning
     collection = _empty_collection(transform, init_val, collection_size)
-    traced = _under_transform((init_val, collection))
+    traced = under_transform((init_val, collection))
     sizes = _group_sizes(report.state_of(init_val), thinning, _steps_per_group())
     run = _compiled(body_fun, transform, *sizes, traced)
     start, thin = np.int32(start), np.int32(thinning)

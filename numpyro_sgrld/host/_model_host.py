@@ -22,7 +22,7 @@ from numpyro_sgrld.host._data_checks import (
     raise_if_out_of_bounds,
 )
 from numpyro_sgrld.host._evaluation import loglik_fn
-from numpyro_sgrld.host._loop import _under_transform
+from numpyro_sgrld.host._loop import under_transform
 from numpyro_sgrld.host._setup import (
     ModelSetupError,
     check_aux,
@@ -218,7 +218,7 @@ def jit_once(once, name, fn, model_args, model_kwargs, compiler_options=None):
     leaves = jax.tree.leaves((model_args, model_kwargs))
     if not all(isinstance(x, (jax.Array, np.ndarray)) for x in leaves):
         return fn
-    if compiler_options and _under_transform((model_args, model_kwargs)):
+    if compiler_options and under_transform((model_args, model_kwargs)):
         compiler_options = None
     key = (name, compiler_options is not None)
     if key not in once.jitted:

@@ -122,17 +122,17 @@ class Restart(NamedTuple):
     fn: Callable
 
 
-def _same(tree):
+def unchanged(tree):
     return tree
 
 
-def _check_decay(decay, name="decay"):
+def check_decay(decay, name="decay"):
     return real(decay, name, low=0, high=1, high_open=True)
 
 
-def _check_nonnegative(value, name):
+def check_nonnegative(value, name):
     return real(value, name, low=0)
 
 
-def _check_interval(value, name="update_interval"):
+def check_interval(value, name="update_interval"):
     return integer(value, name, low=1)

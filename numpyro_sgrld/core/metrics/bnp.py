@@ -74,7 +74,7 @@ import numpy as np
 
 from numpyro_sgrld.core._checks import flag, real
 from numpyro_sgrld.core.correction import NoLag
-from numpyro_sgrld.core.metrics._base import Aux, Metric, Preconditioner, _check_decay, step_context
+from numpyro_sgrld.core.metrics._base import Aux, Metric, Preconditioner, check_decay, step_context
 
 #: Prefix of the auxiliary values that hold a dense layer's inputs: ``"layer_inputs:{path}"``,
 #: where ``"{path}/w"`` and ``"{path}/b"`` are the layer's weight and bias sites.
@@ -194,7 +194,7 @@ def bnp(decay=0.99, eps1=1e-2, eps2=1e-4, noise_scale="consistent", bias_correct
     :func:`numpyro_sgrld.random_haiku_module` does it for ``hk.Linear`` and convolutions).
     State: two vectors of each layer's fan-in.
     """
-    decay = _check_decay(decay)
+    decay = check_decay(decay)
     bias_correction = flag(bias_correction, "bias_correction")
     eps1 = _check_positive(eps1, "eps1")
     eps2 = _check_positive(eps2, "eps2")

@@ -13,7 +13,7 @@ from numpyro_sgrld.core.metrics._base import (
     Learnt,
     Metric,
     Preconditioner,
-    _same,
+    unchanged,
 )
 
 _CONSTANT = NoLag("a constant metric has Γ = 0: there is nothing to correct")
@@ -30,7 +30,7 @@ def identity() -> Metric:
         return IdentityState()
 
     def update(grad, state, position, context=None):
-        return Preconditioner(drift=_same, noise=_same), state
+        return Preconditioner(drift=unchanged, noise=unchanged), state
 
     return Metric(init, update, name="identity", traits=(Averages(), Constant(), NoLag(
         "the identity metric is constant: its Γ is zero, there is nothing to correct")))
@@ -126,7 +126,7 @@ class LearntState(NamedTuple):
 DENSE_MAX_DIM = 100
 
 
-def _dense(factor, unravel):
+def dense_preconditioner(factor, unravel):
     """The preconditioner ``D = L L^T`` (``drift``), with the root ``R = L`` (``noise``) and
     its transpose (``noise_transpose``), on trees flattened by ``unravel``'s inverse."""
 
@@ -159,6 +159,6 @@ def learnt(dense_max_dim=DENSE_MAX_DIM) -> Metric:
     def update(grad, state, position, context=None):
         if state.factor is None:
             return _scaled(lambda t: state.scale), state
-        return _dense(state.factor, ravel_pytree(position)[1]), state
+        return dense_preconditioner(state.factor, ravel_pytree(position)[1]), state
 
     return Metric(init, update, name="learnt", traits=(Averages(), _CONSTANT, Constant(), Learnt()))

@@ -13,8 +13,8 @@ from numpyro_sgrld.core.metrics._base import (
     AdaptsUntil,
     Metric,
     Preconditioner,
-    _check_decay,
-    _check_nonnegative,
+    check_decay,
+    check_nonnegative,
     step_context,
 )
 
@@ -114,7 +114,7 @@ def monge(alpha2="auto", decay=0.9, max_drift_norm=None, freeze_after=None) -> M
                 f"`alpha2` must be a number >= 0 or 'auto', got {alpha2!r}: e.g. alpha2=1.0 "
                 "(Yu et al.'s scale) or alpha2='auto' (scaled to the gradient)."
             )
-        alpha2 = _check_nonnegative(alpha2, "alpha2")
+        alpha2 = check_nonnegative(alpha2, "alpha2")
     if freeze_after is not None:
         if not auto:
             raise ValueError(
@@ -122,7 +122,7 @@ def monge(alpha2="auto", decay=0.9, max_drift_norm=None, freeze_after=None) -> M
                 "is given: drop freeze_after."
             )
         freeze_after = integer(freeze_after, "freeze_after", low=1)
-    decay = _check_decay(decay)
+    decay = check_decay(decay)
     if max_drift_norm is not None:
         max_drift_norm = real(
             max_drift_norm, "max_drift_norm", low=0, low_open=True, hint="Or None (off)."

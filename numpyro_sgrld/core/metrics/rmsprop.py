@@ -12,8 +12,8 @@ from numpyro_sgrld.core.metrics._base import (
     Metric,
     Preconditioner,
     WarmStart,
-    _check_decay,
-    _check_nonnegative,
+    check_decay,
+    check_nonnegative,
     step_context,
 )
 
@@ -56,7 +56,7 @@ def rmsprop(decay=0.99, eps=1e-8, bias_correction=True) -> Metric:
     Called directly (``init`` without ``warm_start``), the metric is exactly Li et al.'s
     except for the second guard.
     """
-    decay, eps = _check_decay(decay), _check_nonnegative(eps, "eps")
+    decay, eps = check_decay(decay), check_nonnegative(eps, "eps")
 
     def init(position):
         zeros = jax.tree.map(jnp.zeros_like, position)

@@ -14,9 +14,9 @@ from numpyro_sgrld.core.metrics._base import (
     Metric,
     Preconditioner,
     WarmStart,
-    _check_decay,
-    _check_interval,
-    _check_nonnegative,
+    check_decay,
+    check_interval,
+    check_nonnegative,
     step_context,
 )
 
@@ -269,10 +269,10 @@ def shampoo(
     Their inverse roots come from a coupled Newton iteration (tolerance 1e-6), ours from a
     symmetric eigendecomposition: the same matrix to that tolerance.
     """
-    decay = _check_decay(decay)
-    eps = _check_nonnegative(eps, "eps")
-    update_interval = _check_interval(update_interval)
-    block_size = _check_interval(block_size, "block_size")
+    decay = check_decay(decay)
+    eps = check_nonnegative(eps, "eps")
+    update_interval = check_interval(update_interval)
+    block_size = check_interval(block_size, "block_size")
     shampoo_block_shapes((1,), block_size, block_split)  # checks block_split
     if ridge not in ("root", "statistic"):
         raise ValueError(f"`ridge` must be 'root' or 'statistic', got {ridge!r}.")

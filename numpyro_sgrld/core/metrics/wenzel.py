@@ -10,9 +10,9 @@ from numpyro_sgrld.core.correction import GammaBias, NoLag
 from numpyro_sgrld.core.metrics._base import (
     Metric,
     Preconditioner,
-    _check_decay,
-    _check_interval,
-    _check_nonnegative,
+    check_decay,
+    check_interval,
+    check_nonnegative,
     step_context,
 )
 
@@ -45,10 +45,10 @@ def wenzel(decay=0.99, eps=1e-8, update_interval=None, *, lagged_refresh=False) 
     first) the step at which the refresh happens already uses it. The two chains differ only
     in the one step at each refresh (``tests/test_reference_updates.py``).
     """
-    decay = _check_decay(decay)
-    eps = _check_nonnegative(eps, "eps")
+    decay = check_decay(decay)
+    eps = check_nonnegative(eps, "eps")
     if update_interval is not None:
-        update_interval = _check_interval(update_interval)
+        update_interval = check_interval(update_interval)
     lagged_refresh = flag(lagged_refresh, "lagged_refresh")
 
     def init(position):

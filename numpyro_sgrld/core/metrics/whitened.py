@@ -32,7 +32,7 @@ from jax.flatten_util import ravel_pytree
 
 from numpyro_sgrld.core._traits import trait
 from numpyro_sgrld.core.metrics._base import Aux, Metric, Preconditioner, Restart, WarmStart
-from numpyro_sgrld.core.metrics.constant import DENSE_MAX_DIM, _dense
+from numpyro_sgrld.core.metrics.constant import DENSE_MAX_DIM, dense_preconditioner
 
 
 class WhitenedState(NamedTuple):
@@ -88,7 +88,7 @@ def whitened(inner: Metric, dense_max_dim=DENSE_MAX_DIM) -> Metric:
         if state.factor is None:
             preconditioner, inner_state = inner.update(grad, state.inner, position, context)
             return preconditioner, state._replace(inner=inner_state)
-        base = _dense(state.factor, ravel_pytree(position)[1])
+        base = dense_preconditioner(state.factor, ravel_pytree(position)[1])
         preconditioner, inner_state = inner.update(base.noise_transpose(grad), state.inner,
                                                    position, context)
         return _composed(preconditioner, base), state._replace(inner=inner_state)
