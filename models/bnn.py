@@ -8,7 +8,7 @@ import numpyro
 import numpyro.distributions as dist
 
 from numpyro_sgrld import priors
-from numpyro_sgrld.haiku import random_haiku_module
+from numpyro_sgrld.bridges.haiku import random_haiku_module
 
 __all__ = ["mlp_classifier", "load_digits"]
 

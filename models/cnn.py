@@ -4,10 +4,10 @@ a small residual net for 28×28 grey-scale images (MNIST).
 Inputs arrive flat (``X`` is points × pixels, as :func:`~numpyro_sgrld.models.mnist.load_mnist`
 returns them) and are reshaped to ``image_shape`` (height, width, channels) inside the network.
 Every parameter is a NumPyro sample site ``"net/{module}/{w|b}"``
-(:func:`~numpyro_sgrld.haiku.random_haiku_module`); the kernels are laid out
-``(kh, kw, c_in, c_out)``. Use :func:`numpyro_sgrld.conv_priors.correlated_normal` as ``prior=``
-for Fortuin et al.'s correlated normal prior on the kernels; the default is
-:func:`numpyro_sgrld.priors.gaussian`.
+(:func:`~numpyro_sgrld.bridges.haiku.random_haiku_module`); the kernels are laid out
+``(kh, kw, c_in, c_out)``. Use :func:`numpyro_sgrld.bridges.conv_priors.correlated_normal` as
+``prior=`` for Fortuin et al.'s correlated normal prior on the kernels; the default is
+:func:`numpyro_sgrld.bridges.priors.gaussian`.
 
 **No batch normalisation.** Yu et al.'s ResNet-20 (from bnn_priors, after Wenzel et al. 2020)
 normalises batches; its running means and variances are state updated by the forward pass, not
@@ -28,8 +28,8 @@ import numpyro.distributions as dist
 from numpyro import handlers
 
 from numpyro_sgrld import priors
-from numpyro_sgrld.haiku import random_haiku_module
-from numpyro_sgrld.host._potentials import AUX_SITE
+from numpyro_sgrld.bridges.haiku import random_haiku_module
+from numpyro_sgrld.sampler.potentials import AUX_SITE
 
 __all__ = ["cnn_classifier", "resnet_classifier"]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from numpyro_sgrld.core._cache import cache_dir
+from numpyro_sgrld.core.cache import cache_dir
 
 from ._data import DataNotFoundError
 

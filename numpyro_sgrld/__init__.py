@@ -2,8 +2,9 @@
 
 Every kernel is a :class:`numpyro.infer.mcmc.MCMCKernel`: ``MCMC(SGLD(model, step_size=...))``
 runs on ordinary NumPyro models with ``numpyro.plate(..., subsample_size=n)``. A kernel is a
-metric (:mod:`~numpyro_sgrld.metrics`) × an integrator (:mod:`~numpyro_sgrld.integrators`) × a
-gradient estimator (:mod:`~numpyro_sgrld.gradients`), composed by :class:`SGMCMC`; the named
+metric (:mod:`~numpyro_sgrld.core.metrics`) × an integrator
+(:mod:`~numpyro_sgrld.core.integrators`) × a
+gradient estimator (:mod:`~numpyro_sgrld.core.gradients`), composed by :class:`SGMCMC`; the named
 kernels are presets of it.
 """
 
@@ -51,22 +52,16 @@ from numpyro_sgrld.bridges import conv_priors, priors
 from numpyro_sgrld.bridges.equinox import random_eqx_module  # imports equinox only when called
 from numpyro_sgrld.bridges.haiku import random_haiku_module
 from numpyro_sgrld.bridges.nnx import random_nnx_module  # imports flax.nnx only when called
-from numpyro_sgrld.core import correction, gradients, integrators, metrics, schedules
-from numpyro_sgrld.core._composition import SamplerState
-from numpyro_sgrld.core._state import ChainState
-from numpyro_sgrld.core._step import Algorithm, StepInputs, compose
-from numpyro_sgrld.core._traits import trait
+from numpyro_sgrld.core import correction, equipartition, gradients, integrators, metrics, schedules
+from numpyro_sgrld.core.algorithm import Algorithm, ProposalCheck, checked, compose
+from numpyro_sgrld.core.composition import SamplerState
 from numpyro_sgrld.core.schedules import constant, cyclical, polynomial_decay
-from numpyro_sgrld.host import sharding, verdict
-from numpyro_sgrld.host._adapter import SGMCMC, SGState
-from numpyro_sgrld.host._compat import (
-    disable_fast_sampling_loop,
-    enable_fast_sampling_loop,
-    fast_sampling_loop,
-)
-from numpyro_sgrld.host._cycles import Cycles
-from numpyro_sgrld.host._potentials import auxiliary, minibatch_potential
-from numpyro_sgrld.host.kernels import (
+from numpyro_sgrld.core.state import ChainState
+from numpyro_sgrld.core.traits import trait
+from numpyro_sgrld.data import sharding
+from numpyro_sgrld.data.sharding import data_mesh
+from numpyro_sgrld.data.subsample import SubsamplePlate, find_subsample_plates, full_batch
+from numpyro_sgrld.presets.table import (
     BADODAB,
     BAOAB,
     BNPSGLD,
@@ -82,9 +77,16 @@ from numpyro_sgrld.host.kernels import (
     ShampooSGLD,
     WenzelSGLD,
 )
-from numpyro_sgrld.host.sharding import data_mesh
-from numpyro_sgrld.host.subsample import SubsamplePlate, find_subsample_plates, full_batch
-from numpyro_sgrld.host.verdict import Verdict, check
+from numpyro_sgrld.sampler.compat import (
+    disable_fast_sampling_loop,
+    enable_fast_sampling_loop,
+    fast_sampling_loop,
+)
+from numpyro_sgrld.sampler.kernel import SGMCMC, SGState
+from numpyro_sgrld.sampler.potentials import auxiliary, minibatch_potential
+from numpyro_sgrld.verdict import judge as verdict
+from numpyro_sgrld.verdict.judge import Verdict, check
+from numpyro_sgrld.warmup.cycles import Cycles
 from numpyro_sgrld.warmup.settings import LearntSettings, learnt_settings
 
 __version__ = "0.1.0"
@@ -96,7 +98,8 @@ __all__ = [
     "Cycles",
     "LearntSettings",
     "learnt_settings",
-    "StepInputs",
+    "ProposalCheck",
+    "checked",
     "compose",
     "trait",
     "Verdict",
@@ -136,6 +139,7 @@ __all__ = [
     "polynomial_decay",
     "cyclical",
     "schedules",
+    "equipartition",
     "sharding",
     "data_mesh",
     "metrics",

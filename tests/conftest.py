@@ -193,7 +193,7 @@ def mcse(draws):
     ``draws`` of shape (chains, draws, ...)."""
     import numpy as np
 
-    from numpyro_sgrld.analysis import _arviz
+    from numpyro_sgrld.analysis import arviz_io as _arviz
 
     draws = np.asarray(draws, np.float64)
     draws = draws.reshape(draws.shape[:2] + (-1,))

@@ -18,7 +18,7 @@ import numpyro.distributions as dist
 from numpyro.infer import MCMC
 
 from numpyro_sgrld import SGLD
-from numpyro_sgrld.sharding import data_mesh, shard_rows
+from numpyro_sgrld.data.sharding import data_mesh, shard_rows
 
 N, n, STEP, PRIOR_SD = 4000, 400, 4e-5, 10.0
 
@@ -87,12 +87,12 @@ def regression(X, y, search=False):
     """SGLD at its defaults on the regression, NumPyro's argument validation on: every pass
     the kernel makes over the model (the set-up trace, the search for initial values, the data
     checks, the warm-up's checks, the control variates' centre) must read each row on its own
-    device. Also the minibatch a mode search draws (``Target.draw_batch``), the evaluation
+    device. Also the minibatch a mode search draws (``Target.draw``), the evaluation
     batch's rows and its log-likelihood (the verdict's reading of a network) at
     ``w = W_TRUE``; with ``search``, the centre a kernel with ``control_variate="mode"``
     finds on such minibatches."""
-    from numpyro_sgrld.host._evaluation import evaluation_indices, loglik_fn
-    from numpyro_sgrld.host._host_parts import target
+    from numpyro_sgrld.sampler.parts import target
+    from numpyro_sgrld.verdict.evaluation import evaluation_indices, loglik_fn
 
     numpyro.enable_validation(True)
     kernel = SGLD(regression_model)
@@ -100,8 +100,9 @@ def regression(X, y, search=False):
                 jit_model_args=True)
     mcmc.run(jax.random.PRNGKey(3), X, y)
     setup, plates = kernel.setup, kernel.subsample_plates
-    drawn = jax.jit(lambda key, X, y: target(setup, kernel.model, None, None, (X, y), {})
-                    .draw_batch(key)["data"])(jax.random.PRNGKey(4), X, y)
+    drawn = jax.jit(lambda key, X, y: target(setup, kernel.model, None, None, (X, y), {},
+                                             kernel._draw).draw(key, None)[0]["data"])(
+        jax.random.PRNGKey(4), X, y)
     loglik = jax.jit(loglik_fn(setup.prepared, plates))(
         {"w": np.asarray(W_TRUE, np.float32)}, (X, y), {})
     result = {"w": np.asarray(mcmc.get_samples()["w"], np.float64).tolist(),

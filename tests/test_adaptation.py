@@ -29,7 +29,7 @@ from numpyro_sgrld import (
     metrics,
     to_inference_data,
 )
-from numpyro_sgrld.core._traits import trait
+from numpyro_sgrld.core.traits import trait
 from numpyro_sgrld.warmup import final_window_start, first_window_start
 from numpyro_sgrld.warmup.adaptation import MIN_WARMUP
 

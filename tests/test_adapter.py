@@ -23,9 +23,9 @@ from numpyro_sgrld import (
     full_batch,
     minibatch_potential,
 )
-from numpyro_sgrld.core._tree import tree_all_finite
-from numpyro_sgrld.host import _host_parts
-from numpyro_sgrld.host.subsample import draw_indices, init_batching
+from numpyro_sgrld.core.tree import tree_all_finite
+from numpyro_sgrld.data.subsample import draw_indices, init_batching
+from numpyro_sgrld.sampler import parts as _host_parts
 
 
 def _data(n=50, d=3, seed=0):
@@ -377,12 +377,15 @@ def test_schedules_drive_the_step_size():
         mcmc = MCMC(
             SGLD(model, step_size=schedule), num_warmup=0, num_samples=40, progress_bar=False
         )
-        mcmc.run(random.PRNGKey(0), extra_fields=("step_size",))
-        # both sides are float32, evaluated by differently fused programs: they may differ by a
-        # few rounding errors of the largest intermediate, the initial step 0.1
+        mcmc.run(random.PRNGKey(0), extra_fields=("step_size", "i"))
+        # a state holds its next step's size, the schedule at its counter i (NumPyro's
+        # convention); both sides are float32, evaluated by differently fused programs: they
+        # may differ by a few rounding errors of the largest intermediate, the initial step 0.1
+        extra = mcmc.get_extra_fields()
+        np.testing.assert_array_equal(extra["i"], np.arange(1, 41))
         np.testing.assert_allclose(
-            mcmc.get_extra_fields()["step_size"],
-            schedule(jnp.arange(40)),
+            extra["step_size"],
+            schedule(jnp.arange(1, 41)),
             rtol=0,
             atol=4 * np.finfo(np.float32).eps * 0.1,
         )

@@ -1,4 +1,4 @@
-"""The non-SG baselines of ``sgrld compare`` (numpyro_sgrld.baselines): Mandt et al.'s step
+"""The non-SG baselines of ``sgrld compare`` (numpyro_sgrld.analysis.baselines): Mandt et al.'s step
 against its closed form on the conjugate regression, MALA's law, and their place in compare."""
 
 from functools import partial
@@ -10,7 +10,7 @@ import pytest
 from conftest import assert_moments
 from numpyro_sgrld.models import linear_regression as lr
 
-from numpyro_sgrld import baselines
+from numpyro_sgrld.analysis import baselines
 
 
 def test_mandt_step_is_the_closed_form_on_the_conjugate_regression():

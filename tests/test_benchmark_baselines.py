@@ -2,7 +2,7 @@
 
 A speed ratio against a hand-written loop means something only if both do the same work; the
 Shampoo comparison in particular supports the claim that ShampooSGLD's cost is the metric's
-arithmetic, so its hand-written metric is checked here against :func:`numpyro_sgrld.metrics.
+arithmetic, so its hand-written metric is checked here against :func:`numpyro_sgrld.core.metrics.
 shampoo` on a common sequence of gradients.
 """
 
@@ -14,7 +14,7 @@ import pytest
 from conftest import load_benchmark
 from jax import random
 
-from numpyro_sgrld.metrics import StepContext, shampoo
+from numpyro_sgrld.core.metrics import StepContext, shampoo
 
 
 @pytest.fixture(scope="module")

@@ -37,7 +37,7 @@ from numpyro_sgrld.models.gaussian import biased_density, standard_normal
 from scipy import stats
 
 from numpyro_sgrld import PSGLD, AdamSGLD, MongeSGLD
-from numpyro_sgrld.diagnostics import histogram_l1
+from numpyro_sgrld.analysis.diagnostics import histogram_l1
 
 H, DECAY = 1e-3, 0.9
 NUM_BINS = 20

@@ -18,9 +18,8 @@ from numpyro_sgrld.models.bnn import load_digits, mlp_classifier, mlp_regressor
 from scipy import stats
 
 from numpyro_sgrld import PSGLD, SGLD, priors
-from numpyro_sgrld.haiku import random_haiku_module
-from numpyro_sgrld.plots import plot_reliability
-from numpyro_sgrld.predictive import (
+from numpyro_sgrld.analysis.plots import plot_reliability
+from numpyro_sgrld.analysis.predictive import (
     calibration_bins,
     classification_metrics,
     expected_calibration_error,
@@ -28,6 +27,7 @@ from numpyro_sgrld.predictive import (
     predict_sites,
     regression_metrics,
 )
+from numpyro_sgrld.bridges.haiku import random_haiku_module
 
 NET = hk.transform(lambda x: hk.nets.MLP([4, 3])(x))
 
@@ -66,7 +66,7 @@ def test_sites_are_named_and_shaped_like_the_haiku_parameters():
 
 
 def _network_model(x, y):
-    from numpyro_sgrld.priors import horseshoe
+    from numpyro_sgrld.bridges.priors import horseshoe
 
     net = random_haiku_module("net", NET, (5, 5), horseshoe("layer"))
     numpyro.sample("sigma", dist.HalfNormal(1.0))
@@ -81,9 +81,9 @@ def test_a_network_is_judged_in_function_space():
     alike are trusted, chains that disagree on it are not. The layer-wide horseshoe scale,
     which no permutation moves, is judged as an ordinary latent site."""
     from numpyro_sgrld import SGLD
-    from numpyro_sgrld.host._evaluation import NAME
-    from numpyro_sgrld.host._setup import network_sites
-    from numpyro_sgrld.verdict import judgement
+    from numpyro_sgrld.sampler.setup import network_sites
+    from numpyro_sgrld.verdict.evaluation import NAME
+    from numpyro_sgrld.verdict.judge import judgement
 
     x, y = jnp.ones((20, 5)), jnp.zeros(20, jnp.int32)
     sites = network_sites(_trace(_network_model, x, y))
@@ -108,8 +108,8 @@ def test_a_network_is_judged_in_function_space():
 def test_a_unit_horseshoes_global_scale_is_judged_and_its_local_scales_are_not():
     """Unit form: the raw weights and the local scales (one per unit, permuted with the
     units) are a network's; the global scale is a single value no permutation moves."""
-    from numpyro_sgrld.host._setup import network_sites
-    from numpyro_sgrld.priors import horseshoe
+    from numpyro_sgrld.bridges.priors import horseshoe
+    from numpyro_sgrld.sampler.setup import network_sites
 
     def model(x):
         return random_haiku_module("net", NET, (2, 5), horseshoe("unit"))(x)
@@ -124,9 +124,9 @@ def test_a_collapsed_layer_scale_in_a_network_model_is_a_problem():
     """Chains that agree on the evaluation batch but whose horseshoe scale has not mixed (a
     collapsed scale's chains, each stuck where it shrank) are not trusted: the scale is
     judged by its own split R-hat and ESS, as in any model."""
-    from numpyro_sgrld.host._evaluation import NAME
-    from numpyro_sgrld.host._setup import network_sites
-    from numpyro_sgrld.verdict import judgement
+    from numpyro_sgrld.sampler.setup import network_sites
+    from numpyro_sgrld.verdict.evaluation import NAME
+    from numpyro_sgrld.verdict.judge import judgement
 
     x, y = jnp.ones((20, 5)), jnp.zeros(20, jnp.int32)
     sites = network_sites(_trace(_network_model, x, y))
@@ -143,7 +143,7 @@ def test_a_collapsed_layer_scale_in_a_network_model_is_a_problem():
 
 
 def _readings(names, estimate, se):
-    from numpyro_sgrld.equipartition import Temperatures
+    from numpyro_sgrld.core.equipartition import Temperatures
 
     estimate, se = np.asarray(estimate, float), np.asarray(se, float)
     return Temperatures(tuple(names), estimate, se, float(estimate.mean()), 0.01, 1000, 16)
@@ -154,8 +154,8 @@ def test_a_networks_cold_readings_are_a_note_and_its_hot_ones_a_problem():
     (judged in function space instead): a note. Above it, the step inflates the law, which
     chains agreeing on predictions do not show: a problem. A reading at another site is
     judged as in any model."""
-    from numpyro_sgrld.host._evaluation import NAME
-    from numpyro_sgrld.verdict import judgement
+    from numpyro_sgrld.verdict.evaluation import NAME
+    from numpyro_sgrld.verdict.judge import judgement
 
     network = frozenset({"net/w", "net/b"})
     ok = ([1.0], [4000.0], [(NAME, 0)])
@@ -181,7 +181,7 @@ def test_mcmcs_own_loop_streams_the_evaluation_batch_every_few_steps():
     from numpyro.infer import MCMC
 
     from numpyro_sgrld import SGLD
-    from numpyro_sgrld.host._evaluation import EVERY, NAME
+    from numpyro_sgrld.verdict.evaluation import EVERY, NAME
 
     x = random.normal(random.PRNGKey(0), (20, 5))
     y = (x[:, 0] > 0).astype(jnp.int32)
@@ -512,7 +512,7 @@ def test_mnist_loader_says_how_to_fetch(tmp_path, monkeypatch):
 def _horseshoe_regression():
     """A one-layer network (``hk.Linear(1)``, 8 inputs, 2 of them relevant) under a layer-wise
     horseshoe, on 200 rows with noise sd 0.5, minibatch 20."""
-    from numpyro_sgrld.priors import gaussian, horseshoe
+    from numpyro_sgrld.bridges.priors import gaussian, horseshoe
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(200, 8)).astype(np.float32)
@@ -541,7 +541,7 @@ def test_a_horseshoe_scale_that_departs_from_nuts_warns():
     from numpyro.infer import MCMC, NUTS
 
     from numpyro_sgrld import SGLD, full_batch
-    from numpyro_sgrld.priors import init_to_unit_scales
+    from numpyro_sgrld.bridges.priors import init_to_unit_scales
 
     model, args = _horseshoe_regression()
     site = "net/linear/w_scale"

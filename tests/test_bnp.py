@@ -13,9 +13,9 @@ from numpyro import handlers
 from numpyro.infer import MCMC
 
 from numpyro_sgrld import BNPSGLD, SGLD, metrics, priors, random_haiku_module
+from numpyro_sgrld.core.metrics import Preconditioner, StepContext
 from numpyro_sgrld.core.metrics.bnp import layer_inputs_name
-from numpyro_sgrld.host._setup import ModelSetupError
-from numpyro_sgrld.metrics import Preconditioner, StepContext
+from numpyro_sgrld.sampler.setup import ModelSetupError
 from numpyro_sgrld.warmup.adaptation import rayleigh
 
 NET = hk.without_apply_rng(hk.transform(lambda x: hk.nets.MLP([4, 2])(x)))
@@ -307,7 +307,7 @@ def test_other_kernels_ignore_the_recorded_inputs():
 
 def test_compare_offers_bnp_on_networks_only_and_saves_network_sites(tmp_path):
     from numpyro_sgrld import load_netcdf, save_netcdf
-    from numpyro_sgrld.analysis import _arviz
+    from numpyro_sgrld.analysis import arviz_io as _arviz
     from numpyro_sgrld.app.compare import KERNELS, check_options
 
     common = dict(step_sizes=None, num_steps=100, num_warmup=200, thinning=1, num_chains=1,

@@ -16,14 +16,14 @@ from jax import random
 from numpyro.infer import MCMC
 
 from numpyro_sgrld import SGLD
-from numpyro_sgrld.host import host_data
-from numpyro_sgrld.host.subsample import (
+from numpyro_sgrld.data import host_data
+from numpyro_sgrld.data.sharding import HostRows, shuffled_rows
+from numpyro_sgrld.data.subsample import (
     Contiguous,
     SubsamplePlate,
     check_batching,
     draw_indices,
 )
-from numpyro_sgrld.sharding import HostRows, shuffled_rows
 
 
 def test_a_contiguous_minibatch_is_a_run_from_a_uniform_first_row():

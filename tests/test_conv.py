@@ -19,9 +19,9 @@ from numpyro_sgrld.models.cnn import ShiftedConv2D, cnn_classifier, resnet_class
 from scipy import stats
 
 from numpyro_sgrld import PSGLD, SGLD, ShampooSGLD, priors
-from numpyro_sgrld.conv_priors import ConvCorrelatedNormal, correlated_normal
+from numpyro_sgrld.bridges.conv_priors import ConvCorrelatedNormal, correlated_normal
+from numpyro_sgrld.core.metrics import shampoo
 from numpyro_sgrld.core.metrics.shampoo import shampoo_block_shapes
-from numpyro_sgrld.metrics import shampoo
 
 IMAGE = (6, 6, 1)
 N, BATCH = 24, 8

@@ -1,8 +1,8 @@
 """Every cross-reference names an object that exists: the Sphinx roles (``:func:``,
 ``:class:``, ``:mod:``, ``:meth:``, ``:data:``, ``:attr:``, ``:exc:``, ``:obj:``) of the
 package's docstrings, and the roles and the inline code spans that are a dotted path of the
-package (```numpyro_sgrld.metrics```) in README.md and the Markdown pages of docs/ (docs/results/
-aside: the records of runs).
+package (```numpyro_sgrld.core.metrics```) in README.md and the Markdown pages of docs/
+(docs/results/ aside: the records of runs).
 
 A target of the package is resolved by importing its longest importable prefix and ``getattr``
 along the rest (a class's attributes, properties and NamedTuple fields exist, and those its
@@ -359,17 +359,17 @@ def test_the_references_are_found():
 
 def test_a_reference_is_read_in_each_form():
     text = """See :func:`numpyro_sgrld.check`, :class:`~numpyro_sgrld.SGMCMC`, :mod:`the metrics
-    <numpyro_sgrld.metrics>`, :meth:`numpyro_sgrld.SGMCMC.
+    <numpyro_sgrld.core.metrics>`, :meth:`numpyro_sgrld.SGMCMC.
     init` and :py:func:`jax.vmap()`."""
     assert [(_line(text, offset), role, target) for offset, role, target in _roles(text)] == [
         (1, ":func:", "numpyro_sgrld.check"), (1, ":class:", "numpyro_sgrld.SGMCMC"),
-        (1, ":mod:", "numpyro_sgrld.metrics"), (2, ":meth:", "numpyro_sgrld.SGMCMC.init"),
+        (1, ":mod:", "numpyro_sgrld.core.metrics"), (2, ":meth:", "numpyro_sgrld.SGMCMC.init"),
         (3, ":func:", "jax.vmap")]
-    page = ("`numpyro_sgrld.metrics` and `numpyro_sgrld.enable_fast_sampling_loop()`, not\n"
+    page = ("`numpyro_sgrld.core.metrics` and `numpyro_sgrld.enable_fast_sampling_loop()`, not\n"
             "`numpyro_sgrld.check(mcmc)` nor `x = numpyro_sgrld.y`; :func:`numpyro_sgrld.check`\n"
             "```python\nprint(`numpyro_sgrld.in_code`)\n```\n")
     assert [(r.line, r.role, r.target) for r in _page_references("page.md", page)] == [
-        (2, ":func:", "numpyro_sgrld.check"), (1, "code", "numpyro_sgrld.metrics"),
+        (2, ":func:", "numpyro_sgrld.check"), (1, "code", "numpyro_sgrld.core.metrics"),
         (1, "code", "numpyro_sgrld.enable_fast_sampling_loop")]
 
 
@@ -378,17 +378,17 @@ def test_the_resolver_reports_a_broken_reference():
         return Reference("x.py", 1, role, target, module, scopes)
 
     broken = [ref(":func:", "numpyro_sgrld.no_such_name"),
-              ref("code", "numpyro_sgrld.metrics.NoSuchMetric"),
-              ref(":func:", "no_such_name", "numpyro_sgrld.host.kernels"),
-              ref(":meth:", "SGMCMC.no_such_method", "numpyro_sgrld.host.kernels"),
+              ref("code", "numpyro_sgrld.core.metrics.NoSuchMetric"),
+              ref(":func:", "no_such_name", "numpyro_sgrld.presets.table"),
+              ref(":meth:", "SGMCMC.no_such_method", "numpyro_sgrld.presets.table"),
               ref(":func:", "numpyro.infer.no_such_name")]
-    good = [ref(":func:", "numpyro_sgrld.check"), ref(":mod:", "numpyro_sgrld.metrics"),
-            ref(":class:", "SGMCMC", "numpyro_sgrld.host.kernels"),
-            ref(":meth:", "init", "numpyro_sgrld.host._adapter", ("SGMCMC",)),
+    good = [ref(":func:", "numpyro_sgrld.check"), ref(":mod:", "numpyro_sgrld.core.metrics"),
+            ref(":class:", "SGMCMC", "numpyro_sgrld.presets.table"),
+            ref(":meth:", "init", "numpyro_sgrld.sampler.kernel", ("SGMCMC",)),
             ref(":func:", ".check", "numpyro_sgrld"),
             ref(":mod:", ".funnel", "numpyro_sgrld.models.double_well"),  # a sibling
-            ref(":attr:", "algorithm", "numpyro_sgrld.host._adapter", ("SGMCMC",)),  # __init__'s
-            ref(":attr:", "numpyro_sgrld.core._state.ChainState.z"),  # a NamedTuple's field
+            ref(":attr:", "algorithm", "numpyro_sgrld.sampler.kernel", ("SGMCMC",)),  # __init__'s
+            ref(":attr:", "numpyro_sgrld.core.state.ChainState.z"),  # a NamedTuple's field
             ref(":class:", "numpyro.infer.MCMC"), ref(":exc:", "ValueError"),
             ref(":class:", "no_such_library_installed.Thing")]  # not installed: skipped
     assert [r.target for r in broken if _resolves(r)] == []

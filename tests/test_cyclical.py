@@ -11,7 +11,7 @@ from jax import random
 from numpyro.infer import MCMC
 
 from numpyro_sgrld import CyclicalSGHMC, CyclicalSGLD, to_inference_data
-from numpyro_sgrld.kernels import CYCLE_LENGTH
+from numpyro_sgrld.presets.table import CYCLE_LENGTH
 
 
 def standard_normal():

@@ -13,8 +13,8 @@ from numpyro_sgrld.models import linear_regression as lr
 from scipy import stats
 
 from numpyro_sgrld import SGLD, diagnostics, full_batch, to_inference_data
-from numpyro_sgrld.analysis import _arviz
-from numpyro_sgrld.inference_data import SG_EXTRA_FIELDS, reference_posterior
+from numpyro_sgrld.analysis import arviz_io as _arviz
+from numpyro_sgrld.analysis.inference_data import SG_EXTRA_FIELDS, reference_posterior
 
 
 @pytest.fixture(scope="module")
@@ -411,7 +411,7 @@ def test_reference_group_travels_with_the_posterior(tmp_path):
     import arviz as az
 
     from numpyro_sgrld import plots
-    from numpyro_sgrld.inference_data import REFERENCE_GROUP
+    from numpyro_sgrld.analysis.inference_data import REFERENCE_GROUP
 
     def model():
         numpyro.sample("theta", dist.Normal(0.0, 1.0).expand([2]).to_event(1))

@@ -1,4 +1,4 @@
-"""The equipartition check (:mod:`numpyro_sgrld.equipartition`): its readings against exact
+"""The equipartition check (:mod:`numpyro_sgrld.core.equipartition`): its readings against exact
 values (iid and autocorrelated Gaussian draws; SGLD's discretised chain on a Gaussian target,
 whose stationary variance is known in closed form), its Monte Carlo error against the spread
 of replicates, its batches, and the verdict it drives."""
@@ -16,7 +16,7 @@ from numpyro.infer import MCMC
 from scipy.stats import t as student_t
 
 import numpyro_sgrld as ns
-from numpyro_sgrld import equipartition as eq
+from numpyro_sgrld.core import equipartition as eq
 
 
 def _bound(t):
@@ -177,7 +177,7 @@ def _right_runs(reps, chains, n, rho, seed):
     """The readings of ``reps`` runs of ``chains`` stationary AR(1) chains on a Gaussian of
     sds 0.5, 1.75, 3 with minibatch-like gradients (the exact one plus independent noise),
     decentred as the verdict does: each run's draws sample the target exactly."""
-    from numpyro_sgrld.host.verdict import _centring
+    from numpyro_sgrld.verdict.judge import _centring
 
     scale = jnp.array([0.5, 1.75, 3.0])
 
@@ -295,8 +295,8 @@ def test_minibatch_noise_is_read_as_the_discretised_chains_exact_law():
 
 
 def test_the_readings_reach_arviz():
-    from numpyro_sgrld.analysis import _arviz
-    from numpyro_sgrld.inference_data import SG_EXTRA_FIELDS, to_inference_data
+    from numpyro_sgrld.analysis import arviz_io as _arviz
+    from numpyro_sgrld.analysis.inference_data import SG_EXTRA_FIELDS, to_inference_data
 
     scales = np.array([0.5, 1.0, 2.0])
     mcmc = MCMC(ns.SGLD(_gaussian(scales), step_size=0.3), num_warmup=100, num_samples=4_000,

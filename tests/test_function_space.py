@@ -14,7 +14,7 @@ from numpyro.infer import MCMC
 from scipy.special import ndtri
 
 import numpyro_sgrld as ns
-from numpyro_sgrld.predictive import (
+from numpyro_sgrld.analysis.predictive import (
     agreement,
     gaussian_mixture_quantiles,
     predictive_probs,
@@ -117,7 +117,7 @@ def test_the_crossover_is_where_nuts_time_over_the_presets_crosses_one():
 def test_a_network_below_the_crossover_is_pointed_to_nuts_with_its_cost():
     from types import SimpleNamespace
 
-    from numpyro_sgrld.host._advice import NUTS_FASTER_BELOW_ROWS, network_mixing_advice
+    from numpyro_sgrld.verdict.advice import NUTS_FASTER_BELOW_ROWS, network_mixing_advice
 
     def kernel(rows, batch):
         return SimpleNamespace(num_data=rows,
@@ -133,7 +133,7 @@ def test_a_network_below_the_crossover_is_pointed_to_nuts_with_its_cost():
 
 
 def test_a_network_that_has_not_mixed_is_told_the_warmup_measured_on_networks():
-    from numpyro_sgrld.host._advice import NETWORK_WARMUP, network_mixing_advice
+    from numpyro_sgrld.verdict.advice import NETWORK_WARMUP, network_mixing_advice
 
     advice = network_mixing_advice(4)
     assert f"num_warmup (on the networks measured, {NETWORK_WARMUP:,} or more" in advice

@@ -1,4 +1,4 @@
-"""Rows kept on the host (``numpyro_sgrld.sharding.HostRows``, a memory-mapped file): the same
+"""Rows kept on the host (``numpyro_sgrld.data.sharding.HostRows``, a memory-mapped file): the same
 draws as the rows in memory, and the full-data potential summed chunk by chunk."""
 
 import os
@@ -13,9 +13,9 @@ import pytest
 from numpyro.infer import MCMC
 
 from numpyro_sgrld import SGLD
-from numpyro_sgrld.host import host_data
-from numpyro_sgrld.host.subsample import SubsamplePlate, full_batch
-from numpyro_sgrld.sharding import HostRows
+from numpyro_sgrld.data import host_data
+from numpyro_sgrld.data.sharding import HostRows
+from numpyro_sgrld.data.subsample import SubsamplePlate, full_batch
 
 N, D, BATCH = 6000, 4, 200
 

@@ -18,7 +18,8 @@ from jax import random
 from numpyro.infer import MCMC, NUTS
 
 import numpyro_sgrld
-from numpyro_sgrld.host import _compat, _loop
+from numpyro_sgrld.sampler import compat as _compat
+from numpyro_sgrld.sampler import loop as _loop
 
 # Run in a fresh interpreter: this process has imported numpyro_sgrld long ago. The snapshot is
 # taken after JAX and NumPyro are imported and a computation has run (backends initialised), so
@@ -49,7 +50,7 @@ for name, attrs in before.items():
             changed.append(f"{name}.{key} added")
 # the optional extras: random_nnx_module / random_eqx_module import flax.nnx and equinox when
 # called. (Haiku, a dependency, imports flax.linen itself when Flax is installed.)
-import numpyro_sgrld.equinox, numpyro_sgrld.nnx  # noqa: E401,F401
+import numpyro_sgrld.bridges.equinox, numpyro_sgrld.bridges.nnx  # noqa: E401,F401
 optional = sorted(n for n in sys.modules if n.split(".")[0] == "equinox"
                   or n == "flax.nnx" or n.startswith("flax.nnx."))
 print("OPTIONAL:" + ";".join(optional))

@@ -15,8 +15,8 @@ from numpyro.diagnostics import effective_sample_size
 from numpyro.infer import MCMC
 
 import numpyro_sgrld as ns
-from numpyro_sgrld.host._step_rejections import MOSTLY_REJECTED, step_rejection_problem
-from numpyro_sgrld.verdict import judgement
+from numpyro_sgrld.verdict.judge import judgement
+from numpyro_sgrld.verdict.step_rejections import MOSTLY_REJECTED, step_rejection_problem
 
 #: |z| beyond this fails: a family of a few dozen z-scores at about 1e-3 chance of a false alarm
 Z = 4.0

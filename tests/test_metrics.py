@@ -9,9 +9,7 @@ from jax.flatten_util import ravel_pytree
 from scipy.linalg import eigh
 
 from numpyro_sgrld import metrics
-from numpyro_sgrld.core._traits import trait
-from numpyro_sgrld.core.metrics.monge import AUTO_STRENGTH
-from numpyro_sgrld.correction import (
+from numpyro_sgrld.core.correction import (
     Lag,
     correction_drift,
     correction_terms,
@@ -19,6 +17,8 @@ from numpyro_sgrld.correction import (
     lag_response,
     lagged_correction,
 )
+from numpyro_sgrld.core.metrics.monge import AUTO_STRENGTH
+from numpyro_sgrld.core.traits import trait
 
 jax.config.update("jax_enable_x64", False)
 

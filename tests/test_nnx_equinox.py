@@ -19,8 +19,8 @@ from numpyro.infer.util import log_density
 from scipy import stats
 
 from numpyro_sgrld import BNPSGLD, SGLD, metrics, priors
+from numpyro_sgrld.core.metrics import StepContext
 from numpyro_sgrld.core.metrics.bnp import layer_inputs_name
-from numpyro_sgrld.metrics import StepContext
 
 D_IN, HIDDEN, D_OUT = 3, 4, 2
 
@@ -45,7 +45,7 @@ class NNX:
 
     def __init__(self):
         self.nnx = _nnx()
-        from numpyro_sgrld.nnx import random_nnx_module
+        from numpyro_sgrld.bridges.nnx import random_nnx_module
 
         self.random_module = random_nnx_module
 
@@ -72,7 +72,7 @@ class EQX:
 
     def __init__(self):
         self.eqx = _eqx()
-        from numpyro_sgrld.equinox import random_eqx_module
+        from numpyro_sgrld.bridges.equinox import random_eqx_module
 
         self.random_module = random_eqx_module
 
@@ -172,7 +172,7 @@ def test_prior_log_density_by_hand(lib, form):
 
 def test_an_equinox_linear_784_to_400_gets_the_he_scale_of_its_784_inputs():
     eqx = _eqx()
-    from numpyro_sgrld.equinox import random_eqx_module
+    from numpyro_sgrld.bridges.equinox import random_eqx_module
 
     linear = eqx.nn.Linear(784, 400, key=random.PRNGKey(0))
     assert linear.weight.shape == (400, 784)  # Equinox: (out, in)
@@ -190,7 +190,11 @@ def test_an_equinox_linear_784_to_400_gets_the_he_scale_of_its_784_inputs():
 
 def test_an_equinox_convolution_has_the_hwio_layout_and_its_fan_in():
     eqx = _eqx()
-    from numpyro_sgrld.equinox import conv_weight_from_site, conv_weight_to_site, random_eqx_module
+    from numpyro_sgrld.bridges.equinox import (
+        conv_weight_from_site,
+        conv_weight_to_site,
+        random_eqx_module,
+    )
 
     conv = eqx.nn.Conv2d(3, 5, (2, 4), key=random.PRNGKey(0))  # weight (5, 3, 2, 4)
     x = random.normal(random.PRNGKey(1), (2, 3, 6, 7))  # batch of (channels, height, width)
@@ -218,13 +222,13 @@ def _conv_net(kind, padding):
     x = random.normal(random.PRNGKey(1), (2, 6, 7, 3))  # channels last
     if kind == "nnx":
         nnx = _nnx()
-        from numpyro_sgrld.nnx import random_nnx_module
+        from numpyro_sgrld.bridges.nnx import random_nnx_module
 
         pad = 1 if padding == "zeros" else "CIRCULAR"
         conv = nnx.Conv(3, 5, (2, 4), strides=(1, 2), padding=pad, rngs=nnx.Rngs(0))
         return lambda: random_nnx_module("c", conv, priors.gaussian()), x, lambda y: y
     eqx = _eqx()
-    from numpyro_sgrld.equinox import random_eqx_module
+    from numpyro_sgrld.bridges.equinox import random_eqx_module
 
     conv = eqx.nn.Conv2d(3, 5, (2, 4), stride=(1, 2), padding=1,
                          padding_mode="ZEROS" if padding == "zeros" else "CIRCULAR",
@@ -391,8 +395,8 @@ def test_dict_priors_by_site_or_module_path_and_a_missing_entry_lists_the_paths(
 
 def test_bad_input_is_refused_with_the_fix():
     nnx, eqx = _nnx(), _eqx()
-    from numpyro_sgrld.equinox import random_eqx_module
-    from numpyro_sgrld.nnx import random_nnx_module
+    from numpyro_sgrld.bridges.equinox import random_eqx_module
+    from numpyro_sgrld.bridges.nnx import random_nnx_module
 
     nnx_net, eqx_net = NNX().mlp(), EQX().mlp()
     cases = [
@@ -418,7 +422,7 @@ def test_bad_input_is_refused_with_the_fix():
 
 def test_nnx_batch_statistics_are_a_mutable_site_and_the_module_is_left_alone():
     nnx = _nnx()
-    from numpyro_sgrld.nnx import random_nnx_module
+    from numpyro_sgrld.bridges.nnx import random_nnx_module
 
     net = nnx.Sequential(nnx.Linear(D_IN, HIDDEN, rngs=nnx.Rngs(0)),
                          nnx.BatchNorm(HIDDEN, momentum=0.9, rngs=nnx.Rngs(0)))
@@ -442,7 +446,7 @@ def test_nnx_batch_statistics_are_a_mutable_site_and_the_module_is_left_alone():
 
 def test_equinox_layers_keep_their_attributes_and_unbatched_calls_record_one_row():
     eqx = _eqx()
-    from numpyro_sgrld.equinox import random_eqx_module
+    from numpyro_sgrld.bridges.equinox import random_eqx_module
 
     class Tied(eqx.Module):
         lin: eqx.nn.Linear
@@ -508,8 +512,8 @@ def test_a_layer_inside_a_transformation_of_the_network_is_not_recorded(lib):
 
 
 def test_a_missing_extra_says_how_to_install_it(monkeypatch):
-    from numpyro_sgrld.equinox import random_eqx_module
-    from numpyro_sgrld.nnx import random_nnx_module
+    from numpyro_sgrld.bridges.equinox import random_eqx_module
+    from numpyro_sgrld.bridges.nnx import random_nnx_module
 
     monkeypatch.setitem(sys.modules, "flax", None)  # as if not installed
     monkeypatch.setitem(sys.modules, "equinox", None)
@@ -524,7 +528,7 @@ def test_a_masked_nnx_convolution_applies_its_mask_and_is_not_recorded():
     with the mask applied to the sampled kernel; BNP does not precondition it (its recorded
     patches would pair with the unmasked kernel)."""
     nnx = _nnx()
-    from numpyro_sgrld.nnx import random_nnx_module
+    from numpyro_sgrld.bridges.nnx import random_nnx_module
 
     mask = jnp.ones((2, 2, 3, 5)).at[0, 0].set(0.0)
     conv = nnx.Conv(3, 5, (2, 2), mask=mask, rngs=nnx.Rngs(0))

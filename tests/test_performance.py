@@ -219,7 +219,7 @@ def test_numpyros_debugging_mode_is_detected_without_compiling():
     and the kernels' own loop must stand aside; asking costs no compilation."""
     import numpyro.util
 
-    from numpyro_sgrld.host._compat import _control_flow_disabled
+    from numpyro_sgrld.sampler.compat import _control_flow_disabled
 
     assert _compiled_during(lambda: _control_flow_disabled()) == []
     assert not _control_flow_disabled()
@@ -232,7 +232,7 @@ def test_once_run_programs_take_xla_options_only_where_compiled_on_their_own():
     without XLA's backend optimisation) are compiled with the options at top level, and
     without them inside a transformation (parallel chains run ``init`` inside ``pmap``; JAX
     refuses options on a nested ``jit``), each cached apart."""
-    from numpyro_sgrld.host._model_host import ONCE, Once, jit_once
+    from numpyro_sgrld.sampler.model import ONCE, Once, jit_once
 
     kernel = Once()
     x = jnp.arange(3.0)

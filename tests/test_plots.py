@@ -63,7 +63,7 @@ def test_the_error_plot_names_kernels_and_parameters_and_zooms_to_the_data():
 
 
 def test_trace_plot_chains_show_through_and_rank_histograms_keep_their_scale():
-    from numpyro_sgrld.analysis._arviz import from_dict
+    from numpyro_sgrld.analysis.arviz_io import from_dict
     from numpyro_sgrld.analysis.plots import plot_trace_rank
 
     draws = from_dict(posterior={"w": np.random.default_rng(1).normal(size=(4, 300, 2))})

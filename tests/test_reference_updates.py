@@ -40,9 +40,9 @@ import pytest
 from jax import random
 
 from numpyro_sgrld import metrics
-from numpyro_sgrld.core._tree import tree_normal
+from numpyro_sgrld.core.integrators import langevin_step
 from numpyro_sgrld.core.metrics._base import StepContext
-from numpyro_sgrld.integrators import langevin_step
+from numpyro_sgrld.core.tree import tree_normal
 
 SHAPES = [(10, 3), (2, 3, 6), (6,), ()]
 NUM_DATA = 50

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from numpyro_sgrld import diagnostics
-from numpyro_sgrld import time_to_accuracy as tta
-from numpyro_sgrld.analysis import _arviz
+from numpyro_sgrld.analysis import arviz_io as _arviz
 from numpyro_sgrld.app import _rows, _tables
+from numpyro_sgrld.app import time_to_accuracy as tta
 from numpyro_sgrld.app.report import (
     BEST_LEVEL,
     distance_cell,
@@ -175,7 +175,7 @@ def test_distance_cells():
 def test_the_energy_distance_error_follows_its_spread():
     """The block jackknife's standard error against the estimate's spread over replicates,
     where the laws agree (spread of order 1/n) and where they differ (1/sqrt(n)); the estimate
-    is :func:`~numpyro_sgrld.diagnostics.energy_distance`'s."""
+    is :func:`~numpyro_sgrld.analysis.diagnostics.energy_distance`'s."""
     rng = np.random.default_rng(2)
     n, d = 300, 3
     for shift in (0.0, 0.3):

@@ -1,4 +1,4 @@
-"""The kernels' own sampling loop (``numpyro_sgrld.host._loop``, used by ``MCMC`` after
+"""The kernels' own sampling loop (``numpyro_sgrld.sampler.loop``, used by ``MCMC`` after
 ``enable_fast_sampling_loop()``): NumPyro's draws, postprocessing only on the kept steps, a
 progress bar updated in chunks; other kernels untouched."""
 
@@ -16,7 +16,7 @@ from numpyro.infer import MCMC, NUTS
 
 import numpyro_sgrld
 from numpyro_sgrld import PSGLD, SGHMC
-from numpyro_sgrld.host import _loop
+from numpyro_sgrld.sampler import loop as _loop
 
 N, D, BATCH = 400, 3, 20
 

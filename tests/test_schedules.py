@@ -2,7 +2,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from numpyro_sgrld.schedules import as_schedule, constant, cyclical, polynomial_decay
+from numpyro_sgrld.core.schedules import as_schedule, constant, cyclical, polynomial_decay
 
 
 def test_constant():

@@ -1,4 +1,4 @@
-"""Data sharded across processes (``numpyro_sgrld.sharding.ShardedRows``): the stratified
+"""Data sharded across processes (``numpyro_sgrld.data.sharding.ShardedRows``): the stratified
 minibatch, the rows the kernel's own passes read, and chains run by two processes with JAX's
 multi-controller runtime on CPU collectives, each holding half the rows: against the exact law
 of the discretised chain, and at SGLD's defaults on a regression whose likelihood validates its
@@ -19,9 +19,9 @@ from jax import random
 from numpyro.diagnostics import effective_sample_size
 from scipy.stats import norm
 
-from numpyro_sgrld.host._evaluation import evaluation_indices
-from numpyro_sgrld.host.sharded_data import stratified_indices
-from numpyro_sgrld.host.subsample import SubsamplePlate
+from numpyro_sgrld.data.sharded_data import stratified_indices
+from numpyro_sgrld.data.subsample import SubsamplePlate
+from numpyro_sgrld.verdict.evaluation import evaluation_indices
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -40,7 +40,7 @@ def test_each_block_of_a_stratified_minibatch_is_uniform_in_its_share():
 
 
 def test_one_device_is_one_share():
-    from numpyro_sgrld.sharding import data_mesh, shard_rows
+    from numpyro_sgrld.data.sharding import data_mesh, shard_rows
 
     x = np.arange(12, dtype=np.float32).reshape(6, 2)
     rows = shard_rows(x, data_mesh(jax.devices()[:1]))
@@ -55,7 +55,7 @@ def test_the_kernels_own_indices_lie_in_the_shares_of_sharded_rows():
     evaluation batch (:func:`evaluation_indices`): for shares and subsample sizes that split,
     the k-th block of n/K indices lies in the k-th share of N/K rows, so no device reads
     another's rows; computed without overflow where i*N passes 2^31."""
-    from numpyro_sgrld.host.subsample import spread_indices
+    from numpyro_sgrld.data.subsample import spread_indices
 
     for k, big_n, n in [(2, 4000, 400), (2, 10, 10), (2, 10, 2), (3, 9, 3), (4, 4000, 8),
                         (4, 100, 96), (8, 8 * 7919, 8 * 13), (2, 10**8, 1000)]:

@@ -61,7 +61,7 @@ def _logistic_25(X, y):
 
 @pytest.mark.parametrize("problem", ["mlp", "logistic"])
 def test_the_equipartition_check_adds_at_most_five_percent_to_a_step(speed, problem):
-    """The check's sums (:mod:`numpyro_sgrld.equipartition`) against the same step without
+    """The check's sums (:mod:`numpyro_sgrld.core.equipartition`) against the same step without
     them: by layer on the MLP, coordinate by coordinate (its dearer form) on a logistic
     regression of German credit's size (25 weights, minibatch 100), at a given step and after
     warm-up at the defaults."""
@@ -93,7 +93,7 @@ def test_the_sampling_loop_adds_at_most_two_percent_to_a_step(speed):
     step alone, at ``thinning=1`` (every step set aside)."""
     import jax.numpy as jnp
 
-    from numpyro_sgrld.host import _loop
+    from numpyro_sgrld.sampler import loop as _loop
 
     p = speed._mlp(batch=BATCH, width=64, n_data=2_000, inputs=50, formula=True)
     args = (p["X"], p["y"])
@@ -118,7 +118,7 @@ def test_the_sampling_loop_adds_at_most_two_percent_to_a_step(speed):
 
 def test_a_networks_function_space_reading_adds_at_most_five_percent_to_a_step():
     """On ``MCMC``'s own loop a network's kernel evaluates the log-likelihood of its
-    evaluation batch every ``EVERY`` steps (:mod:`numpyro_sgrld.host._evaluation`): its flops over
+    evaluation batch every ``EVERY`` steps (:mod:`numpyro_sgrld.verdict.evaluation`): its flops over
     ``EVERY`` against one step's, on a Haiku MLP of the digits problem's shape (64-100-10,
     horseshoe priors, minibatch 100)."""
     import haiku as hk
@@ -127,9 +127,9 @@ def test_a_networks_function_space_reading_adds_at_most_five_percent_to_a_step()
     import numpyro.distributions as dist
 
     import numpyro_sgrld as ns
-    from numpyro_sgrld.haiku import random_haiku_module
-    from numpyro_sgrld.host._evaluation import EVERY
-    from numpyro_sgrld.priors import horseshoe
+    from numpyro_sgrld.bridges.haiku import random_haiku_module
+    from numpyro_sgrld.bridges.priors import horseshoe
+    from numpyro_sgrld.verdict.evaluation import EVERY
 
     net = hk.transform(lambda x: hk.nets.MLP([100, 10])(x))
 

@@ -21,7 +21,7 @@ from numpyro_sgrld import (
     integrators,
     metrics,
 )
-from numpyro_sgrld.core._tree import tree_normal
+from numpyro_sgrld.core.tree import tree_normal
 
 TREE = {"a": jnp.arange(3.0), "b": {"c": jnp.ones((2, 2)), "d": jnp.array(0.5)}}
 GRAD = jax.tree.map(lambda x: 0.1 * x + 1.0, TREE)

@@ -18,6 +18,7 @@ from numpyro_sgrld.models.bnn import mlp_classifier, mlp_regressor
 
 import numpyro_sgrld
 from numpyro_sgrld import SGLD, load_checkpoint, priors, save_checkpoint, to_inference_data
+from numpyro_sgrld.analysis.predictive import classification_metrics, regression_metrics
 from numpyro_sgrld.analysis.streaming import (
     Accumulator,
     checkpoint_path,
@@ -28,7 +29,6 @@ from numpyro_sgrld.analysis.streaming import (
     regression_metrics_from,
     run_streaming,
 )
-from numpyro_sgrld.predictive import classification_metrics, regression_metrics
 
 X, Y, _ = lr.make_data(seed=1, num_data=100, num_features=3)
 # jit_model_args: one compiled program for all segments (run_streaming warns without it)

@@ -17,27 +17,28 @@ def _modules():
     return mods
 
 
-#: The layers of docs/architecture.md, lowest first: each is a folder of the package (the
-#: command's layer also holds ``models``, the bundled models, at their own public path); the
-#: modules at the package's top are the public paths, facades that re-export a module of a
-#: folder (:func:`test_the_public_paths_only_re_export`).
+#: The layers of docs/architecture.md, lowest first: each is one or more folders of the
+#: package (the command's layer also holds ``models``, the bundled models, at their own public
+#: path). The package's top holds only ``__init__`` (the public API), ``__main__`` and the
+#: folders (:func:`test_the_package_top_holds_only_its_folders`).
 LAYERS = [
     ("the step's pieces", {"core"}),
-    ("warm-up", {"warmup"}),
-    ("the NumPyro host", {"host"}),
+    ("warm-up and the transition", {"warmup"}),
+    ("the data", {"data"}),
+    ("the verdict", {"verdict"}),
+    ("the NumPyro kernel", {"sampler"}),
+    ("the presets", {"presets"}),
     ("bridges", {"bridges"}),
     ("analysis", {"analysis"}),
     ("the command and its problems", {"app", "models"}),
-    ("the public paths", set()),
 ]
 
 
 def _layer(module):
     top = module.split(".")[1]
-    found = next((k for k, (_, names) in enumerate(LAYERS) if top in names), None)
-    if found is None and (PACKAGE / f"{top}.py").is_file():
-        return len(LAYERS) - 1  # a public path
-    return found
+    if top == "__main__":  # ``python -m numpyro_sgrld``: the command
+        return len(LAYERS) - 1
+    return next((k for k, (_, names) in enumerate(LAYERS) if top in names), None)
 
 
 def _imports(path, mods):
@@ -90,9 +91,9 @@ def test_every_module_imports_only_from_its_layer_and_the_ones_below():
     upward = []
     for name, path in sorted(mods.items()):
         for imported in _imports(path, _modules()):
-            # the package root (the public API) only from the command's layer and above
+            # the package root (the public API) only from the command's layer
             if imported == "numpyro_sgrld":
-                if _layer(name) < len(LAYERS) - 2 and _root_names(path):
+                if _layer(name) < len(LAYERS) - 1 and _root_names(path):
                     upward.append(f"{name} -> numpyro_sgrld ({', '.join(_root_names(path))})")
             elif _layer(imported) > _layer(name):
                 upward.append(f"{name} ({LAYERS[_layer(name)][0]}) -> {imported} "
@@ -112,35 +113,70 @@ def _root_names(path):
 
 
 def test_the_layer_check_sees_an_upward_import():
-    assert _layer("numpyro_sgrld.core._step") < _layer("numpyro_sgrld.warmup.steps")
+    assert _layer("numpyro_sgrld.core.algorithm") < _layer("numpyro_sgrld.warmup.steps")
     assert _layer("numpyro_sgrld.core.metrics.monge") < _layer("numpyro_sgrld.app.compare")
-    assert _layer("numpyro_sgrld.host.kernels") < _layer("numpyro_sgrld.kernels")
+    assert _layer("numpyro_sgrld.verdict.judge") < _layer("numpyro_sgrld.sampler.kernel")
 
 
-def test_every_module_lives_in_a_layers_folder():
-    """The package's top holds only its ``__init__`` (the public API), ``__main__`` and the
-    public paths; every other module lives in the folder of its layer."""
+def test_the_package_top_holds_only_its_folders():
+    """The package's top holds its ``__init__`` (the public API), ``__main__`` and the folders
+    of the layers; no module at the top re-exports another's."""
     top = sorted(p.name for p in PACKAGE.iterdir()
                  if p.is_dir() and p.name != "__pycache__")
     assert top == sorted(n for _, names in LAYERS for n in names if n != "models")
+    assert sorted(p.name for p in PACKAGE.glob("*.py")) == ["__init__.py", "__main__.py"]
 
 
-def test_the_public_paths_only_re_export():
-    """A module at the package's top (``numpyro_sgrld.metrics``, ``.kernels``, ...) is a facade:
-    its docstring and imports from the folders, nothing else (optax's public modules over its
-    private ``_src``)."""
+def _only_re_exports(path):
+    """Whether the module at ``path`` defines nothing: a docstring and imports alone (or
+    ``from x import *``)."""
+    body = ast.parse(path.read_text()).body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    return bool(body) and all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in body)
+
+
+def test_no_module_or_folder_only_re_exports_another():
+    """Every module defines what it holds: none is a signpost of imports from elsewhere (the
+    package's own ``__init__``, the public API, excepted), and no folder's ``__init__`` only
+    hands on another folder's names (it may collect its own modules')."""
+    mods = _modules()
     offenders = []
-    for path in sorted(PACKAGE.glob("*.py")):
-        if path.name == "__init__.py":
+    for name, path in mods.items():
+        if name == "numpyro_sgrld" or not _only_re_exports(path):
             continue
-        body = ast.parse(path.read_text()).body
-        for node in body[1:]:
-            plain = isinstance(node, ast.ImportFrom) and node.module.startswith("numpyro_sgrld.")
-            entry = path.name == "__main__.py" and (
-                isinstance(node, (ast.If, ast.Import)))
-            if not (plain or entry):
-                offenders.append(f"{path.name}:{node.lineno}")
+        if path.name != "__init__.py":
+            offenders.append(name)
+        elif not any(m.startswith(name + ".") for m in _imports(path, mods)):
+            offenders.append(f"{name} (its __init__ imports from elsewhere only)")
     assert offenders == []
+
+
+def test_the_re_export_check_sees_a_signpost(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text('"""A signpost."""\n\nfrom numpyro_sgrld.core.metrics import *  # noqa\n')
+    assert _only_re_exports(path)
+    path.write_text('"""A module."""\n\nimport math\n\nTAU = 2 * math.pi\n')
+    assert not _only_re_exports(path)
+
+
+def _folder(module, path):
+    """The package that holds ``module`` (a package's ``__init__``: itself)."""
+    return module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+
+
+def test_no_private_module_is_imported_from_another_folder():
+    """An underscore module is its folder's own: a module of another folder imports only
+    public modules (what crosses a folder's boundary is public where it lives)."""
+    mods = _modules()
+    found = []
+    for name, path in mods.items():
+        for imported in _imports(path, mods):
+            leaf = imported.rsplit(".", 1)[-1]
+            if (leaf.startswith("_") and not leaf.startswith("__")
+                    and _folder(imported, mods[imported]) != _folder(name, path)):
+                found.append(f"{name} -> {imported}")
+    assert not found, found
 
 
 def test_the_finder_sees_a_circle():
@@ -163,8 +199,8 @@ def test_no_module_is_over_500_lines():
 
 def test_the_host_class_is_thin():
     """``SGMCMC``, NumPyro's side of a kernel, has at most 15 methods in at most 300 lines:
-    what it uses besides lives in functions of explicit values (``_host_parts``)."""
-    tree = ast.parse((PACKAGE / "host" / "_adapter.py").read_text())
+    what it uses besides lives in functions of explicit values (``sampler.parts``)."""
+    tree = ast.parse((PACKAGE / "sampler" / "kernel.py").read_text())
     host = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "SGMCMC")
     methods = [n.name for n in host.body if isinstance(n, ast.FunctionDef)]
     lines = host.end_lineno - host.lineno + 1
@@ -224,11 +260,12 @@ def test_no_module_touches_another_modules_private_attributes():
 
 def test_the_verdict_reads_the_kernel_through_one_value():
     """The verdict and its advice read what they know of a run's kernel from one value
-    (``host._run.describe``: a ``Run``), never from the kernel's attributes one by one."""
-    readers = ["verdict", "_advice", "_step_rejections", "_loop_report", "_run_verdict"]
+    (``verdict.run.describe``: a ``Run``), never from the kernel's attributes one by one."""
+    readers = ["verdict/judge", "verdict/advice", "verdict/step_rejections",
+               "sampler/loop_report", "sampler/run_verdict"]
     found = []
     for name in readers:
-        path = PACKAGE / "host" / f"{name}.py"
+        path = PACKAGE / f"{name}.py"
         for node in ast.walk(ast.parse(path.read_text())):
             if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr"
                     and isinstance(node.args[0], ast.Name)
@@ -273,7 +310,7 @@ def test_no_private_name_crosses_a_module_boundary():
 def test_the_private_name_check_sees_one(tmp_path):
     mods = _modules()
     path = tmp_path / "m.py"
-    path.write_text("from numpyro_sgrld.core._checks import field_names, _helper\n"
-                    "from numpyro_sgrld.host import _loop\n_loop._private_thing\n_loop.GROUP\n")
+    path.write_text("from numpyro_sgrld.core.checks import field_names, _helper\n"
+                    "from numpyro_sgrld.sampler import loop\nloop._private_thing\nloop.GROUP\n")
     assert [(m, n) for _, m, n in _private_names_imported(path, mods)] == [
-        ("numpyro_sgrld.core._checks", "_helper"), ("numpyro_sgrld.host._loop", "_private_thing")]
+        ("numpyro_sgrld.core.checks", "_helper"), ("numpyro_sgrld.sampler.loop", "_private_thing")]

@@ -13,9 +13,9 @@ from jax import random
 from numpyro.infer import MCMC
 
 from numpyro_sgrld import SGLD, gradients
-from numpyro_sgrld.gradients import Target
-from numpyro_sgrld.host._potentials import minibatch_potential, minibatch_potential_with_aux
-from numpyro_sgrld.subsample import full_batch
+from numpyro_sgrld.core.gradients import Target
+from numpyro_sgrld.data.subsample import full_batch
+from numpyro_sgrld.sampler.potentials import minibatch_potential, minibatch_potential_with_aux
 
 
 def _data(n=6, d=3, seed=0):

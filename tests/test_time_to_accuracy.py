@@ -1,4 +1,4 @@
-"""The time-to-accuracy race (``numpyro_sgrld.time_to_accuracy``): the Laplace importance
+"""The time-to-accuracy race (``numpyro_sgrld.app.time_to_accuracy``): the Laplace importance
 sampling reference against the exact posterior by quadrature, the Pareto shape against known
 tails, the accuracy rule, the race's clock and cap, the CSV file and its data dictionary, and the
 report's verdict."""
@@ -92,7 +92,7 @@ def test_the_race_stops_at_the_target_and_at_the_cap():
 
 
 def test_the_verdict_names_the_best_kernel_the_biased_ones_and_the_race():
-    from numpyro_sgrld.compare import verdict_paragraph
+    from numpyro_sgrld.app.compare import verdict_paragraph
 
     def row(err, ratio, accurate="yes", converged="yes"):
         return {"max abs mean err/sd": err, "± se": 0.02, "worst sd ratio": ratio,

@@ -1,13 +1,13 @@
 r"""The verdict's split-R-hat rule holds its family error on chains of known effective sample
 size: autoregressive chains (AR(1), :math:`\rho` set for a given ESS) judged from the streaming
-moments of :mod:`numpyro_sgrld.monitor`, as NumPyro's loop judges them."""
+moments of :mod:`numpyro_sgrld.verdict.monitor`, as NumPyro's loop judges them."""
 
 import numpy as np
 import pytest
 from scipy.signal import lfilter
 
-from numpyro_sgrld import monitor
-from numpyro_sgrld.verdict import MAX_RHAT, judgement, rhat_noise
+from numpyro_sgrld.verdict import monitor
+from numpyro_sgrld.verdict.judge import MAX_RHAT, judgement, rhat_noise
 
 STEPS, COORDINATES, RUNS = 8_000, 25, 100
 

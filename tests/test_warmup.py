@@ -12,10 +12,10 @@ import pytest
 from numpyro.infer import MCMC, init_to_value
 
 import numpyro_sgrld as ns
+from numpyro_sgrld.core.equipartition import Temperatures
+from numpyro_sgrld.core.gradients import Target, activate_control_variates, warmup_control_variates
 from numpyro_sgrld.core.metrics.constant import DENSE_MAX_DIM
-from numpyro_sgrld.equipartition import Temperatures
-from numpyro_sgrld.gradients import Target, activate_control_variates, warmup_control_variates
-from numpyro_sgrld.verdict import MAX_RHAT, MAX_STEP_SPREAD, MIN_ESS, verdict
+from numpyro_sgrld.verdict.judge import MAX_RHAT, MAX_STEP_SPREAD, MIN_ESS, verdict
 from numpyro_sgrld.warmup import (
     final_window_start,
     first_window_start,
@@ -161,12 +161,15 @@ def test_the_switch_compares_the_noise_with_and_without_the_centre():
     model, X, y = _logistic(2000, 20)
     kernel = ns.SGLD(model)
     kernel.init(jax.random.PRNGKey(0), 400, None, (X, y), {})
-    from numpyro_sgrld.host import _host_parts
+    from numpyro_sgrld.sampler import parts as _host_parts
 
     target = _host_parts.target(kernel.setup, kernel.model, kernel._potential_fn, None, (X, y),
-                                {}, num_data=kernel.num_data)
+                                {}, kernel._draw, num_data=kernel.num_data)
     state = warmup_control_variates().init({"w": jnp.zeros(3)}, None, target)
-    draw = target.draw_batch
+
+    def draw(key):
+        return target.draw(key, None)[0]
+
     near = activate_control_variates(state, {"w": jnp.ones(3)}, {"w": jnp.ones(3)}, target,
                                      draw, lambda t: t, jax.random.PRNGKey(2))
     far = activate_control_variates(state, {"w": -30 * jnp.ones(3)}, {"w": jnp.ones(3)},
@@ -278,7 +281,7 @@ def test_numpyros_own_loop_judges_a_short_run_too(num_samples):
 def test_numpyros_own_loop_warns_at_the_end_with_the_verdict_of_the_draws(chain_method):
     """The streaming moments' split R-hat is the draws' exactly (every step kept), and the
     batch-means ESS agrees with the draws' to its own precision."""
-    from numpyro_sgrld.host._compat import fast_sampling_loop_enabled
+    from numpyro_sgrld.sampler.compat import fast_sampling_loop_enabled
 
     assert not fast_sampling_loop_enabled()
     model, X, y = _logistic(2000, 20)
@@ -298,7 +301,7 @@ def test_numpyros_own_loop_warns_at_the_end_with_the_verdict_of_the_draws(chain_
 
 def test_the_adapted_step_its_inflation_and_the_preconditioner_reach_inference_data(
         default_run):
-    from numpyro_sgrld.inference_data import to_inference_data
+    from numpyro_sgrld.analysis.inference_data import to_inference_data
 
     mcmc, X, y = default_run
     idata = to_inference_data(mcmc, X, y, log_likelihood=False)
@@ -347,7 +350,7 @@ def test_the_advice_for_chains_that_have_not_mixed_fits_the_model():
     """A centred hierarchy is told which site to reparametrise; a model that is already
     non-centred (the inference gym's sparse logistic regression) is told that no
     reparametrisation will help and where to go instead, with what that costs."""
-    from numpyro_sgrld.host._advice import mixing_advice as _mixing_advice
+    from numpyro_sgrld.verdict.advice import mixing_advice as _mixing_advice
 
     X = jax.random.normal(jax.random.PRNGKey(0), (400, 3))
     y = (X[:, 0] > 0).astype(jnp.float32)
@@ -433,8 +436,8 @@ def test_a_warmup_step_is_rejected_for_its_curvature_not_its_minibatch_slope():
     sqrt(N/n)) lets the step land; a step past the curvature's stability limit does not."""
     from types import SimpleNamespace
 
-    from numpyro_sgrld.core._estimators import Estimate
-    from numpyro_sgrld.core._step import _lands
+    from numpyro_sgrld.core.algorithm import _lands
+    from numpyro_sgrld.core.estimators import Estimate
     from numpyro_sgrld.warmup.adaptation import MAX_RISE, too_steep
 
     def reject(a, b):

@@ -34,12 +34,12 @@ else:
     else:
         raise AssertionError("found data without a checkout or $NUMPYRO_SGRLD_DATA")
 import os, tempfile, numpy as np
-from numpyro_sgrld.host import host_data
+from numpyro_sgrld.data import host_data
 host_data.MAPPED_BUDGET = 0  # read by the file's reader process, run from the wheel
 path = os.path.join(tempfile.mkdtemp(), "X.npy")
 X = np.asarray(X, np.float32)
 np.save(path, X)
-from numpyro_sgrld.sharding import HostRows
+from numpyro_sgrld.data.sharding import HostRows
 rows = HostRows(np.load(path, mmap_mode="r")).source.gather(np.array([5, 999, 0, 5]))
 assert np.array_equal(rows, X[[5, 999, 0, 5]])
 print("ok")

@@ -152,7 +152,7 @@ def digits_bnn():
     from numpyro_sgrld.models.bnn import load_digits, mlp_classifier
 
     from numpyro_sgrld import priors
-    from numpyro_sgrld.predictive import classification_metrics
+    from numpyro_sgrld.analysis.predictive import classification_metrics
 
     X_train, y_train, X_test, y_test = load_digits()
     model = partial(mlp_classifier, hidden=(100,), prior=priors.horseshoe("layer"),

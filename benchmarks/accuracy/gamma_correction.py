@@ -40,7 +40,7 @@ from numpyro_sgrld.models import logistic_regression as lr
 from numpyro_sgrld.models import sblrc_blr
 
 from numpyro_sgrld import PSGLD, MongeSGLD, diagnostics
-from numpyro_sgrld.inference_data import reference_posterior
+from numpyro_sgrld.analysis.inference_data import reference_posterior
 
 NUM_CHAINS = 4
 DRAWS = 20_000  # kept per chain (thinning = steps // DRAWS)

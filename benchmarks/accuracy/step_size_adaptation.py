@@ -6,7 +6,7 @@ adapted one, ``h_a * 10^{-1.5, -1, -0.5, 0.5, 1, 1.5}`` (``h_a`` the chains' geo
 each with the same budget: ``--warmup`` warm-up steps (with the fixed step for the grid) and
 ``--steps`` sampling steps, ``--chains`` vectorised chains, the same seed.
 
-Every run is compared with the problem's reference (:func:`numpyro_sgrld.diagnostics.
+Every run is compared with the problem's reference (:func:`numpyro_sgrld.analysis.diagnostics.
 compare_to_reference`): the **total error** is the larger of the largest standardised mean
 error ``|mean - ref| / ref_sd`` and the largest ``|sd / ref_sd - 1|`` over the parameters,
 with the Monte Carlo standard error (ArviZ's ESS-based MCSE, the reference's included) of the
@@ -115,7 +115,7 @@ def _linear_regression():
 def _german_credit():
     from numpyro_sgrld.models import logistic_regression as lr
 
-    from numpyro_sgrld.inference_data import reference_posterior
+    from numpyro_sgrld.analysis.inference_data import reference_posterior
 
     X, y = lr.load_german_credit()
     ref = reference_posterior(lr.model, X, y, num_samples=5000, num_warmup=1000)
@@ -155,7 +155,7 @@ def _digits_bnn():
     from numpyro_sgrld.models.bnn import load_digits, mlp_classifier
 
     from numpyro_sgrld import priors
-    from numpyro_sgrld.predictive import classification_metrics
+    from numpyro_sgrld.analysis.predictive import classification_metrics
 
     X_train, y_train, X_test, y_test = load_digits()
     model = partial(mlp_classifier, hidden=(100,), prior=priors.horseshoe("layer"),

@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 from numpyro.infer import MCMC, NUTS, init_to_uniform  # noqa: E402
 
 import numpyro_sgrld as ns  # noqa: E402
-from numpyro_sgrld.predictive import agreement, predictive_probs, total_variation  # noqa: E402
+from numpyro_sgrld.analysis.predictive import agreement, predictive_probs, total_variation  # noqa: E402
 
 OUT = ROOT / "docs" / "results" / "cancer_flips.jsonl"
 RUNS = {

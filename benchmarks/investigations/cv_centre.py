@@ -5,7 +5,7 @@
 
 The time-to-accuracy problem (``time_to_accuracy.make_data``: logistic regression, N = 100,000,
 d = 20, minibatches of 500). For each ``mode_steps`` the kernel's initialisation runs the Adam
-search and reports ``control_variate.distance`` (``numpyro_sgrld.gradients.centre_distance``:
+search and reports ``control_variate.distance`` (``numpyro_sgrld.core.gradients.centre_distance``:
 the estimated distance from the mode in posterior sds along the full-data gradient). The exact
 mode comes from Newton's method on the full data (float64 Hessian); the table compares the
 estimate with the Mahalanobis distance sqrt((c - m)^T H (c - m)) of the centre c from the mode

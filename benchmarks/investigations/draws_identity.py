@@ -7,7 +7,7 @@ NumPyro's loop and on the kernels' own loop, and at its defaults on the kernels'
     python benchmarks/investigations/draws_identity.py check before.npz 16  # the grouped loop
     python benchmarks/investigations/draws_identity.py check before.npz accelerator
 
-A third argument sets the kernels' loop (``numpyro_sgrld.host._loop.GROUP``: 0 the segment loop, a
+A third argument sets the kernels' loop (``numpyro_sgrld.sampler.loop.GROUP``: 0 the segment loop, a
 CPU's default; 16 the grouped loop); ``accelerator`` runs it as an accelerator does: the
 grouped loop, and the steps after warm-up compiled for that phase (``_loop.SETTLED``).
 
@@ -24,8 +24,8 @@ import numpy as np
 from numpyro.infer import MCMC
 
 from numpyro_sgrld import disable_fast_sampling_loop, enable_fast_sampling_loop
-from numpyro_sgrld.kernels import KERNELS
-from numpyro_sgrld.problems import NETWORK_KERNELS, PROBLEMS
+from numpyro_sgrld.app.problems import NETWORK_KERNELS, PROBLEMS
+from numpyro_sgrld.presets.table import KERNELS
 
 
 def draws():
@@ -54,7 +54,7 @@ def main(argv):
     if len(argv) not in (2, 3) or argv[0] not in ("save", "check"):
         sys.exit(__doc__)
     if len(argv) == 3:
-        from numpyro_sgrld.host import _loop
+        from numpyro_sgrld.sampler import loop as _loop
 
         if argv[2] == "accelerator":
             _loop.GROUP, _loop.SETTLED = _loop.ACCELERATOR_GROUP, True

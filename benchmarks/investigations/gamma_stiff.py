@@ -19,7 +19,7 @@ from numpyro.infer import MCMC, init_to_sample
 from numpyro_sgrld.models.gaussian import standard_normal
 
 from numpyro_sgrld import PSGLD
-from numpyro_sgrld.diagnostics import histogram_l1
+from numpyro_sgrld.analysis.diagnostics import histogram_l1
 
 SETTINGS = [(1e-3, 40_000), (1e-4, 220_000)]
 VARIANTS = [

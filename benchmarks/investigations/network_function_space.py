@@ -28,8 +28,8 @@ from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
 from numpyro.infer import MCMC
 
 import numpyro_sgrld as ns
-from numpyro_sgrld.host import _evaluation
-from numpyro_sgrld.host.verdict import with_evaluation
+from numpyro_sgrld.verdict import evaluation
+from numpyro_sgrld.verdict.judge import with_evaluation
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "accuracy"))
 import defaults  # noqa: E402
@@ -55,7 +55,7 @@ def main():
         seconds = time.perf_counter() - start
     said = [str(w.message) for w in caught if "cannot be trusted" in str(w.message)]
     draws = mcmc.get_samples(group_by_chain=True)
-    ell = np.asarray(with_evaluation(draws, kernel, constrained=True)[_evaluation.NAME])
+    ell = np.asarray(with_evaluation(draws, kernel, constrained=True)[evaluation.NAME])
     segments = ell[:, : ell.shape[1] // 10 * 10].reshape(4, 10, -1).mean(-1)
     row = dict(kernel=a.kernel, warmup=a.warmup, init=a.init, seconds=seconds,
                segment_means=np.round(segments, 2).tolist(),

@@ -4,7 +4,7 @@ thermostat's last value, for exact and minibatch gradients, after warm-ups of 2 
 units (h x steps).
 
 A thermostat far from its equilibrium relaxes to it at the rate T/xi per time unit
-(``numpyro_sgrld.verdict.thermostat_relaxation``): with the momentum at its equilibrium for
+(``numpyro_sgrld.verdict.judge.thermostat_relaxation``): with the momentum at its equilibrium for
 the friction xi, the kinetic temperature is T xi*/xi, so d(xi)/dt = T (xi*/xi - 1). This
 records how far from the posterior's spread the positions are while it has not settled.
 

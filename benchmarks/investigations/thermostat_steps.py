@@ -2,7 +2,7 @@
 their defaults on a 64-H-10 horseshoe MLP on digits (``priors.horseshoe("layer")``,
 minibatch 100), 4 vectorised chains, ``--warmup`` steps; each chain's adapted step and the
 largest over the smallest. ``--carry-momentum`` runs the warm-up's approach with the
-momentum carried from step to step (no :class:`~numpyro_sgrld.integrators.Overdamp`), as
+momentum carried from step to step (no :class:`~numpyro_sgrld.core.integrators.Overdamp`), as
 before the approach redrew it::
 
     OUT=docs/results/thermostat_steps.jsonl

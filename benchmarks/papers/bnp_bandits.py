@@ -40,9 +40,9 @@ from jax import random
 
 from numpyro_sgrld import metrics
 from numpyro_sgrld.bridges.haiku import _layer_inputs
+from numpyro_sgrld.core.integrators import langevin_step
+from numpyro_sgrld.core.metrics import StepContext
 from numpyro_sgrld.core.metrics.bnp import layer_inputs_name
-from numpyro_sgrld.integrators import langevin_step
-from numpyro_sgrld.metrics import StepContext
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "bandits" / "shuttle.csv.gz"
 ROUNDS, BATCH, HIDDEN, TEMPERATURE, L2 = 2000, 32, 50, 0.03, 1.0

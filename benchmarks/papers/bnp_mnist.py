@@ -61,8 +61,8 @@ from numpyro_sgrld import (
     random_haiku_module,
 )
 from numpyro_sgrld.analysis.plots import plot_reliability, pyplot
-from numpyro_sgrld.host._potentials import minibatch_potential_with_aux
-from numpyro_sgrld.metrics import StepContext
+from numpyro_sgrld.core.metrics import StepContext
+from numpyro_sgrld.sampler.potentials import minibatch_potential_with_aux
 
 N = 50_000
 SAMPLERS = {

@@ -53,8 +53,8 @@ from numpyro_sgrld.models.cnn import cnn_classifier, resnet_classifier
 from numpyro_sgrld.models.mnist import load_mnist
 
 from numpyro_sgrld import PSGLD, SGHMC, SGLD, ShampooSGLD, enable_fast_sampling_loop, priors
-from numpyro_sgrld.conv_priors import correlated_normal
-from numpyro_sgrld.predictive import expected_calibration_error
+from numpyro_sgrld.analysis.predictive import expected_calibration_error
+from numpyro_sgrld.bridges.conv_priors import correlated_normal
 
 N = 50_000
 MODELS = {"cnn": cnn_classifier, "resnet": resnet_classifier}

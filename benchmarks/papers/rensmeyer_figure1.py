@@ -26,7 +26,7 @@ from numpyro.infer import MCMC, init_to_sample  # noqa: E402
 from numpyro_sgrld.models.gaussian import biased_density, standard_normal  # noqa: E402
 
 from numpyro_sgrld import PSGLD, AdamSGLD, MongeSGLD, ShampooSGLD  # noqa: E402
-from numpyro_sgrld.diagnostics import histogram_l1  # noqa: E402
+from numpyro_sgrld.analysis.diagnostics import histogram_l1  # noqa: E402
 
 H, DECAY = 1e-3, 0.9
 COMMON = {"step_size": H, "init_strategy": init_to_sample}

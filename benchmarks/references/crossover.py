@@ -4,7 +4,7 @@ training rows, each preset's defaults (``presets.py``) against NUTS to its own f
 
 For each preset and each size N it reads the run's wall time :math:`T_{SG}(N)` (warm-up and
 sampling, compile included) and whether its predictive is within the band of the reference
-(:func:`numpyro_sgrld.predictive.within_band`), and NUTS's wall time for reference ensemble
+(:func:`numpyro_sgrld.analysis.predictive.within_band`), and NUTS's wall time for reference ensemble
 ``a``, :math:`T_{NUTS}(N)` (warm-up and draws: the time to an ensemble whose distance to an
 independent one is the floor). A preset *wins* at N when it is within the band and
 :math:`T_{SG}(N) < T_{NUTS}(N)`. The crossover is the N where :math:`T_{NUTS}/T_{SG} = 1`,

@@ -53,7 +53,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from numpyro.infer import MCMC, NUTS  # noqa: E402
 
-from numpyro_sgrld.predictive import (  # noqa: E402
+from numpyro_sgrld.analysis.predictive import (  # noqa: E402
     agreement,
     gaussian_mixture_quantiles,
     quantile_wasserstein2,

@@ -9,8 +9,8 @@ is compared with reference ensemble ``a`` (total variation and agreement for a c
 W2 per test point for a regressor) and judged against the floor (``a`` against ``b``):
 *close* when the distance is at most twice the floor or the floor plus 0.01 and, for a
 classifier, the agreement at most one point below the floor's
-(:func:`numpyro_sgrld.predictive.within_band`). Whether the run warned is its own verdict at
-the end of ``mcmc.run``. Each run's predictive is kept in
+(:func:`numpyro_sgrld.analysis.predictive.within_band`). Whether the run warned is its own verdict
+at the end of ``mcmc.run``. Each run's predictive is kept in
 ``docs/results/network_presets/<problem>_<preset>.npz`` (``probs`` and each chain's
 ``chain_probs``, or ``quantiles`` at 256 mid-levels). A far run that did not warn is a
 **miss**, a close run that warned a **false alarm**. One JSON line per cell is appended to
@@ -42,7 +42,7 @@ import numpy as np  # noqa: E402
 from numpyro.infer import MCMC  # noqa: E402
 
 import numpyro_sgrld as ns  # noqa: E402
-from numpyro_sgrld.predictive import (  # noqa: E402
+from numpyro_sgrld.analysis.predictive import (  # noqa: E402
     agreement,
     gaussian_mixture_quantiles,
     quantile_wasserstein2,

@@ -157,7 +157,7 @@ INIT = priors.init_to_unit_scales
 def predictive(problem, samples):
     """The test points' predictive: class probabilities averaged over the draws (points x
     classes), or for a regressor each draw's mean and noise scale (draws x points each)."""
-    from numpyro_sgrld.predictive import predict_sites, predictive_probs
+    from numpyro_sgrld.analysis.predictive import predict_sites, predictive_probs
 
     if problem["kind"] == "classifier":
         return {"probs": predictive_probs(problem["full"], samples, problem["X_test"])}

@@ -18,8 +18,9 @@ import jax
 import numpy as np
 from jax import random
 
-from numpyro_sgrld import SGLD, compare, gradients, metrics
-from numpyro_sgrld.host import _loop
+from numpyro_sgrld import SGLD, gradients, metrics
+from numpyro_sgrld.app import compare
+from numpyro_sgrld.sampler import loop as _loop
 from numpyro_sgrld.warmup import steps
 
 CONFIGS = {

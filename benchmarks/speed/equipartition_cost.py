@@ -22,7 +22,7 @@ import jax
 from jax import random
 
 import numpyro_sgrld as ns
-from numpyro_sgrld.problems import PROBLEMS
+from numpyro_sgrld.app.problems import PROBLEMS
 
 
 def _cost(fn, *args):

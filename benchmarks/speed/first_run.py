@@ -26,7 +26,7 @@ from jax import random
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import speed  # noqa: E402
 
-from numpyro_sgrld.kernels import KERNELS  # noqa: E402
+from numpyro_sgrld.presets.table import KERNELS  # noqa: E402
 
 _FINISHED = re.compile(r"Finished XLA compilation of jit\((.*)\) in ([0-9.e-]+) sec")
 

@@ -22,7 +22,7 @@ Sections, in this order (the first ones are what the acceptance reads), each wri
    PSGLD at their defaults and at a fixed step, SGLD at a fixed step without the proposal
    check;
 2. ``group``: the same MLP, SGLD at a fixed step on the kernels' segment loop (a CPU's
-   default, ``numpyro_sgrld.host._loop.GROUP = 0``) and on the grouped loop with 4, 16 (an
+   default, ``numpyro_sgrld.sampler.loop.GROUP = 0``) and on the grouped loop with 4, 16 (an
    accelerator's default) and 64 steps per group, with 16 and 2 or 4 steps per iteration of
    the group's loop (``UNROLL``), and the kernel's step in a hand-written ``lax.scan``
    (``speed.ours_in_scan``); SGLD at its defaults on the grouped loop and on the segment
@@ -65,8 +65,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import speed  # noqa: E402
 
 from numpyro_sgrld import fast_sampling_loop
-from numpyro_sgrld.host import _loop  # noqa: E402
-from numpyro_sgrld.kernels import KERNELS  # noqa: E402
+from numpyro_sgrld.presets.table import KERNELS  # noqa: E402
+from numpyro_sgrld.sampler import loop as _loop  # noqa: E402
 
 HAND_OF = {"SGLD": "hand sgld", "SGHMC": "hand sghmc", "PSGLD": "hand psgld",
            "ShampooSGLD": "hand shampoo"}
@@ -141,7 +141,7 @@ def fixed(name, p, **kw):
 
 def with_loop(run, **settings):
     """``run`` with the kernels' loop set by ``settings`` (attributes of
-    ``numpyro_sgrld.host._loop``: ``GROUP`` steps per iteration of its loop over steps, ``UNROLL``
+    ``numpyro_sgrld.sampler.loop``: ``GROUP`` steps per iteration of its loop over steps, ``UNROLL``
     of them per iteration of a group's loop, ``SETTLED`` a step compiled for after warm-up)."""
     def configured(t, key):
         defaults = {name: getattr(_loop, name) for name in settings}

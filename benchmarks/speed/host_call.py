@@ -1,6 +1,6 @@
 """The fixed cost of a host call inside a compiled loop: a ``lax.scan`` of ``--steps`` steps,
 each drawing 1,000 row indices, with no call, with a ``jax.pure_callback`` and with the
-``jax.experimental.buffer_callback`` of ``numpyro_sgrld.host.host_data.host_call``, each call
+``jax.experimental.buffer_callback`` of ``numpyro_sgrld.data.host_data.host_call``, each call
 returning the same 1,000 x 20 float32 rows (no reading: the call's own cost). The three loops
 run side by side, each timed as the best of ``--repeats`` runs after compiling.
 
@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from numpyro_sgrld.host.host_data import host_call
+from numpyro_sgrld.data.host_data import host_call
 
 ROWS, D, N = 1000, 20, 10**7
 

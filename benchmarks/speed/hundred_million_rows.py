@@ -1,5 +1,5 @@
 """SGLD at its defaults, and with contiguous minibatches, on a logistic regression of ``--rows``
-rows (default 10^8) and 20 features kept on disk (``numpyro_sgrld.sharding.HostRows`` over
+rows (default 10^8) and 20 features kept on disk (``numpyro_sgrld.data.sharding.HostRows`` over
 memory-mapped ``.npy`` files, about 8 GB at 10^8 rows): the time to the stated accuracy
 (every mean within 0.1 sd, every sd within 10 % of the reference), the process's peak
 resident memory, and the per-gradient cost of a full-data method, measured on a slice and
@@ -20,7 +20,7 @@ folder must be the same):
    reference, said as such.
 3. ``sgld``: ``SGLD(model)`` at its defaults, minibatches of 1,000, one chain, warm-up
    ``--warmup`` steps, then chunks of ``--chunk`` draws until the target or ``--cap``
-   seconds (the race of ``numpyro_sgrld.time_to_accuracy``); the wall time includes
+   seconds (the race of ``numpyro_sgrld.app.time_to_accuracy``); the wall time includes
    compilation and warm-up. Peak resident memory at its end. This stage and the next run on
    the kernels' own loop (``numpyro_sgrld.enable_fast_sampling_loop``): NumPyro's compiles
    the loop again on every ``MCMC.run`` of a chunk (4.4 s each here), and a run on it
@@ -28,7 +28,7 @@ folder must be the same):
    (with 17 GB of the machine's memory free).
    ``sgld-contiguous``: the same with ``batching="contiguous"`` (each minibatch a run of
    consecutive rows from a uniform first row: one read a step; the rows were written in
-   random order, as :func:`numpyro_sgrld.sharding.shuffled_rows` writes them).
+   random order, as :func:`numpyro_sgrld.data.sharding.shuffled_rows` writes them).
 4. ``speed-disk``, ``speed-disk-slice``, ``speed-memory``: steps per second of the same
    kernel after its warm-up (the median of three runs of ``--steps`` steps, each continuing
    the last), with the rows on disk (all N, then the first ``--memory-rows``) and with the
@@ -43,7 +43,7 @@ folder must be the same):
 6. ``gradient``: one full-data gradient of the same model in memory on a slice of
    ``--slice`` rows (the median of 5, after compiling), times N / slice: what each of NUTS's
    leapfrog steps would cost at N rows.
-7. ``hmcecs``: NumPyro's HMCECS (``numpyro_sgrld.time_to_accuracy.hmcecs_runner``: the MAP
+7. ``hmcecs``: NumPyro's HMCECS (``numpyro_sgrld.app.time_to_accuracy.hmcecs_runner``: the MAP
    by SVI, then NUTS within Gibbs over 100 blocks of the subsample, the Taylor proxy around
    the MAP) on the same slice in memory: the seconds of its set-up and warm-up (its proxy
    takes the full data's gradient and Hessian at the MAP: a pass over all N rows, which at
@@ -88,7 +88,7 @@ def write(folder, rows, seed=0):
         if (start // 1_000_000) % 64 == 63:  # the written pages leave the mapping
             X.flush()
             y.flush()
-            from numpyro_sgrld.host.host_data import release
+            from numpyro_sgrld.data.host_data import release
 
             release(X)
             release(y)
@@ -100,7 +100,7 @@ def write(folder, rows, seed=0):
 def reference(folder, iterations=8, chunk=1_000_000):
     import numpy as np
 
-    from numpyro_sgrld.host.host_data import release
+    from numpyro_sgrld.data.host_data import release
 
     X = np.load(f"{folder}/X.npy", mmap_mode="r")
     y = np.load(f"{folder}/y.npy", mmap_mode="r")
@@ -143,7 +143,7 @@ def sgld(folder, ref, warmup, chunk, cap, batching="replacement"):
 
     from numpyro_sgrld import SGLD, enable_fast_sampling_loop
     from numpyro_sgrld.app.time_to_accuracy import mcmc_runner, race
-    from numpyro_sgrld.sharding import HostRows
+    from numpyro_sgrld.data.sharding import HostRows
 
     warnings.simplefilter("ignore")
     enable_fast_sampling_loop()  # NumPyro's loop compiles again on every run of a chunk
@@ -179,7 +179,7 @@ def speed(folder, rows, where, warmup, steps, batching="replacement"):
     from numpyro.infer import MCMC
 
     from numpyro_sgrld import SGLD, enable_fast_sampling_loop
-    from numpyro_sgrld.sharding import HostRows
+    from numpyro_sgrld.data.sharding import HostRows
 
     warnings.simplefilter("ignore")
     enable_fast_sampling_loop()  # no compilation in the runs timed
@@ -208,7 +208,7 @@ def shuffle(folder):
 
     import numpy as np
 
-    from numpyro_sgrld.sharding import shuffled_rows
+    from numpyro_sgrld.data.sharding import shuffled_rows
 
     target = f"{folder}/shuffled"
     start = time.perf_counter()
@@ -244,7 +244,7 @@ def gradient(folder, rows, slice_rows):
     import numpy as np
     from numpyro.infer.util import potential_energy
 
-    from numpyro_sgrld.subsample import full_batch
+    from numpyro_sgrld.data.subsample import full_batch
 
     X = jnp.asarray(np.load(f"{folder}/X.npy", mmap_mode="r")[:slice_rows])
     y = jnp.asarray(np.load(f"{folder}/y.npy", mmap_mode="r")[:slice_rows])

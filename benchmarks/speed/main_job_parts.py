@@ -20,9 +20,9 @@ import arviz as az
 import numpy as np
 
 from numpyro_sgrld import diagnostics, plots
+from numpyro_sgrld.analysis.inference_data import save_netcdf
 from numpyro_sgrld.app.compare import ACCURATE_MEAN, ACCURATE_SD, _latent_only, _pooled
-from numpyro_sgrld.inference_data import save_netcdf
-from numpyro_sgrld.problems import PROBLEMS
+from numpyro_sgrld.app.problems import PROBLEMS
 
 
 def _scores(problem):

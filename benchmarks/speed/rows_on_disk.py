@@ -1,5 +1,5 @@
 """Steps per second and peak resident memory of SGLD with the rows on disk
-(``numpyro_sgrld.sharding.HostRows`` over a memory-mapped ``.npy`` file) against the same rows
+(``numpyro_sgrld.data.sharding.HostRows`` over a memory-mapped ``.npy`` file) against the same rows
 in memory, on a synthetic logistic regression with ``--rows`` N rows and 20 features.
 
     python benchmarks/speed/rows_on_disk.py --rows 2000000 --folder /tmp/rows   # ~2 min
@@ -41,7 +41,7 @@ def run(folder, where, steps):
     from numpyro.infer import MCMC
 
     from numpyro_sgrld import SGLD, enable_fast_sampling_loop
-    from numpyro_sgrld.sharding import HostRows
+    from numpyro_sgrld.data.sharding import HostRows
 
     warnings.simplefilter("ignore")
     enable_fast_sampling_loop()  # NumPyro's loop would compile again in the run timed

@@ -7,7 +7,7 @@ SGLD on logistic regression (N = 50,000, d = 50, minibatch 500, float32) through
 ``MCMC(..., jit_model_args=True)``, once without the opt-in (NumPyro's ``fori_collect``:
 postprocessing and a write of the state on every step, one dispatch per step with the progress
 bar on, the loop compiled again on every run) and once inside
-``numpyro_sgrld.fast_sampling_loop()`` (``numpyro_sgrld.host._loop``), in four settings:
+``numpyro_sgrld.fast_sampling_loop()`` (``numpyro_sgrld.sampler.loop``), in four settings:
 
 - ``plain``: the model above, ``thinning=100``, no progress bar;
 - ``deterministic site``: the model also records ``numpyro.deterministic("p", sigmoid(logits))``

@@ -36,7 +36,7 @@ Contenders:
   would be used at all);
 - our kernels: ``MCMC(kernel, num_samples=T, thinning=T, progress_bar=False,
   jit_model_args=True)`` inside ``fast_sampling_loop()`` (the kernels' own sampling loop,
-  ``numpyro_sgrld.host._loop``); a repeated ``run`` with the same shapes reuses the compiled loop;
+  ``numpyro_sgrld.sampler.loop``); a repeated ``run`` with the same shapes reuses the compiled loop;
 - ``SGLD (NumPyro's loop)``: the same SGLD run without the opt-in, on NumPyro's
   ``fori_collect``, which postprocesses and writes the state into its sample buffer under a
   ``lax.cond`` every step, thinned or not, and compiles its loop again on every run (its fixed
@@ -89,8 +89,8 @@ from numpyro_sgrld import (
     gradients,
     priors,
 )
-from numpyro_sgrld.core._tree import tree_normal
-from numpyro_sgrld.metrics import shampoo_block_shapes
+from numpyro_sgrld.core.metrics import shampoo_block_shapes
+from numpyro_sgrld.core.tree import tree_normal
 
 FRICTION, DECAY, EPS, ALPHA2, MONGE_DECAY = 0.1, 0.99, 1e-8, 1.0, 0.9
 CYCLE = 1000  # the cyclical kernels' cycle length
@@ -802,9 +802,9 @@ def _per_call_table(title, column, best):
 def check_table(p, repeats, calls=200):
     """Per-step finiteness check of the position, timed alone on the problem's parameters:
     the boolean reduction ``all(isfinite(x))`` per leaf against ``isfinite(sum of the leaf
-    sums)`` (``numpyro_sgrld.core._tree.tree_all_finite``), and a copy of the parameters for scale;
+    sums)`` (``numpyro_sgrld.core.tree.tree_all_finite``), and a copy of the parameters for scale;
     fastest of ``repeats`` interleaved batches of ``calls`` calls."""
-    from numpyro_sgrld.core._tree import tree_all_finite
+    from numpyro_sgrld.core.tree import tree_all_finite
 
     def boolean(tree):
         return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
@@ -826,9 +826,9 @@ def check_table(p, repeats, calls=200):
 def noise_table(p, repeats, calls=200):
     """The step's Gaussian noise, drawn alone on the problem's parameters: one draw per leaf
     (``random.split`` of the key, ``random.normal`` per leaf) against one draw over all
-    entries cut into the leaves (``numpyro_sgrld.core._tree.tree_normal``); fastest of ``repeats``
+    entries cut into the leaves (``numpyro_sgrld.core.tree.tree_normal``); fastest of ``repeats``
     interleaved batches of ``calls`` calls."""
-    from numpyro_sgrld.core._tree import tree_normal
+    from numpyro_sgrld.core.tree import tree_normal
 
     def per_leaf(key, tree):
         leaves, treedef = jax.tree.flatten(tree)
@@ -862,7 +862,7 @@ def cost_breakdown(p, name):
     """XLA's (flops, bytes) of one step of kernel ``name``: by hand, the kernel's step, the
     step with ``check_proposal=False``, without the potential-energy value, and also without
     the finiteness checks (see :func:`cost_tables`)."""
-    from numpyro_sgrld.core import _acceptance
+    from numpyro_sgrld.core import acceptance as _acceptance
 
     args = (p["X"], p["y"])
     hand = hand_written(HAND[name].removeprefix("hand "), p)

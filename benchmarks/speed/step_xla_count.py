@@ -25,8 +25,8 @@ import jax
 import jax.numpy as jnp
 from jax import random
 
-from numpyro_sgrld.kernels import KERNELS
-from numpyro_sgrld.problems import NETWORK_KERNELS, PROBLEMS
+from numpyro_sgrld.app.problems import NETWORK_KERNELS, PROBLEMS
+from numpyro_sgrld.presets.table import KERNELS
 
 NAMES = ("SGLD", "SGHMC", "PSGLD", "MongeSGLD", "ShampooSGLD")
 

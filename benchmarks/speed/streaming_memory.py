@@ -13,7 +13,8 @@ one every ``--thinning`` steps, after ``--warmup`` steps; both runs use
 Each run is its own subprocess, so that its peak resident memory is its own:
 
 - ``in-memory``: ``mcmc.run`` keeping the K draws, then ``mcmc.get_samples(group_by_chain=True)``;
-- ``streamed``: :func:`numpyro_sgrld.streaming.run_streaming` with ``--segment-draws`` draws per
+- ``streamed``: :func:`numpyro_sgrld.analysis.streaming.run_streaming` with ``--segment-draws``
+draws per
   segment, into a NetCDF file in ``--workdir`` (removed at the end unless ``--keep``).
 
 Reported per run: the peak resident set (``VmHWM``, equal to ``ru_maxrss``) at the end, the
@@ -97,7 +98,7 @@ def child(args):
 
     import numpyro_sgrld
     from numpyro_sgrld import SGLD, classification_metrics, priors
-    from numpyro_sgrld.streaming import (
+    from numpyro_sgrld.analysis.streaming import (
         classification_accumulator,
         classification_metrics_from,
         load_streamed,

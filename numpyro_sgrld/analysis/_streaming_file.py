@@ -1,4 +1,4 @@
-"""The streamed run's file (:mod:`numpyro_sgrld.streaming`): one NetCDF-4 file in ArviZ's
+"""The streamed run's file (:mod:`numpyro_sgrld.analysis.streaming`): one NetCDF-4 file in ArviZ's
 layout whose ``draw`` dimension is unlimited, created with the first segment, appended to with
 each next one, cut back to the draws a checkpoint counts, and its recorded settings."""
 
@@ -6,8 +6,8 @@ import json
 
 import numpy as np
 
-from numpyro_sgrld.analysis import _arviz
-from numpyro_sgrld.analysis._arviz import escape
+from numpyro_sgrld.analysis import arviz_io as _arviz
+from numpyro_sgrld.analysis.arviz_io import escape
 
 __all__ = ["FILE_ATTRIBUTE", "GROUPS", "CHUNK_BYTES", "file_plan", "file_draws",
            "segment_datasets", "create", "append", "truncate"]

@@ -1,4 +1,4 @@
-"""Running summaries of the draws for :func:`numpyro_sgrld.streaming.run_streaming`
+"""Running summaries of the draws for :func:`numpyro_sgrld.analysis.streaming.run_streaming`
 (re-exported there): an :class:`Accumulator` sees each segment's draws and keeps what a
 prediction needs, so the draws themselves can stay on disk."""
 
@@ -14,7 +14,7 @@ from numpyro_sgrld.analysis.predictive import (
     gaussian_log_density,
     predictive_chunks,
 )
-from numpyro_sgrld.core._checks import integer
+from numpyro_sgrld.core.checks import integer
 
 __all__ = [
     "Accumulator",

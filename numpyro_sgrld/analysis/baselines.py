@@ -36,9 +36,9 @@ from numpyro.infer import HMC, MCMC, SVI, Trace_ELBO, init_to_value
 from numpyro.infer.autoguide import AutoDelta, AutoNormal
 from numpyro.optim import Adam
 
-from numpyro_sgrld.host._potentials import minibatch_potential
-from numpyro_sgrld.host.kernels import SGLD
-from numpyro_sgrld.host.subsample import draw_indices, find_subsample_plates, full_batch
+from numpyro_sgrld.data.subsample import draw_indices, find_subsample_plates, full_batch
+from numpyro_sgrld.presets.table import SGLD
+from numpyro_sgrld.sampler.potentials import minibatch_potential
 
 __all__ = ["mala_kernel", "run_mala", "bayes_by_backprop", "constant_sgd", "mandt_step_size",
            "find_map", "MALA_EXTRA_FIELDS"]

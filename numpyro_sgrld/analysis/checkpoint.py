@@ -18,8 +18,8 @@ total length (``tests/test_checkpoint.py`` checks it bit for bit)::
     draws = load_checkpoint("run.ckpt").samples        # (chains, 10000 draws, ...)
 
 With ``keep_draws=False`` a checkpoint holds the state and the segment lengths only, for runs
-whose draws are kept elsewhere (:func:`numpyro_sgrld.streaming.run_streaming` appends them to a
-NetCDF file and keeps such a checkpoint beside it).
+whose draws are kept elsewhere (:func:`numpyro_sgrld.analysis.streaming.run_streaming` appends them
+to a NetCDF file and keeps such a checkpoint beside it).
 
 The file is a pickle of NumPy arrays and the state's ``NamedTuple`` classes (load only files
 you wrote: unpickling runs code named in the file). The kernel itself is not saved: build the
@@ -39,7 +39,7 @@ __all__ = ["Checkpoint", "save_checkpoint", "load_checkpoint", "resume"]
 
 #: The file format: 2 since the kernel's state became one tree (``SGState.chain``); files of
 #: format 1 hold the earlier flat state, which this version cannot resume.
-_FORMAT = 2
+_FORMAT = 3
 
 
 class Checkpoint(NamedTuple):
@@ -124,11 +124,13 @@ def save_checkpoint(mcmc, path, previous=None, *, keep_draws=True):
     return checkpoint
 
 
-def _older(path):
-    """The error for a checkpoint an earlier version wrote (format 1: a flat kernel state)."""
+def _older(path, saved_format="1 or 2"):
+    """The error for a checkpoint an earlier version wrote (format 1: a flat kernel state;
+    format 2: the step size in the chain's state)."""
     return ValueError(
-        f"{str(path)!r} is a checkpoint of an earlier numpyro_sgrld (format 1), whose kernel "
-        f"state this version (format {_FORMAT}: the state is one tree, docs/changelog.md) "
+        f"{str(path)!r} is a checkpoint of an earlier numpyro_sgrld (format {saved_format}), "
+        f"whose kernel state this version (format {_FORMAT}: the state is one tree, the step "
+        "size beside the chain's state, docs/changelog.md) "
         "cannot resume: run the segment again from its start, or resume it with the version "
         "that wrote it.")
 
@@ -139,8 +141,8 @@ def _read(path):
             saved = pickle.load(f)  # noqa: S301 (documented: load only files you wrote)
         except TypeError as e:  # an earlier version's state class, with other fields
             raise _older(path) from e
-    if isinstance(saved, dict) and saved.get("format") == 1:
-        raise _older(path)
+    if isinstance(saved, dict) and saved.get("format") in (1, 2):
+        raise _older(path, saved["format"])
     if not isinstance(saved, dict) or saved.get("format") != _FORMAT:
         raise ValueError(f"{str(path)!r} is not a numpyro_sgrld checkpoint (format {_FORMAT}).")
     return saved

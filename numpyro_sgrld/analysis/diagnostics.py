@@ -5,12 +5,12 @@ r"""How far a sampler's draws are from the truth.
 - :func:`energy_distance`: a multivariate distance between two samples.
 - :func:`kernel_stein_discrepancy` and :func:`model_scores`: a distance to the posterior that
   needs no reference draws, only the model's full-data score.
-  (These two live in :mod:`numpyro_sgrld.distances`, re-exported here.)
+  (These two live in :mod:`numpyro_sgrld.analysis.distances`, re-exported here.)
 - :func:`bias_vs_step_size`: the bias of a kernel over a grid of step sizes, each run to a
   target ESS, with standard errors; :func:`fit_bias_order` fits its order in h.
 - :func:`histogram_l1`: L1 distance of a 1-D histogram to a density (Rensmeyer & Niggemann).
 
-Plots are in :mod:`numpyro_sgrld.plots`.
+Plots are in :mod:`numpyro_sgrld.analysis.plots`.
 
 Draws are accepted as an :class:`arviz.InferenceData` (its posterior), a finished
 :class:`numpyro.infer.MCMC`, or a dict ``{site: array}`` whose arrays have one leading draw
@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from numpyro_sgrld.analysis import _arviz
+from numpyro_sgrld.analysis import arviz_io as _arviz
 from numpyro_sgrld.analysis.distances import energy_distance, histogram_l1, kernel_stein_discrepancy
 
 __all__ = [
@@ -230,7 +230,7 @@ def score_function(model, *model_args, batch_size=256, **model_kwargs):
     compiled on the first call and reused for every later one."""
     from numpyro.infer.util import potential_energy, unconstrain_fn
 
-    from numpyro_sgrld.host.subsample import full_batch
+    from numpyro_sgrld.data.subsample import full_batch
 
     fb = full_batch(model)
 

@@ -1,9 +1,9 @@
 r"""Distances between a sampler's draws and the posterior: the energy distance between two
 samples, and the kernel Stein discrepancy, which needs no reference draws, only the model's
-full-data score (:func:`numpyro_sgrld.diagnostics.model_scores`). Both by matrix products
+full-data score (:func:`numpyro_sgrld.analysis.diagnostics.model_scores`). Both by matrix products
 over chunks of rows (no (rows x rows x d) array). And the L1 distance of a 1-D histogram to a
 density (:func:`histogram_l1`). Re-exported by
-:mod:`numpyro_sgrld.diagnostics`."""
+:mod:`numpyro_sgrld.analysis.diagnostics`."""
 
 import numpy as np
 
@@ -87,8 +87,8 @@ def kernel_stein_discrepancy(x, scores, c=1.0, beta=-0.5):
     ``p`` and bounded away from 0 otherwise (with :math:`\beta \in (-1, 0)` it detects
     non-convergence). The V-statistic (the square root of a non-negative quantity) is
     returned; it is :math:`O(n^{-1/2})` for exact draws. Use
-    :func:`~numpyro_sgrld.diagnostics.model_scores` to get ``x`` and ``scores`` for a NumPyro
-    model.
+    :func:`~numpyro_sgrld.analysis.diagnostics.model_scores` to get ``x`` and ``scores`` for a
+    NumPyro model.
     """
     x = np.asarray(x, np.float64)
     s = np.asarray(scores, np.float64)

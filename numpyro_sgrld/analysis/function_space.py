@@ -5,7 +5,7 @@ NeurIPS 2021 approximate-inference competition).
 
 For classifiers, with :math:`p_i` and :math:`q_i` the two ensembles' predictive class
 probabilities at test point :math:`i` (each the mean over draws of the draws' class
-probabilities, :func:`~numpyro_sgrld.predictive.predictive_probs`):
+probabilities, :func:`~numpyro_sgrld.analysis.predictive.predictive_probs`):
 
 .. math::
     \mathrm{agreement} = \frac1n\sum_i \mathbb 1[\arg\max p_i = \arg\max q_i], \qquad
@@ -51,7 +51,7 @@ def _probs(p, q):
         raise ValueError(
             "Predictive probabilities must be two arrays of the same shape (points, classes); "
             f"got {p.shape} and {q.shape}. Average each run's class probabilities over its "
-            "draws first (numpyro_sgrld.predictive.predictive_probs)."
+            "draws first (numpyro_sgrld.analysis.predictive.predictive_probs)."
         )
     return p, q
 

@@ -21,11 +21,11 @@ import numpyro
 from numpyro import handlers
 from numpyro.infer import MCMC, NUTS
 
-from numpyro_sgrld.analysis import _arviz
-from numpyro_sgrld.core._cache import cache_dir
+from numpyro_sgrld.analysis import arviz_io as _arviz
+from numpyro_sgrld.core.cache import cache_dir
 from numpyro_sgrld.core.equipartition import summarize
-from numpyro_sgrld.host._adapter import SGMCMC
-from numpyro_sgrld.host.subsample import full_batch
+from numpyro_sgrld.data.subsample import full_batch
+from numpyro_sgrld.sampler.kernel import SGMCMC
 
 __all__ = [
     "adaptation",
@@ -161,7 +161,7 @@ def sample_stats_of(mcmc):
 
 
 def equipartition_by_chain(mcmc):
-    """Each chain's equipartition readings after warm-up (:mod:`numpyro_sgrld.equipartition`:
+    """Each chain's equipartition readings after warm-up (:mod:`numpyro_sgrld.core.equipartition`:
     1 for a chain that samples the posterior's spread): ``{"temperature": (chains,),
     "reading": (chains, K), "reading_se": (chains, K)}`` and ``"group"``, the K names
     (coordinates or layers); ``None`` for another kernel or before any step was counted.
@@ -187,10 +187,10 @@ def adaptation(mcmc):
     - ``step_size`` – the adapted step :math:`h`;
     - ``predicted_variance_inflation`` – :math:`h\bar\mu`, the worst direction's predicted
       relative inflation of the stationary variance at that step (:math:`\bar\mu` the
-      final window's mean Rayleigh quotient, :mod:`numpyro_sgrld.adaptation`):
+      final window's mean Rayleigh quotient, :mod:`numpyro_sgrld.warmup.adaptation`):
       ``target_bias`` unless the stability cap made the step smaller;
     - ``preconditioner_<site>`` – the constant diagonal preconditioner learnt in warm-up
-      (:func:`~numpyro_sgrld.metrics.learnt_diagonal`), where the kernel learns one.
+      (:func:`~numpyro_sgrld.core.metrics.learnt_diagonal`), where the kernel learns one.
 
     :func:`to_inference_data` stores them in its group ``"adaptation"`` and the inflation in
     ``sample_stats`` too."""
@@ -416,7 +416,7 @@ def reference_posterior(
     observed_data).
 
     The result is cached as a NetCDF file ``reference-<key>.nc`` in ``folder`` (default
-    ``<cache>/reference``, see :func:`numpyro_sgrld.core._cache.cache_dir`), keyed by the model's
+    ``<cache>/reference``, see :func:`numpyro_sgrld.core.cache.cache_dir`), keyed by the model's
     code and bound arguments, the data and the settings (:func:`reference_key`), and read back
     on later calls; ``refresh=True`` reruns it. Chains run one after another, or in parallel
     when there are enough devices.

@@ -6,7 +6,7 @@ import itertools
 
 import numpy as np
 
-from numpyro_sgrld.analysis import _arviz
+from numpyro_sgrld.analysis import arviz_io as _arviz
 from numpyro_sgrld.analysis.diagnostics import scalar_draws
 
 __all__ = [
@@ -58,7 +58,8 @@ def plot_marginals(draws, reference, params=None, max_params=12, ncols=4, path=N
     panel per scalar parameter, in the style of Rensmeyer & Niggemann's Figure 1: each sampler
     a colour and a line style of its own, named in the legend below the panels.
 
-    ``draws``: ``{sampler name: draws}`` (anything :func:`~numpyro_sgrld.diagnostics.as_chains`
+    ``draws``: ``{sampler name: draws}`` (anything
+    :func:`~numpyro_sgrld.analysis.diagnostics.as_chains`
     accepts); ``reference``: draws. ``params``: labels such as ``"w[3]"`` (default: the first
     ``max_params`` of the reference).
     """
@@ -142,11 +143,11 @@ def _kde(x, grid, refine=4, reach=5.0):
 def plot_bias_vs_step_size(curves, column="max_abs_std_mean_error", path=None):
     """Log-log curves of a bias measure against the step size, one line per kernel, with
     error bars of ±2 standard errors where the table has ``column + "_se"`` (as
-    :func:`~numpyro_sgrld.diagnostics.bias_vs_step_size` gives for its bias measures).
+    :func:`~numpyro_sgrld.analysis.diagnostics.bias_vs_step_size` gives for its bias measures).
     ``worst_sd_ratio`` and ``mean_sd_ratio`` are shown as ``|sd ratio - 1|``.
 
     ``curves``: ``{kernel name: DataFrame}`` from
-    :func:`~numpyro_sgrld.diagnostics.bias_vs_step_size` (or one DataFrame).
+    :func:`~numpyro_sgrld.analysis.diagnostics.bias_vs_step_size` (or one DataFrame).
     """
     from matplotlib.ticker import LogLocator, NullFormatter
 
@@ -227,7 +228,7 @@ def _reference_dataset(idata, reference):
     if REFERENCE_GROUP not in _arviz.group_names(idata):
         raise ValueError(
             "No reference: pass `reference=` (draws of the exact posterior), or store one in "
-            "the InferenceData with numpyro_sgrld.inference_data.add_reference."
+            "the InferenceData with numpyro_sgrld.analysis.inference_data.add_reference."
         )
     return _arviz.dataset(idata, REFERENCE_GROUP)
 
@@ -256,7 +257,7 @@ def plot_dist_against_reference(idata, reference=None, var_names=None, max_panel
     scalar parameter (the first ``max_panels``): the reference filled in grey, the draws as a
     line (``az.plot_dist`` on ArviZ 0.x, ``az.kde`` on ArviZ 1.x). The reference comes from
     ``reference`` (stored into ``idata`` with
-    :func:`~numpyro_sgrld.inference_data.add_reference`) or from ``idata``'s
+    :func:`~numpyro_sgrld.analysis.inference_data.add_reference`) or from ``idata``'s
     ``reference_posterior`` group."""
     az = _arviz.arviz()
     plt = pyplot()

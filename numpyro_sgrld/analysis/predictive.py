@@ -26,7 +26,7 @@ from numpyro_sgrld.analysis.function_space import (
     wasserstein2,
     within_band,
 )
-from numpyro_sgrld.host.subsample import full_batch
+from numpyro_sgrld.data.subsample import full_batch
 
 __all__ = [
     "predict_sites",
@@ -134,7 +134,7 @@ def classification_metrics(
     """Ensemble test log-probability, accuracy, ECE and MCE of a classifier whose model records
     its logits as a deterministic site. Returns a dict with ``log_prob``, ``accuracy``, ``ece``,
     ``mce`` and the mean predictive ``probs`` (for :func:`calibration_bins` and
-    :func:`numpyro_sgrld.plots.plot_reliability`)."""
+    :func:`numpyro_sgrld.analysis.plots.plot_reliability`)."""
     log_mean = _chunked_mean_log_probs(model, samples, X, logits_site, batch_size, model_kwargs)
     return classification_scores(log_mean, y, num_bins)
 

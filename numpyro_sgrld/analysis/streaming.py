@@ -37,7 +37,8 @@ and ``diverging`` flags the steps that were rejected. The full-data ``log_likeli
 ``observed_data`` groups are not written (the first is draws x data points); compute what is
 needed per segment with an accumulator instead.
 
-**Resuming.** Beside the file, ``<path>.ckpt`` is a checkpoint (:mod:`numpyro_sgrld.checkpoint`,
+**Resuming.** Beside the file, ``<path>.ckpt`` is a checkpoint
+(:mod:`numpyro_sgrld.analysis.checkpoint`,
 ``keep_draws=False``: no draws) of the state after the last segment written, the segment
 lengths, the run's settings and the accumulator's state. It is replaced, atomically, after each
 segment's draws are in the file: it is the commit point. After an interruption, the same call
@@ -80,9 +81,9 @@ from numpyro_sgrld.analysis.checkpoint import (
     write_checkpoint,
 )
 from numpyro_sgrld.analysis.inference_data import load_netcdf, sample_stats_of
-from numpyro_sgrld.core._checks import integer
-from numpyro_sgrld.host._adapter import SGMCMC
-from numpyro_sgrld.host._compat import fast_sampling_loop_enabled
+from numpyro_sgrld.core.checks import integer
+from numpyro_sgrld.sampler.compat import fast_sampling_loop_enabled
+from numpyro_sgrld.sampler.kernel import SGMCMC
 
 __all__ = [
     "run_streaming",

@@ -1,4 +1,5 @@
-"""The ``sgrld`` command: its problems, the comparison of every kernel with the reference,
-the race to a stated accuracy, the report. Its public modules are re-exported at
-``numpyro_sgrld.problems``, ``.compare``, ``.time_to_accuracy``, ``.report`` and
-``.quickstart``."""
+"""The ``sgrld`` command (:mod:`~numpyro_sgrld.app.cli`): its problems
+(:mod:`~numpyro_sgrld.app.problems`), the comparison of every kernel with the reference
+(:mod:`~numpyro_sgrld.app.compare`), the race to a stated accuracy
+(:mod:`~numpyro_sgrld.app.time_to_accuracy`), the report (:mod:`~numpyro_sgrld.app.report`)
+and the quick start (:mod:`~numpyro_sgrld.app.quickstart`)."""

@@ -1,7 +1,7 @@
-r"""The large problem's reference posterior (:mod:`numpyro_sgrld.time_to_accuracy`):
+r"""The large problem's reference posterior (:mod:`numpyro_sgrld.app.time_to_accuracy`):
 importance sampling from the Laplace approximation of the logistic regression's posterior,
 with the Pareto shape of its weights' tail and delta-method Monte Carlo errors, cached on disk
-(:func:`numpyro_sgrld.core._cache.cache_dir`)."""
+(:func:`numpyro_sgrld.core.cache.cache_dir`)."""
 
 import hashlib
 import time
@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from numpyro_sgrld.core._cache import cache_dir
+from numpyro_sgrld.core.cache import cache_dir
 
 __all__ = ["Reference", "laplace_reference", "pareto_khat"]
 

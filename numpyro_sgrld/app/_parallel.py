@@ -72,7 +72,7 @@ def run_all(tasks, workers=1, log=print, every=10.0, on_start=None):
         return
     import multiprocessing
 
-    from numpyro_sgrld.host._compat import fast_sampling_loop_enabled
+    from numpyro_sgrld.sampler.compat import fast_sampling_loop_enabled
 
     fast_loop = fast_sampling_loop_enabled()
     context = multiprocessing.get_context("spawn")

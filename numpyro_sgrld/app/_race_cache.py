@@ -1,5 +1,5 @@
 """The exact methods' own times to the target on the large problem, measured once per machine
-and cached beside the reference (:func:`numpyro_sgrld.core._cache.cache_dir`).
+and cached beside the reference (:func:`numpyro_sgrld.core.cache.cache_dir`).
 
 The live race stops NUTS and HMCECS at a few times the fastest SG kernel's time (what it
 takes to tell whether that kernel is that much faster), often before they have finished
@@ -14,7 +14,7 @@ import os
 import platform
 import time
 
-from numpyro_sgrld.core._cache import cache_dir
+from numpyro_sgrld.core.cache import cache_dir
 
 __all__ = ["LIMIT", "MEASURED", "load", "save"]
 
@@ -50,7 +50,7 @@ def load(setting, method):
 
 
 def save(setting, method, result):
-    """Store ``method``'s :class:`~numpyro_sgrld.time_to_accuracy.RaceResult`."""
+    """Store ``method``'s :class:`~numpyro_sgrld.app.time_to_accuracy.RaceResult`."""
     path = _path(setting, method)
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {"result": {k: (float(v) if isinstance(v, float) else v)

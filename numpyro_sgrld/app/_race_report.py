@@ -6,7 +6,7 @@ section with the race's settings, reference and table (:func:`race_text`;
 import numpy as np
 
 from numpyro_sgrld.app.time_to_accuracy import MEAN_TOL, SD_BAND
-from numpyro_sgrld.host.kernels import KERNELS
+from numpyro_sgrld.presets.table import KERNELS
 
 __all__ = ["race_sentence", "race_text", "race_row", "number"]
 

@@ -1,7 +1,7 @@
 """The rows of ``sgrld compare``'s table: one run against the reference.
 
 :func:`summary_row` reduces a run's per-parameter comparison
-(:func:`~numpyro_sgrld.diagnostics.compare_to_reference`) to one row: the worst errors with
+(:func:`~numpyro_sgrld.analysis.diagnostics.compare_to_reference`) to one row: the worst errors with
 their Monte Carlo errors, the energy distance to the reference with its Monte Carlo error
 (:func:`energy_distance_with_error`), the squared KSD with its Monte Carlo error
 (:func:`ksd_with_error`), ESS, R-hat, whether it converged, whether it is accurate and how
@@ -12,15 +12,16 @@ plots.
 
 import numpy as np
 
-from numpyro_sgrld.analysis import _arviz, diagnostics, distances
+from numpyro_sgrld.analysis import arviz_io as _arviz
+from numpyro_sgrld.analysis import diagnostics, distances
 from numpyro_sgrld.app.report import (
     ACCURATE_MEAN,
     ACCURATE_SD,
     PROMISE_Z,
     equipartition_reading,
 )
-from numpyro_sgrld.host.subsample import full_batch
-from numpyro_sgrld.host.verdict import MAX_RHAT, MIN_ESS
+from numpyro_sgrld.data.subsample import full_batch
+from numpyro_sgrld.verdict.judge import MAX_RHAT, MIN_ESS
 
 __all__ = ["energy_distance_with_error", "ksd_with_error", "summary_row", "reference_row",
            "outside_promise", "worst_parameters"]
@@ -51,7 +52,7 @@ def _block_edges(n, blocks):
 
 def _block_sums(a, b, edges_a, edges_b):
     r"""The sums of :math:`\|a_i - b_j\|` over each pair of blocks, an (A, B) array (in chunks
-    of rows, as :func:`~numpyro_sgrld.diagnostics.energy_distance`)."""
+    of rows, as :func:`~numpyro_sgrld.analysis.diagnostics.energy_distance`)."""
     out = np.zeros((len(edges_a) - 1, len(edges_b) - 1))
     block_of = np.repeat(np.arange(len(edges_a) - 1), np.diff(edges_a))
     chunk = distances.chunk_rows(b)
@@ -62,7 +63,7 @@ def _block_sums(a, b, edges_a, edges_b):
 
 
 def energy_distance_with_error(x, y, blocks=ENERGY_BLOCKS):
-    r"""``(estimate, standard error)``: :func:`~numpyro_sgrld.diagnostics.energy_distance`
+    r"""``(estimate, standard error)``: :func:`~numpyro_sgrld.analysis.diagnostics.energy_distance`
     between the draws ``x`` (n, d) and ``y`` (m, d), and its Monte Carlo error.
 
     The estimate is unbiased for independent draws, so it comes out negative now and then
@@ -134,11 +135,11 @@ def ksd_with_error(scores, draws, max_draws=1000, blocks=ENERGY_BLOCKS, c=1.0, b
                    scale=None):
     r"""``(estimate, standard error)``: the squared IMQ kernel Stein discrepancy of at most
     ``max_draws`` evenly spaced ``draws`` (``scores``: the problem's
-    :func:`~numpyro_sgrld.diagnostics.score_function`) as a U-statistic,
+    :func:`~numpyro_sgrld.analysis.diagnostics.score_function`) as a U-statistic,
 
     .. math:: \widehat{\mathrm{KSD}^2} = \frac1{n(n-1)}\sum_{i\ne j} k_0(x_i, x_j),
 
-    with :math:`k_0` of :func:`~numpyro_sgrld.diagnostics.kernel_stein_discrepancy`. Its
+    with :math:`k_0` of :func:`~numpyro_sgrld.analysis.diagnostics.kernel_stein_discrepancy`. Its
     expectation is 0 for independent draws from the posterior, whatever their number, and
     positive for draws from another law. The V-statistic's diagonal, :math:`k_0(x, x) \approx
     \|\nabla\log p(x)\|^2 c^{2\beta}`, is smaller for draws nearer the mode, so it reads
@@ -202,7 +203,8 @@ def _convergence(rhat, ess):
 
 
 def outside_promise(table, z=PROMISE_Z):
-    """Per parameter of ``table`` (:func:`~numpyro_sgrld.diagnostics.compare_to_reference`):
+    """Per parameter of ``table``
+    (:func:`~numpyro_sgrld.analysis.diagnostics.compare_to_reference`):
     whether it misses the accuracy promise beyond the Monte Carlo noise, that is its absolute
     standardised mean error exceeds :data:`ACCURATE_MEAN`, or its sd ratio lies outside
     :data:`ACCURATE_SD`, by more than ``z`` of that number's standard errors. A parameter within
@@ -218,7 +220,7 @@ def outside_promise(table, z=PROMISE_Z):
 
 
 def summary_row(table, idata, seconds, energy, ksd, step_units=""):
-    """A run's row: ``table`` its :func:`~numpyro_sgrld.diagnostics.compare_to_reference`,
+    """A run's row: ``table`` its :func:`~numpyro_sgrld.analysis.diagnostics.compare_to_reference`,
     ``energy`` its energy distance to the reference and ``ksd`` its squared KSD
     (:func:`ksd_with_error`), each with its Monte Carlo error; ``step_units`` what its step size
     measures (:func:`~numpyro_sgrld.app._tables.step_units`)."""

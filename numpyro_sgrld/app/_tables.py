@@ -143,7 +143,7 @@ COMPARISON_COLUMNS = {
 
 #: The columns of ``per_parameter.csv``, one row per run and scalar parameter (its data
 #: dictionary, ``per_parameter.columns.csv``;
-#: :func:`~numpyro_sgrld.diagnostics.compare_to_reference`).
+#: :func:`~numpyro_sgrld.analysis.diagnostics.compare_to_reference`).
 PER_PARAMETER_COLUMNS = {
     "kernel": "The run, as in comparison.csv.",
     "parameter": "The scalar parameter: site[index] in the model's constrained coordinates.",

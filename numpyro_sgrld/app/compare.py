@@ -1,8 +1,8 @@
 """``sgrld compare``: every kernel on one problem against NUTS on the full data.
 
 Runs each SG kernel through :class:`numpyro.infer.MCMC` on a subsampled model, runs NUTS on the
-full data as the reference (:func:`~numpyro_sgrld.inference_data.reference_posterior`, cached),
-compares them (:mod:`numpyro_sgrld.diagnostics`) and writes a report folder::
+full data as the reference (:func:`~numpyro_sgrld.analysis.inference_data.reference_posterior`,
+cached), compares them (:mod:`numpyro_sgrld.analysis.diagnostics`) and writes a report folder::
 
     report.md            the verdict, settings, the comparison table, the plots
     comparison.csv       the table;  per_parameter.csv: every kernel's every parameter
@@ -23,7 +23,8 @@ import jax
 import numpy as np
 from numpyro.infer import MCMC
 
-from numpyro_sgrld.analysis import _arviz, diagnostics, plots
+from numpyro_sgrld.analysis import arviz_io as _arviz
+from numpyro_sgrld.analysis import diagnostics, plots
 from numpyro_sgrld.analysis.inference_data import (
     SG_EXTRA_FIELDS,
     reference_posterior,
@@ -45,7 +46,7 @@ from numpyro_sgrld.app.report import (
     verdict_paragraph,
     write_report,
 )
-from numpyro_sgrld.host.kernels import KERNELS, PSGLD
+from numpyro_sgrld.presets.table import KERNELS, PSGLD
 from numpyro_sgrld.warmup.adaptation import MIN_WARMUP
 
 __all__ = ["PROBLEMS", "KERNELS", "BASELINES", "DEFAULT_KERNELS", "Problem", "run_compare",
@@ -112,8 +113,8 @@ def _run_kernel(kernel, problem, num_warmup, num_steps, thinning, num_chains, se
 
 def _run_baseline(name, problem, num_warmup, num_steps, thinning, num_chains, seed,
                   target_ess, max_steps):
-    """A baseline's run as ``(idata, seconds, steps)`` (:mod:`numpyro_sgrld.baselines`): MALA
-    and constant SGD run through ``MCMC`` like the kernels (continued to the ESS target);
+    """A baseline's run as ``(idata, seconds, steps)`` (:mod:`numpyro_sgrld.analysis.baselines`):
+    MALA and constant SGD run through ``MCMC`` like the kernels (continued to the ESS target);
     Bayes by Backprop fits its guide by ``num_steps`` SVI steps and gives ``num_chains`` x
     ``num_steps // thinning`` independent draws of it."""
     from numpyro_sgrld.analysis import baselines
@@ -233,7 +234,7 @@ def run_compare(
     Monte Carlo noise, whether the row is accurate, and flags a kernel that has not converged.
     ``bias_kernels`` adds bias-against-step-size curves, ``gamma_panel`` :func:`gamma_demo`
     (the Γ bias on Rensmeyer & Niggemann's 1-D target, with and without the correction).
-    ``large`` (a :class:`~numpyro_sgrld.time_to_accuracy.Setting`, or ``None`` for none) adds
+    ``large`` (a :class:`~numpyro_sgrld.app.time_to_accuracy.Setting`, or ``None`` for none) adds
     the time-to-accuracy race on a large logistic regression
     (:func:`~numpyro_sgrld.app.time_to_accuracy.run_large`). The report opens with a verdict
     (:func:`verdict_paragraph`). ``workers`` runs of the first problem (the reference and the
@@ -453,7 +454,8 @@ def gamma_demo(path=None, num_chains=2000, num_steps=20000, seed=0):
     Without Γ the small-step law is :math:`\propto \varphi(\theta)(1 + |\theta|)`
     (sd 1.20); with it, :math:`\mathcal N(0, 1)`. Returns ``{name: {"sd", "sd_se", "l1_normal",
     "l1_predicted"}}`` (sd with ArviZ's MCSE over the chains; L1 distances of the histograms,
-    :func:`~numpyro_sgrld.diagnostics.histogram_l1`) and draws the histograms to ``path``."""
+    :func:`~numpyro_sgrld.analysis.diagnostics.histogram_l1`) and draws the histograms to
+    ``path``."""
     from numpyro.infer import init_to_sample
     from scipy.stats import norm
 

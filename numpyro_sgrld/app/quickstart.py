@@ -12,9 +12,9 @@ import numpy as np
 from jax import random
 from numpyro.infer import MCMC, NUTS
 
-from numpyro_sgrld.host.kernels import SGHMC, SGLD
-from numpyro_sgrld.host.subsample import full_batch
+from numpyro_sgrld.data.subsample import full_batch
 from numpyro_sgrld.models import linear_regression as lr
+from numpyro_sgrld.presets.table import SGHMC, SGLD
 
 __all__ = ["run_quickstart", "format_table"]
 

@@ -4,7 +4,7 @@
 Monte Carlo noise resolves it (else which tie, :func:`most_accurate`), which rows are not
 accurate and by how much (with Monte Carlo standard errors), which did not converge, and, with
 the large problem, which method reached the stated accuracy first
-(:mod:`numpyro_sgrld.time_to_accuracy`).
+(:mod:`numpyro_sgrld.app.time_to_accuracy`).
 
 The CSV files (:mod:`numpyro_sgrld.app._tables`) have their columns' meanings beside them, so
 that they can be read without ``report.md``.
@@ -14,10 +14,10 @@ from statistics import NormalDist
 
 import numpy as np
 
-from numpyro_sgrld.analysis import _arviz
+from numpyro_sgrld.analysis import arviz_io as _arviz
 from numpyro_sgrld.app._race_report import number, race_sentence, race_text
-from numpyro_sgrld.host.kernels import KERNELS
-from numpyro_sgrld.host.verdict import MAX_RHAT, MIN_ESS
+from numpyro_sgrld.presets.table import KERNELS
+from numpyro_sgrld.verdict.judge import MAX_RHAT, MIN_ESS
 
 __all__ = ["format_table", "distance_cell", "verdict_paragraph", "most_accurate"]
 
@@ -26,12 +26,12 @@ __all__ = ["format_table", "distance_cell", "verdict_paragraph", "most_accurate"
 ACCURATE_MEAN, ACCURATE_SD = 0.15, (0.87, 1.15)
 #: A parameter is outside the promise beyond noise when its error exceeds these bounds by more
 #: than this many of its Monte Carlo standard errors (the threshold at which
-#: :func:`~numpyro_sgrld.diagnostics.compare_to_reference` calls a difference resolved).
+#: :func:`~numpyro_sgrld.analysis.diagnostics.compare_to_reference` calls a difference resolved).
 PROMISE_Z = 3.0
 #: The level of the one-sided z-test by which the verdict names one SG kernel the most
 #: accurate (:func:`most_accurate`), Bonferroni-corrected over the kernels it is compared with.
 BEST_LEVEL = 0.05
-#: Baselines that are not SG-MCMC kernels (:mod:`numpyro_sgrld.baselines`), run on the same
+#: Baselines that are not SG-MCMC kernels (:mod:`numpyro_sgrld.analysis.baselines`), run on the same
 #: model and reported like the kernels: MALA (the Metropolis-adjusted Langevin algorithm) on
 #: the full data, Bayes by Backprop (mean-field VI), constant SGD (Mandt et al. 2017).
 BASELINES = ("MALA", "BayesByBackprop", "ConstantSGD")
@@ -204,7 +204,7 @@ def _best_sentence(sg, name):
 def verdict_paragraph(rows, race=None, name="German credit"):
     """The report's opening paragraph: the most accurate SG kernel, the accurate and the
     biased rows with their errors and Monte Carlo errors, the rows that did not converge, and,
-    with ``race`` (:class:`~numpyro_sgrld.time_to_accuracy.LargeRace`), which method reached
+    with ``race`` (:class:`~numpyro_sgrld.app.time_to_accuracy.LargeRace`), which method reached
     the stated accuracy first on the large problem and by how much. ``name``: what the
     report calls the problem the rows are from."""
     sg = {k: r for k, r in rows.items() if k in KERNELS}

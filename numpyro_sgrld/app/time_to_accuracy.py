@@ -20,7 +20,7 @@ proposal whose tails cover the target's; its reliability is read off the Pareto 
 :math:`\hat k` of the largest weights (Vehtari, Simpson, Gelman, Yao & Gabry 2024, "Pareto
 smoothed importance sampling": reliable for :math:`\hat k < 0.7`) and its precision off the
 weights' effective sample size. The moments' standard errors are the delta-method ones of the
-ratio estimator. The result is cached on disk (:func:`numpyro_sgrld.core._cache.cache_dir`).
+ratio estimator. The result is cached on disk (:func:`numpyro_sgrld.core.cache.cache_dir`).
 
 **The measurement** (:func:`race`). Each method runs in chunks on one ``MCMC`` object (the
 first chunk includes warm-up), continuing from its last state; after each chunk the accuracy of
@@ -165,7 +165,7 @@ def hmcecs_runner(model, model_args, num_warmup=500, chunk=100, num_blocks=100,
     """NumPyro's HMCECS (Dang et al. 2019) as its example uses it: NUTS within Gibbs over the
     subsample indices (``num_blocks`` blocks), the log-likelihood estimated with the
     second-order Taylor proxy around the MAP, which SVI with an ``AutoDelta`` guide finds
-    first (:func:`numpyro_sgrld.baselines.find_map`, ``map_steps`` minibatch steps): that
+    first (:func:`numpyro_sgrld.analysis.baselines.find_map`, ``map_steps`` minibatch steps): that
     search is part of its time."""
     from numpyro.infer import HMCECS, NUTS
 
@@ -211,9 +211,9 @@ def _runner(method, setting, X, y):
     from numpyro.infer import NUTS
 
     from numpyro_sgrld.analysis.baselines import mala_kernel
-    from numpyro_sgrld.host.kernels import KERNELS
-    from numpyro_sgrld.host.subsample import full_batch
+    from numpyro_sgrld.data.subsample import full_batch
     from numpyro_sgrld.models import logistic_regression as lr
+    from numpyro_sgrld.presets.table import KERNELS
 
     args = (X, y)
     exact = {  # the references, each with its own runner

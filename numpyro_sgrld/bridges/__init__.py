@@ -1,3 +1,4 @@
-"""Networks as NumPyro sites (Haiku, Flax NNX, Equinox) and the priors of their weights. Its
-public modules are re-exported at ``numpyro_sgrld.haiku``, ``.nnx``, ``.equinox``, ``.priors``
-and ``.conv_priors``."""
+"""Networks as NumPyro sites (:mod:`~numpyro_sgrld.bridges.haiku`,
+:mod:`~numpyro_sgrld.bridges.nnx` for Flax NNX, :mod:`~numpyro_sgrld.bridges.equinox`) and the
+priors of their weights (:mod:`~numpyro_sgrld.bridges.priors`,
+:mod:`~numpyro_sgrld.bridges.conv_priors`)."""

@@ -1,5 +1,6 @@
-"""What the network bridges (:mod:`~numpyro_sgrld.haiku`, :mod:`~numpyro_sgrld.nnx`,
-:mod:`~numpyro_sgrld.equinox`) share: how ``prior=`` becomes one NumPyro site per parameter, and
+"""What the network bridges (:mod:`~numpyro_sgrld.bridges.haiku`, :mod:`~numpyro_sgrld.bridges.nnx`,
+:mod:`~numpyro_sgrld.bridges.equinox`) share: how ``prior=`` becomes one NumPyro site per
+parameter, and
 how the recorded inputs of the dense layers (and the patches of the convolutions) become the
 auxiliary values BNP reads.
 
@@ -21,8 +22,8 @@ import numpyro
 import numpyro.distributions as dist
 
 from numpyro_sgrld.core.metrics.bnp import layer_inputs_name
-from numpyro_sgrld.host._potentials import auxiliary
-from numpyro_sgrld.host._setup import NETWORK
+from numpyro_sgrld.sampler.potentials import auxiliary
+from numpyro_sgrld.sampler.setup import NETWORK
 
 
 def as_distribution(prior, shape):
@@ -72,7 +73,7 @@ def resolve(prior, path, alias, shape, *, alias_label, available=()):
 
 def _marker(path):
     """``config_fn`` giving the ``infer`` entries of a site sampled for parameter ``path``:
-    :data:`~numpyro_sgrld.host._setup.NETWORK` for the parameter's own site and for its
+    :data:`~numpyro_sgrld.sampler.setup.NETWORK` for the parameter's own site and for its
     prior's sites of more than one value (a unit-wise horseshoe's local scales, its raw
     weights), which permuting the layer's units or flipping their signs relabels; none for a
     prior's single-valued site (a layer-wide horseshoe scale, a global scale), which no such
@@ -93,7 +94,7 @@ def sample_parameter(prior, path, alias, shape, *, alias_label, available=()):
     """The parameter's value: a sample site ``path`` of its prior, or, for a value returned by a
     callable prior, that value (reshaped to ``shape``) recorded as a deterministic site. The
     parameter's site and its prior's sites that a permutation of units relabels are marked as
-    a network's (:data:`~numpyro_sgrld.host._setup.NETWORK`, :func:`_marker`)."""
+    a network's (:data:`~numpyro_sgrld.sampler.setup.NETWORK`, :func:`_marker`)."""
     with numpyro.handlers.infer_config(config_fn=_marker(path)):
         resolved = resolve(prior, path, alias, shape, alias_label=alias_label,
                            available=available)

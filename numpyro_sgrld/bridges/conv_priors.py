@@ -1,5 +1,5 @@
 r"""Priors for convolution kernels, used as ``prior=`` of
-:func:`~numpyro_sgrld.haiku.random_haiku_module`.
+:func:`~numpyro_sgrld.bridges.haiku.random_haiku_module`.
 
 :func:`correlated_normal` is the correlated normal prior of Fortuin et al. (2022, "Bayesian
 neural network priors revisited", ICLR), as bnn_priors implements it (``ConvCorrelatedNormal``)
@@ -31,7 +31,8 @@ metrics act on the same coordinates as theirs.
 Scale :math:`\sigma`:
 
 - ``scale="he"`` (default): :math:`\sigma = 1.41/\sqrt{\text{fan\_in}}`,
-  :math:`\text{fan\_in} = k_1\cdots k_s\,c_{in}`, as for :func:`numpyro_sgrld.priors.gaussian`
+  :math:`\text{fan\_in} = k_1\cdots k_s\,c_{in}`, as for
+  :func:`numpyro_sgrld.bridges.priors.gaussian`
   (so that without correlation the prior is the Gaussian one).
 - ``scale="in_channels"``: :math:`\sigma = 1.41/\sqrt{c_{in}}`, what bnn_priors' code
   actually uses: its ``Conv2dPrior`` computes ``in_dim = in_channels * kernel_size**2`` but
@@ -40,7 +41,7 @@ Scale :math:`\sigma`:
 - a number: that :math:`\sigma` for every kernel.
 
 Every other parameter (dense weights, biases: every tensor with fewer than ``min_ndim`` axes,
-3 by default) gets :func:`numpyro_sgrld.priors.gaussian` with the same ``scale``
+3 by default) gets :func:`numpyro_sgrld.bridges.priors.gaussian` with the same ``scale``
 (``"he"`` for ``"in_channels"``). A 1×1 kernel has one position: the correlated normal is then
 the Gaussian :math:`\mathcal N(0, \sigma^2)`.
 """
@@ -182,7 +183,7 @@ def correlated_normal(lengthscale=1.0, scale="he", min_ndim=3):
 
     Example::
 
-        >>> from numpyro_sgrld.conv_priors import correlated_normal
+        >>> from numpyro_sgrld.bridges.conv_priors import correlated_normal
         >>> prior = correlated_normal()
         >>> prior("net/conv2_d/w", (3, 3, 1, 16)).event_shape
         (3, 3, 1, 16)

@@ -15,8 +15,8 @@ its field name.
 (out, in, *kernel), with a bias of shape (out, 1, ..., 1). Their sites have Haiku's and Flax's
 layout instead: ``w`` is the weight transposed, (in, out), or (*kernel, in, out) for a
 convolution, and ``b`` is (out,); the network is called with the weight transposed back. So the
-priors of :mod:`numpyro_sgrld.priors`, whose fan-in is the product of all but the last axis of
-the site's shape, give an ``eqx.nn.Linear(784, 400)`` the He scale ``1.41/sqrt(784)``, and the
+priors of :mod:`numpyro_sgrld.bridges.priors`, whose fan-in is the product of all but the last axis
+of the site's shape, give an ``eqx.nn.Linear(784, 400)`` the He scale ``1.41/sqrt(784)``, and the
 BNP metric, which reads a weight as fan-in × outputs, preconditions it. Values given for these
 sites (``Predictive``, ``substitute``, ``init_to_value``) are in that layout:
 ``w = linear.weight.T``, or :func:`conv_weight_to_site` of a convolution's weight and
@@ -39,7 +39,7 @@ from numpyro_sgrld.bridges._network_priors import (
     rename_dense_leaf,
     sample_parameter,
 )
-from numpyro_sgrld.core._checks import flag
+from numpyro_sgrld.core.checks import flag
 
 __all__ = ["conv_weight_from_site", "conv_weight_to_site", "random_eqx_module"]
 
@@ -65,7 +65,7 @@ def _check_module(eqx, module):
         "eqx.Module",
         "key=jax.random.key(0)",
         "eqx.nn.MLP(3, 1, 8, 1, key=jax.random.key(0))",
-        "For Flax NNX modules use numpyro_sgrld.nnx.random_nnx_module, for Haiku "
+        "For Flax NNX modules use numpyro_sgrld.bridges.nnx.random_nnx_module, for Haiku "
         "random_haiku_module.",
     )
 
@@ -194,8 +194,8 @@ def random_eqx_module(name, module, prior, *, batched=True):
         paths and shapes).
     :param prior: a NumPyro distribution (scalar ones are expanded to every parameter), a dict
         by site name or Equinox path (``"layers/0/weight"``), or a callable ``(path, shape)``
-        returning a distribution or a value, such as :func:`numpyro_sgrld.priors.horseshoe`
-        (the same forms as :func:`~numpyro_sgrld.haiku.random_haiku_module`). Shapes are the
+        returning a distribution or a value, such as :func:`numpyro_sgrld.bridges.priors.horseshoe`
+        (the same forms as :func:`~numpyro_sgrld.bridges.haiku.random_haiku_module`). Shapes are the
         sites' (the module docstring's layout: a dense weight is (in, out)).
     :param batched: ``True`` (default): ``apply(x, *args, **kwargs)`` maps the module over the
         leading axis of ``x``, ``jax.vmap(lambda xi: module(xi, *args, **kwargs))(x)``, as

@@ -98,7 +98,7 @@ def random_haiku_module(name, transformed, input_shape, prior, *, apply_rng=None
     :param prior: a NumPyro distribution (scalar ones are expanded to every parameter), a dict
         by site path or Haiku path (``"mlp/~/linear_0/w"``), or a callable ``(path, shape)``
         returning a distribution or a value (the ready-made ones are in
-        :mod:`numpyro_sgrld.priors`; callables may sample auxiliary sites such as horseshoe
+        :mod:`numpyro_sgrld.bridges.priors`; callables may sample auxiliary sites such as horseshoe
         scales). A value returned by a callable is recorded as a deterministic site.
     :return: ``apply(x, *args, **kwargs)``. For ``transform_with_state`` networks the state is a
         ``numpyro.mutable`` site ``"{name}$state"`` (not sampled), updated on every call.
@@ -107,8 +107,8 @@ def random_haiku_module(name, transformed, input_shape, prior, *, apply_rng=None
         metric reads (:func:`numpyro_sgrld.core.metrics.bnp`).
 
     Flax NNX and Equinox networks have the same bridge, with the same ``prior=`` and the same
-    layer inputs: :func:`numpyro_sgrld.nnx.random_nnx_module` and
-    :func:`numpyro_sgrld.equinox.random_eqx_module` (extras ``numpyro-sgrld[flax]`` and
+    layer inputs: :func:`numpyro_sgrld.bridges.nnx.random_nnx_module` and
+    :func:`numpyro_sgrld.bridges.equinox.random_eqx_module` (extras ``numpyro-sgrld[flax]`` and
     ``numpyro-sgrld[equinox]``).
     """
     with_state = isinstance(transformed, hk.TransformedWithState)

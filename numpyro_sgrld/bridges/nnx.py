@@ -11,7 +11,7 @@ the module joined by ``/`` (attribute names and list indices, as ``nnx.split`` r
 metric reads them (``"{layer}/w"``, ``"{layer}/b"``): ``"net/layers/0/w"``, ``"net/layers/0/b"``;
 every other parameter keeps its attribute name (``"net/norm/scale"``). Their layout is Flax's,
 which is Haiku's: a dense kernel is (in, out), a convolution's (*kernel, in, out), so the
-fan-in of :mod:`numpyro_sgrld.priors` (product of all but the last axis) is the layer's.
+fan-in of :mod:`numpyro_sgrld.bridges.priors` (product of all but the last axis) is the layer's.
 A module shared by two attributes has its parameters once, under the first path.
 """
 
@@ -54,7 +54,7 @@ def _check_module(nnx, module):
         "nnx.Module",
         "rngs=nnx.Rngs(0)",
         "nnx.Linear(3, 4, rngs=nnx.Rngs(0))",
-        "For Equinox modules use numpyro_sgrld.equinox.random_eqx_module, for Haiku "
+        "For Equinox modules use numpyro_sgrld.bridges.equinox.random_eqx_module, for Haiku "
         "random_haiku_module.",
     )
 
@@ -135,8 +135,8 @@ def random_nnx_module(name, module, prior):
         paths and shapes), and it is not modified.
     :param prior: a NumPyro distribution (scalar ones are expanded to every parameter), a dict
         by site name or NNX path (``"layers/0/kernel"``), or a callable ``(path, shape)``
-        returning a distribution or a value, such as :func:`numpyro_sgrld.priors.horseshoe`
-        (the same forms as :func:`~numpyro_sgrld.haiku.random_haiku_module`).
+        returning a distribution or a value, such as :func:`numpyro_sgrld.bridges.priors.horseshoe`
+        (the same forms as :func:`~numpyro_sgrld.bridges.haiku.random_haiku_module`).
     :return: ``apply(*args, **kwargs)``: the module, with the sampled parameters, called on the
         arguments. Its other state (``nnx.BatchStat``, ``nnx.Rngs`` counters, any variable that
         is not an ``nnx.Param``) is the ``numpyro.mutable`` site ``"{name}$state"``

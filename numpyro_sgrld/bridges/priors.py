@@ -1,5 +1,5 @@
 r"""Priors for neural-network parameters, used as ``prior=`` of
-:func:`~numpyro_sgrld.haiku.random_haiku_module`.
+:func:`~numpyro_sgrld.bridges.haiku.random_haiku_module`.
 
 Each prior is a callable ``(path, shape)`` called inside the model; it returns a distribution for
 the parameter (or, for non-centred forms, the parameter's value, sampling auxiliary sites

@@ -1,4 +1,4 @@
-"""The adaptive-thermostat integrators of :mod:`numpyro_sgrld.integrators` (re-exported there):
+"""The adaptive-thermostat integrators of :mod:`numpyro_sgrld.core.integrators` (re-exported there):
 SGNHT and BADODAB."""
 
 from typing import Any, NamedTuple
@@ -6,8 +6,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from numpyro_sgrld.core._checks import real
-from numpyro_sgrld.core._integrator_base import (
+from numpyro_sgrld.core.checks import real
+from numpyro_sgrld.core.integrator_base import (
     BiasLaw,
     Integrator,
     NeedsConstantMetric,
@@ -15,7 +15,7 @@ from numpyro_sgrld.core._integrator_base import (
     Settle,
     time_step_law,
 )
-from numpyro_sgrld.core._tree import tree_normal
+from numpyro_sgrld.core.tree import tree_normal
 
 __all__ = ["sgnht", "badodab", "SGNHTState", "BADODABState"]
 
@@ -89,7 +89,7 @@ def restart(state):
 
 def settle(state, temperature):
     r"""The thermostat set to the friction its measured heating calls for (the
-    :class:`~numpyro_sgrld.integrators.Settle` of warm-up). The thermostat's own dynamics,
+    :class:`~numpyro_sgrld.core.integrators.Settle` of warm-up). The thermostat's own dynamics,
     :math:`\dot\xi = K - T` with :math:`K \approx T\xi^*/\xi`, reach their equilibrium
     :math:`\xi^*` only over several relaxation times :math:`\xi^*/T` (hundreds of time units
     when the gradient noise dominates), and a chain started far from the posterior heats
@@ -147,7 +147,7 @@ def sgnht(diffusion=1.0) -> Integrator:
     With a constant metric :math:`D = RR^\top` the dynamics run in the coordinates
     :math:`R^{-1}\theta`: the kick is :math:`R^\top\nabla\hat U`, the drift
     :math:`\theta \leftarrow \theta + hRp`, and :math:`p^\top p/d` is the kinetic temperature
-    there (a metric with the :class:`~numpyro_sgrld.metrics.Constant` trait; a
+    there (a metric with the :class:`~numpyro_sgrld.core.metrics.Constant` trait; a
     position-dependent metric would change the coordinates under the thermostat).
     """
     diffusion = real(diffusion, "diffusion", low=0, low_open=True,
@@ -187,7 +187,7 @@ def sgnht(diffusion=1.0) -> Integrator:
 # --------------------------------------------------------------------------- BADODAB
 class BADODABState(NamedTuple):
     """BADODAB's momentum ``p`` (the last half kick pending, as for
-    :class:`~numpyro_sgrld.integrators.BAOABState`), its thermostat ``xi`` (a scalar) and
+    :class:`~numpyro_sgrld.core.integrators.BAOABState`), its thermostat ``xi`` (a scalar) and
     ``started``."""
 
     momentum: Any
@@ -208,8 +208,8 @@ def badodab(diffusion=1.0, thermal_mass=1.0) -> Integrator:
     \leftarrow \xi + \tfrac h{2\mu}(p^\top p/d - T)`, O the exact Ornstein–Uhlenbeck step at
     friction :math:`\xi`, :math:`p \leftarrow e^{-\xi h}p + \sqrt{AT(1 - e^{-2\xi h})/\xi}
     \,\eta` (:math:`\sqrt{2ATh}\,\eta` at :math:`\xi = 0`), then D, A, B. As in
-    :func:`~numpyro_sgrld.integrators.baoab`, the closing B is merged with the next step's opening
-    one (one gradient per step).
+    :func:`~numpyro_sgrld.core.integrators.baoab`, the closing B is merged with the next step's
+    opening one (one gradient per step).
     ``diffusion`` :math:`A > 0` (the injected noise, as in :func:`sgnht`), ``thermal_mass``
     :math:`\mu > 0`; :math:`\xi` starts at :math:`A`, :math:`p` at 0. With exact gradients the
     invariant law is :math:`\propto e^{-U/T - p^\top p/(2T) - d\mu(\xi - A)^2/(2T)}`, so

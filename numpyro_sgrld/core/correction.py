@@ -73,7 +73,7 @@ import jax.numpy as jnp
 from jax import random
 from jax.flatten_util import ravel_pytree
 
-from numpyro_sgrld.core._traits import trait
+from numpyro_sgrld.core.traits import trait
 
 __all__ = [
     "BY_NAME",
@@ -100,7 +100,7 @@ FORMS = ("lagged", "instant")
 
 
 class Lag(NamedTuple):
-    r"""A metric's trait (:mod:`numpyro_sgrld.core._traits`): its state is a moving average with
+    r"""A metric's trait (:mod:`numpyro_sgrld.core.traits`): its state is a moving average with
     weight ``decay`` :math:`\alpha` of a statistic of power ``statistic_order`` in the
     gradient (2 for :math:`\bar g\odot\bar g` or :math:`\bar g\bar g^\top`, 1 for
     :math:`\bar g`), which is what Γ differentiates and what :func:`lag_response` reads.
@@ -111,7 +111,7 @@ class Lag(NamedTuple):
 
 
 class GammaBias(NamedTuple):
-    """A metric's or an integrator's trait (:mod:`numpyro_sgrld.core._traits`): its adaptation
+    """A metric's or an integrator's trait (:mod:`numpyro_sgrld.core.traits`): its adaptation
     makes Γ non-zero, so without the correction the chain samples another law even at small
     steps (docs/bias.md); read by the verdict's advice. ``correctable``: whether
     ``correction="exact"`` on its preset removes it (else a constant preconditioner, SGLD's or
@@ -272,7 +272,7 @@ def correction_terms(kind, key, position, grad_fn, metric, state, context=None):
     vectors; see :class:`CorrectionTerms`) by the :class:`Correction` ``kind`` (or its name).
     ``grad_fn(theta)`` is the minibatch gradient on the current minibatch, ``state`` the metric
     state *before* this step's update, ``context`` the step's
-    :class:`~numpyro_sgrld.metrics.StepContext` (held fixed: the metric is differentiated
+    :class:`~numpyro_sgrld.core.metrics.StepContext` (held fixed: the metric is differentiated
     through the gradient only)."""
     flat, unravel = ravel_pytree(position)
     apply = _grad_and_metric_times(metric, state, grad_fn, unravel, context)

@@ -224,7 +224,7 @@ def update(acc, position, grad, ok, i):
 
 
 def observe(acc, reading, info, temperature):
-    r"""The reducer over each step's :class:`~numpyro_sgrld.core._step.StepInfo`:
+    r"""The reducer over each step's :class:`~numpyro_sgrld.core.algorithm.StepInfo`:
     ``(sums, reading)`` after the step ``info`` describes, ``reading`` being that step's
     :math:`\frac{1}{dT}\sum_i(\theta_i - c_i)\,\partial_i\hat U(\theta)` at the position it
     started from; unchanged without sums (``acc`` ``None``) or at temperature 0 (an

@@ -7,7 +7,9 @@ A gradient estimator is a pair of pure functions (:class:`GradientEstimator`)::
 
 ``target`` (:class:`Target`, built by the kernel) holds the minibatch potential
 ``potential(z, batch) -> (value, aux)``, the full-data potential (``None`` when the kernel has
-no model), and ``draw_batch(key)`` for estimators that search (the control variates' mode).
+no model), and ``draw(key, batch_state) -> (batch, batch_state)``, the run's one minibatch draw
+(``batch_state=None`` for a fresh minibatch; estimators that search, the control variates'
+mode, draw theirs with it).
 ``aux`` is the dict of auxiliary values the model recorded with
 :func:`~numpyro_sgrld.auxiliary` on this minibatch, from the same forward pass as the gradient.
 ``oracle(z) -> (value, grad)`` is the
@@ -17,7 +19,7 @@ full gradient) belongs to the estimator: :func:`minibatch` has none, :func:`cont
 keeps its :class:`ControlVariate`.
 
 The default estimator differentiates NumPyro's own minibatch potential
-(:mod:`numpyro_sgrld.host._potentials` builds it from the model)
+(:mod:`numpyro_sgrld.sampler.potentials` builds it from the model)
 
 .. math::
     \hat U(\theta) = -\log p(\theta) - \frac{N}{n}\sum_{i \in B} \log p(y_i \mid \theta)
@@ -37,8 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax, random
 
-from numpyro_sgrld.core._checks import flag, integer
-from numpyro_sgrld.core._estimators import (
+from numpyro_sgrld.core.checks import flag, integer
+from numpyro_sgrld.core.estimators import (
     ControlVariate,
     Estimate,
     GradientEstimator,
@@ -50,7 +52,7 @@ from numpyro_sgrld.core._estimators import (
     find_mode,
     hessian_diagonal_estimate,
 )
-from numpyro_sgrld.core._tree import tree_all_finite, tree_dot, tree_where
+from numpyro_sgrld.core.tree import tree_all_finite, tree_dot, tree_where
 
 __all__ = [
     "Target",
@@ -126,7 +128,7 @@ def control_variates(centre="mode", mode_steps=1000, start_at_centre=False) -> G
                 lambda z, batch: target.potential(z, batch)[0],
                 position,
                 random.fold_in(key, 1),
-                target.draw_batch,
+                lambda k: target.draw(k, None)[0],
                 mode_steps,
             )
         return control_variate(target.full_potential, point)

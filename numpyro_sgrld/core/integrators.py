@@ -6,10 +6,10 @@ An integrator is a pair of pure functions (:class:`Integrator`)::
     step(key, position, state, grad, preconditioner, setting) -> (position, state)
 
 ``grad`` is the gradient estimate :math:`\nabla\hat U` at ``position`` (from the gradient
-estimator, :mod:`numpyro_sgrld.gradients`), ``preconditioner`` the metric's
-:class:`~numpyro_sgrld.metrics.Preconditioner` for this step (:math:`D`, :math:`D^{1/2}` and,
+estimator, :mod:`numpyro_sgrld.core.gradients`), ``preconditioner`` the metric's
+:class:`~numpyro_sgrld.core.metrics.Preconditioner` for this step (:math:`D`, :math:`D^{1/2}` and,
 when the kernel computes it, the Γ drift), ``setting`` the step's :class:`StepSetting`: the
-step size, the temperature, the step's :class:`~numpyro_sgrld.metrics.StepContext` and
+step size, the temperature, the step's :class:`~numpyro_sgrld.core.metrics.StepContext` and
 ``oracle``. ``oracle(position) -> (value, grad)`` evaluates the
 same gradient estimator on the same minibatch elsewhere, for schemes that need a gradient at an
 intermediate point; the integrators here never call it (:func:`baoab` defers its last half
@@ -34,9 +34,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax import random
 
-from numpyro_sgrld.core._acceptance import Averages
-from numpyro_sgrld.core._checks import flag, integer, real
-from numpyro_sgrld.core._integrator_base import (
+from numpyro_sgrld.core._thermostats import (
+    BADODABState,
+    SGNHTState,
+    badodab,
+    sgnht,
+)
+from numpyro_sgrld.core.acceptance import Averages
+from numpyro_sgrld.core.checks import flag, integer, real
+from numpyro_sgrld.core.correction import GammaBias
+from numpyro_sgrld.core.integrator_base import (
     BiasLaw,
     Integrator,
     NeedsConstantMetric,
@@ -47,14 +54,7 @@ from numpyro_sgrld.core._integrator_base import (
     StepSetting,
     time_step_law,
 )
-from numpyro_sgrld.core._thermostats import (
-    BADODABState,
-    SGNHTState,
-    badodab,
-    sgnht,
-)
-from numpyro_sgrld.core._tree import tree_normal, tree_where
-from numpyro_sgrld.core.correction import GammaBias
+from numpyro_sgrld.core.tree import tree_normal, tree_where
 
 __all__ = [
     "Integrator",

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from numpyro_sgrld.core._checks import as_scalar, integer, real
+from numpyro_sgrld.core.checks import as_scalar, integer, real
 
 __all__ = ["constant", "polynomial_decay", "cyclical", "as_schedule"]
 

@@ -5,9 +5,10 @@ one ``(init, update)`` with one :class:`WarmupState` (:mod:`~numpyro_sgrld.warmu
 NumPyro's ``warmup_adapter`` composes NUTS's. The windows are in
 :mod:`~numpyro_sgrld.warmup.schedule`, the preconditioner's statistics in
 :mod:`~numpyro_sgrld.warmup.preconditioner`, the step size's measurement in
-:mod:`~numpyro_sgrld.warmup.adaptation` (also :mod:`numpyro_sgrld.adaptation`), and what
-``step_size=None`` turns on in :mod:`~numpyro_sgrld.warmup.choices`, and what it learnt, as a
-value a new kernel takes, in :mod:`~numpyro_sgrld.warmup.settings`. ``docs/step_size.md``
+:mod:`~numpyro_sgrld.warmup.adaptation`, what ``step_size=None`` turns on in
+:mod:`~numpyro_sgrld.warmup.choices`, and what it learnt, as a value a new kernel takes, in
+:mod:`~numpyro_sgrld.warmup.settings`. Cyclical SG-MCMC's stages, which wrap the transition,
+are in :mod:`~numpyro_sgrld.warmup.cycles`. ``docs/step_size.md``
 says in one paragraph what the warm-up does."""
 
 from numpyro_sgrld.warmup.pieces import Setting

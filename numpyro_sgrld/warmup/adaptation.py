@@ -23,7 +23,7 @@ equation of :math:`(x, v)` gives
 
 Both are :math:`\frac T\lambda(1 + h\,m)` to first order, with
 :math:`m = c_\lambda\lambda + c_s s^2/T` and the integrator's weights
-(:class:`numpyro_sgrld.integrators.BiasLaw`: :math:`(\tfrac12, \tfrac12)` for
+(:class:`numpyro_sgrld.core.integrators.BiasLaw`: :math:`(\tfrac12, \tfrac12)` for
 Langevin and the adaptive drift, :math:`(\tfrac1{2(2-\alpha)}, \tfrac1{2\alpha})` for SGHMC).
 The worst direction inflates the variance by :math:`h\,\mu` with
 :math:`\mu = \lambda_{\max}(c_\lambda A + c_s S / T)`, so
@@ -78,9 +78,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import random
 
-from numpyro_sgrld.core._integrator_base import BiasLaw, StepHint
-from numpyro_sgrld.core._traits import trait
-from numpyro_sgrld.core._tree import tree_dot, tree_normal
+from numpyro_sgrld.core.integrator_base import BiasLaw, StepHint
+from numpyro_sgrld.core.traits import trait
+from numpyro_sgrld.core.tree import tree_dot, tree_normal
 from numpyro_sgrld.warmup.schedule import final_window_start, first_window_start
 
 __all__ = [
@@ -195,7 +195,7 @@ def rayleigh(direction, position, preconditioner, hvp, grad1, grad2, weights, te
 
     With a **second-order** law (``weights`` of length 3 ending in 2: a time-step integrator,
     whose variance inflates by :math:`c_\lambda h^2\lambda + c_s h s^2/T`,
-    :func:`~numpyro_sgrld.integrators.baoab`) the curvature term of :math:`\rho` is
+    :func:`~numpyro_sgrld.core.integrators.baoab`) the curvature term of :math:`\rho` is
     :math:`\sqrt{c_\lambda\lambda_u\delta}` (:math:`\lambda_u = |u^\top Au|`,
     :math:`\delta` the stage's ``target``), so that :math:`h = \delta/\rho` keeps
     :math:`c_\lambda h^2\lambda \le \delta` where the curvature dominates; :math:`y` weights

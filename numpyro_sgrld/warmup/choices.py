@@ -4,19 +4,21 @@ r"""What ``step_size=None`` turns on, in one place. A kernel built without a ste
 1. **the step size**: measured in warm-up and frozen after it
    (:mod:`numpyro_sgrld.warmup.adaptation`);
 2. **a constant preconditioner** learnt over warm-up's windows, where the kernel is given no
-   metric (:func:`default_metric`: :func:`~numpyro_sgrld.metrics.learnt`; with a step size,
+   metric (:func:`default_metric`: :func:`~numpyro_sgrld.core.metrics.learnt`; with a step size,
    the identity);
 3. **an adaptive metric in the learnt coordinates**, a preset's or the user's alike
    (:func:`kernel_metric`: :func:`~numpyro_sgrld.core.metrics.whitened`, a dense metric for
    at most :data:`~numpyro_sgrld.core.metrics.constant.DENSE_MAX_DIM` coordinates under the
-   adaptive one), unless it is constant (:class:`~numpyro_sgrld.metrics.Constant`), reads the
-   model's auxiliary values in the model's own coordinates (:class:`~numpyro_sgrld.metrics.Aux`)
-   or is whitened already (:class:`~numpyro_sgrld.metrics.Restart`);
+   adaptive one), unless it is constant (:class:`~numpyro_sgrld.core.metrics.Constant`), reads the
+   model's auxiliary values in the model's own coordinates
+   (:class:`~numpyro_sgrld.core.metrics.Aux`)
+   or is whitened already (:class:`~numpyro_sgrld.core.metrics.Restart`);
 4. **control variates switched on in warm-up** where they reduce the gradient noise enough to
    pay for their second gradient, where the kernel is given no gradient estimator and has a
    model (:func:`default_gradient`);
 5. **when a cyclical preset's cycles start**: after warm-up, with the adapted step as their
-   peak; with a given step, from the first step (:func:`cycle_start`).
+   peak; with a given step, from the first step
+   (:func:`~numpyro_sgrld.warmup.cycles.cycle_start`).
 
 With a given ``step_size`` none of these happen: the step, the identity metric, the plain
 minibatch gradient, the adaptive metric in the model's own coordinates, cycles from step 0.
@@ -24,7 +26,6 @@ With learnt settings (``settings=``, :mod:`numpyro_sgrld.warmup.settings`) the k
 composed as with ``step_size=None`` and starts from what a warm-up learnt, learning nothing.
 """
 
-from numpyro_sgrld.core._traits import trait
 from numpyro_sgrld.core.gradients import warmup_control_variates
 from numpyro_sgrld.core.metrics import (
     Aux,
@@ -35,8 +36,9 @@ from numpyro_sgrld.core.metrics import (
     learnt,
     whitened,
 )
+from numpyro_sgrld.core.traits import trait
 
-__all__ = ["cycle_start", "default_gradient", "default_metric", "kernel_metric",
+__all__ = ["default_gradient", "default_metric", "kernel_metric",
            "preset_metric"]
 
 
@@ -75,7 +77,3 @@ def default_gradient(step_size, gradient, control_variate, has_model):
         return warmup_control_variates()
     return None
 
-
-def cycle_start(num_warmup, adapts_step_size):
-    """The step at which a cyclical preset's first cycle begins."""
-    return int(num_warmup) if adapts_step_size else 0

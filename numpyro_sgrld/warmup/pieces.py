@@ -9,17 +9,17 @@ chain's state and the warm-up's; no piece reads or edits another's state:
    :func:`step_size_update`, :func:`step_size_final`): one power iteration per warm-up step,
    measured again in the new geometry at a window's end;
 2. the momentum (:func:`momentum_update`, :func:`momentum_final`): rescaled while the step
-   moves (:class:`~numpyro_sgrld.integrators.Rescale`), restarted at a window's end (its
+   moves (:class:`~numpyro_sgrld.core.integrators.Rescale`), restarted at a window's end (its
    momentum belongs to the old geometry);
 3. the constant preconditioner learnt over the windows
    (:mod:`numpyro_sgrld.warmup.preconditioner`, :func:`preconditioner_init`,
    :func:`preconditioner_update`, :func:`preconditioner_final`): the window's statistics, and
    at its end the new metric (and an adaptive metric restarted in its coordinates,
-   :class:`~numpyro_sgrld.metrics.Restart`);
+   :class:`~numpyro_sgrld.core.metrics.Restart`);
 4. the control variates (:func:`control_variates_final`): the gradient estimator's
    ``activate``: from the second window on, the window's mean becomes the control variates'
    centre where that pays, moved onto the mode first where it is far from it
-   (:func:`~numpyro_sgrld.gradients.nearer_centre`, the chain with it).
+   (:func:`~numpyro_sgrld.core.gradients.nearer_centre`, the chain with it).
 
 At a window's end they run in the order preconditioner, control variates, step size,
 momentum, each given what the ones before returned (the new preconditioner, the new gradient
@@ -35,11 +35,11 @@ import jax.numpy as jnp
 from jax import random
 from jax.flatten_util import ravel_pytree
 
-from numpyro_sgrld.core._integrator_base import BiasLaw, Rescale
-from numpyro_sgrld.core._step import context, start
-from numpyro_sgrld.core._traits import trait
+from numpyro_sgrld.core.algorithm import context, start
 from numpyro_sgrld.core.gradients import hessian_diagonal_estimate, shared_flag
+from numpyro_sgrld.core.integrator_base import BiasLaw, Rescale
 from numpyro_sgrld.core.metrics import Learnt, Restart
+from numpyro_sgrld.core.traits import trait
 from numpyro_sgrld.warmup.adaptation import (
     init_step_size,
     phases,
@@ -65,10 +65,10 @@ __all__ = ["Begin", "LearntMetric", "Moment", "Setting", "capped", "control_vari
 
 
 class Setting(NamedTuple):
-    """What the warm-up knows of a kernel: its :class:`~numpyro_sgrld.core._step.Algorithm`, the
-    minibatch draw ``(key, batch_state) -> (idx, batch_state)``, the bias target
-    :math:`\\delta` and the step-size rule ``(i, warmup_state, held) -> h_i`` (the schedule's
-    step without a warm-up state, else the adapted one, or a cyclical preset's cosine of it;
+    """What the warm-up knows of a kernel: its :class:`~numpyro_sgrld.core.algorithm.Algorithm`,
+    the bias target :math:`\\delta` and the step-size rule ``(i, warmup_state, held) -> h_i``
+    (the schedule's step without a warm-up state, else the adapted one, or a cyclical preset's
+    cosine of it;
     ``held``, the chain's current step, is the step of a chain started from
     :class:`~numpyro_sgrld.LearntSettings`);
     ``ahead``, for data read from the host, ``(idx, next_idx) -> context`` in which a step at
@@ -76,7 +76,6 @@ class Setting(NamedTuple):
     (``None``: nothing to read ahead)."""
 
     algorithm: Any
-    draw: Callable
     target_bias: float
     step_size: Callable
     ahead: Callable | None = None
@@ -87,7 +86,7 @@ class Setting(NamedTuple):
 
 
 class Begin(NamedTuple):
-    """What the pieces' ``init`` read: the chain's :class:`~numpyro_sgrld.core._step.Start`, its
+    """What the pieces' ``init`` read: the chain's :class:`~numpyro_sgrld.core.algorithm.Start`, its
     first minibatch's ``target``, a key, the warm-up's length and the composed sampler's state
     at step 1."""
 
@@ -100,11 +99,12 @@ class Begin(NamedTuple):
 
 class Moment(NamedTuple):
     """What the pieces' ``update`` read: the chain's state before the step (``before``), the
-    step's :class:`~numpyro_sgrld.core._step.StepInfo`, its target, minibatch and the minibatch
-    sampler's state after it, the pieces' keys and the warm-up's length."""
+    step's :class:`~numpyro_sgrld.core.algorithm.StepInfo` and size, its target, minibatch and the
+    minibatch sampler's state after it, the pieces' keys and the warm-up's length."""
 
     before: Any
     info: Any
+    step_size: Any
     target: Any
     idx: Any
     batch_state: Any
@@ -120,14 +120,14 @@ def hvp(target, idx):
 
 
 def _bias_weights(setting):
-    """The integrator's :class:`~numpyro_sgrld.integrators.BiasLaw` weights (adaptation
-    needs one: :func:`~numpyro_sgrld.adaptation.check_adaptation`)."""
+    """The integrator's :class:`~numpyro_sgrld.core.integrators.BiasLaw` weights (adaptation
+    needs one: :func:`~numpyro_sgrld.warmup.adaptation.check_adaptation`)."""
     return trait(setting.algorithm.sampler.integrator, BiasLaw).weights
 
 
 def capped(setting, adaptation):
     """The adaptation's state with its step at most the integrator's ``max_step``
-    (:class:`~numpyro_sgrld.integrators.Integrator`)."""
+    (:class:`~numpyro_sgrld.core.integrators.Integrator`)."""
     law = trait(setting.algorithm.sampler.integrator, BiasLaw)
     if law.max_step is None:
         return adaptation
@@ -146,7 +146,7 @@ def step_size_init(setting, begin):
         est.grad, begin.sampler_state.metric, s.z, context(target, 0, est.aux))
 
     def gradient(k):
-        return algorithm.gradient.estimate(s.z, setting.draw(k, None)[0], est.state,
+        return algorithm.gradient.estimate(s.z, target.draw(k, None)[0], est.state,
                                            target).grad
 
     return capped(setting, init_step_size(
@@ -157,10 +157,10 @@ def step_size_init(setting, begin):
 
 def step_size_update(setting, moment, adaptation):
     """The adaptation's state after one power iteration at the step's starting point with a
-    second minibatch's gradient (:mod:`numpyro_sgrld.adaptation`)."""
+    second minibatch's gradient (:mod:`numpyro_sgrld.warmup.adaptation`)."""
     algorithm, before = setting.algorithm, moment.before
     key, key_direction = random.split(moment.key_step_size)
-    idx2, _ = setting.draw(key, moment.batch_state)
+    idx2, _ = moment.target.draw(key, moment.batch_state)
     target = moment.target
     grad2 = algorithm.gradient.estimate(start(before), idx2, before.gradient_state,
                                         target).grad
@@ -184,7 +184,7 @@ def step_size_final(setting, adaptation, z, preconditioner, gradient_state, targ
     algorithm = setting.algorithm
 
     def gradient(k):
-        return algorithm.gradient.estimate(z, setting.draw(k, None)[0], gradient_state,
+        return algorithm.gradient.estimate(z, target.draw(k, None)[0], gradient_state,
                                            target).grad
 
     return capped(setting, remeasure(
@@ -199,7 +199,7 @@ def step_size_final(setting, adaptation, z, preconditioner, gradient_state, targ
 def momentum_update(setting, integrator_state, ratio):
     """The integrator's state with its momentum rescaled by ``ratio``, the new step over the
     one the step used, while the adaptation moves it
-    (:class:`~numpyro_sgrld.integrators.Rescale`; unchanged without that trait)."""
+    (:class:`~numpyro_sgrld.core.integrators.Rescale`; unchanged without that trait)."""
     rescale = trait(setting.algorithm.sampler.integrator, Rescale)
     if rescale is None:
         return integrator_state
@@ -218,7 +218,7 @@ def momentum_final(setting, z, key, step_size):
 
 
 def learns_metric(metric):
-    """Whether warm-up learns ``metric`` (:func:`~numpyro_sgrld.metrics.learnt`, or the
+    """Whether warm-up learns ``metric`` (:func:`~numpyro_sgrld.core.metrics.learnt`, or the
     constant part of :func:`~numpyro_sgrld.core.metrics.whitened`) when the step is adapted."""
     return trait(metric, Learnt) is not None or trait(metric, Restart) is not None
 
@@ -252,7 +252,7 @@ def preconditioner_update(setting, moment, stats, position):
 
 class LearntMetric(NamedTuple):
     """What a window taught the preconditioner (:func:`preconditioner_final`): the metric's
-    new state, the step's :class:`~numpyro_sgrld.metrics.Preconditioner` in it at the
+    new state, the step's :class:`~numpyro_sgrld.core.metrics.Preconditioner` in it at the
     window's end, the window's mean position (``centre``) and the next window's empty
     statistics."""
 
@@ -295,7 +295,7 @@ def control_variates_final(setting, gradient_state, learnt, z, target, key, firs
     (after the step ``first_end``), the window's mean (``learnt.centre``) becomes the control
     variates' centre where that pays (the gradient estimator's ``activate``, with the new
     preconditioner's ``drift`` to move a far centre towards the mode:
-    :func:`~numpyro_sgrld.gradients.nearer_centre`); ``gradient_state`` unchanged without
+    :func:`~numpyro_sgrld.core.gradients.nearer_centre`); ``gradient_state`` unchanged without
     ``activate``; ``key`` is the window end's (the estimator's is drawn from it)."""
     activate = setting.algorithm.gradient.activate
     if activate is None:
@@ -304,7 +304,7 @@ def control_variates_final(setting, gradient_state, learnt, z, target, key, firs
     root = learnt.preconditioner.noise_transpose or learnt.preconditioner.noise
     return jax.lax.cond(
         last,
-        lambda g: activate(g, learnt.centre, z, target, lambda k: setting.draw(k, None)[0],
+        lambda g: activate(g, learnt.centre, z, target, lambda k: target.draw(k, None)[0],
                            root, random.fold_in(key, 2), learnt.preconditioner.drift),
         lambda g: g,
         gradient_state,
@@ -313,7 +313,7 @@ def control_variates_final(setting, gradient_state, learnt, z, target, key, firs
 
 def moved_centre(new, old, centre):
     """``(moved, where)``: whether the control variates' new state ``new`` moved its centre
-    towards the mode (:func:`~numpyro_sgrld.gradients.nearer_centre`), neither staying at the
+    towards the mode (:func:`~numpyro_sgrld.core.gradients.nearer_centre`), neither staying at the
     window's mean ``centre`` nor at the previous state ``old``'s, and that centre, to which
     the chain goes with it."""
     where = new.cv.centre

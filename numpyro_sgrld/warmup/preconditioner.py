@@ -8,7 +8,7 @@ accumulated, each with Welford's update (one pass, numerically stable):
   :math:`(n v_i + 5 d_i)/(n + 5)` over :math:`n` draws (NumPyro shrinks towards
   :math:`10^{-3}`, which is not scale-free);
 - Hutchinson's estimate :math:`\zeta\odot(H\zeta)` of the diagonal of the minibatch potential's
-  Hessian (:func:`numpyro_sgrld.gradients.hessian_diagonal_estimate`), whose mean :math:`c_i`
+  Hessian (:func:`numpyro_sgrld.core.gradients.hessian_diagonal_estimate`), whose mean :math:`c_i`
   gives the conditional variance :math:`1/c_i` of coordinate :math:`i` given the others
   (exact on a Gaussian, where :math:`1/H_{ii} \le \Sigma_{ii}`).
 
@@ -17,7 +17,7 @@ At the window's end the preconditioner becomes
 .. math:: d_i \leftarrow \max\big(v_i^{\rm shrunk},\ 1/c_i\big),
 
 the second term only where :math:`c_i` is more than two standard errors above zero. A dense
-metric (:func:`numpyro_sgrld.metrics.learnt`, small models) keeps this diagonal and takes the
+metric (:func:`numpyro_sgrld.core.metrics.learnt`, small models) keeps this diagonal and takes the
 inverse of the full-data Hessian at the window's mean where that is positive definite (the
 Laplace covariance), else the correlations :math:`r_{ij}` of the window's positions
 (Welford's co-moments) shrunk towards none as the variances are,
@@ -29,7 +29,7 @@ window; where it has not (a small step, a slow direction), it is the much smalle
 the chain's diffusion, and on its own would make that direction slower still in the next
 window. The curvature term is a floor that does not depend on mixing: a chain that cannot
 cross a direction in a window still gets that direction's conditional scale. A constant
-preconditioner has no Γ drift, so it biases nothing (:mod:`numpyro_sgrld.correction`).
+preconditioner has no Γ drift, so it biases nothing (:mod:`numpyro_sgrld.core.correction`).
 """
 
 from typing import Any, NamedTuple

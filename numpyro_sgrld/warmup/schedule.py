@@ -4,7 +4,7 @@ For ``num_warmup`` :math:`W` steps (all boundaries integer arithmetic on :math:`
 work on Python ints and on traced arrays alike):
 
 1. **Approach**, steps :math:`[0, W/5)`: the chain moves to the posterior's bulk with a large,
-   stable step (curvature only, :mod:`numpyro_sgrld.adaptation`); nothing is learnt from
+   stable step (curvature only, :mod:`numpyro_sgrld.warmup.adaptation`); nothing is learnt from
    these positions.
 2. **Slow windows**, steps :math:`[W/5, 4W/5)`: :data:`NUM_WINDOWS` windows, each twice as long
    as the one before (lengths :math:`b, 2b, 4b, 8b` with :math:`b = \lfloor L/15\rfloor` over

@@ -38,7 +38,7 @@ class LearntSettings(NamedTuple):
     - **step_size** – :math:`h`, in the units of the learnt metric (module docstring): the
       step the chain took after warm-up.
     - **metric** – the metric's state: for the default metric of SGLD, SGHMC, AdamSGLD and the
-      time-step kernels a :class:`~numpyro_sgrld.metrics.LearntState` (``scale``, the diagonal
+      time-step kernels a :class:`~numpyro_sgrld.core.metrics.LearntState` (``scale``, the diagonal
       of the inverse metric :math:`D`, and ``factor``, a root :math:`L` with :math:`D = LL^\top`,
       where it is dense); for the adaptive presets a ``WhitenedState`` (the learnt :math:`L`
       and the adaptive metric's statistics in its coordinates).

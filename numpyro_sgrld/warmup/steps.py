@@ -1,13 +1,14 @@
 r"""The warm-up as one ``(init, update)`` pair around the algorithm's step, composed of its
 pieces (:mod:`numpyro_sgrld.warmup.pieces`), as NumPyro's ``warmup_adapter`` composes NUTS's:
 :func:`init_warmup` gives the one :class:`WarmupState` (the pieces' states, outside the
-chain's :class:`~numpyro_sgrld.core._state.ChainState`), :func:`update_warmup` runs every
+chain's :class:`~numpyro_sgrld.core.state.ChainState`), :func:`update_warmup` runs every
 piece's update after a step and, at a slow window's end, every piece's ``final``
 (:func:`window_end`), putting what each returns where the sampler uses it. :func:`transition`
-is a whole transition: its keys, its minibatch, the step size (the :class:`Setting`'s rule),
-the step (:meth:`Algorithm.step <numpyro_sgrld.core._step.Algorithm>`) and, where there is a
-warm-up, the warm-up's update. What the warm-up does, in one paragraph:
-``docs/step_size.md``; what ``step_size=None`` turns on: :mod:`numpyro_sgrld.warmup.choices`.
+is a whole transition: its keys, its minibatch (``target.draw``), the step
+(:meth:`Algorithm.step <numpyro_sgrld.core.algorithm.Algorithm>`) at the state's step size, where
+there is a warm-up the warm-up's update, and the next step's size (the :class:`Setting`'s
+rule). What the warm-up does, in one paragraph: ``docs/step_size.md``; what
+``step_size=None`` turns on: :mod:`numpyro_sgrld.warmup.choices`.
 """
 
 from contextlib import nullcontext
@@ -20,11 +21,11 @@ from jax import random
 
 import numpyro_sgrld.warmup.pieces as pieces
 from numpyro_sgrld.core import equipartition as equi
-from numpyro_sgrld.core._integrator_base import Overdamp, Settle
-from numpyro_sgrld.core._step import StepInputs, start
-from numpyro_sgrld.core._traits import trait
-from numpyro_sgrld.core._tree import tree_where
+from numpyro_sgrld.core.algorithm import checked, start
 from numpyro_sgrld.core.gradients import shared_flag
+from numpyro_sgrld.core.integrator_base import Overdamp, Settle
+from numpyro_sgrld.core.traits import trait
+from numpyro_sgrld.core.tree import tree_where
 from numpyro_sgrld.warmup.adaptation import too_steep
 from numpyro_sgrld.warmup.pieces import Begin, Moment, Setting
 from numpyro_sgrld.warmup.schedule import first_window_start
@@ -41,7 +42,7 @@ class WarmupState(NamedTuple):
       (:class:`~numpyro_sgrld.warmup.PreconditionerWarmup`), or ``None`` where no metric is
       learnt (then there are no windows);
     - **step** – the step-size adaptation's
-      :class:`~numpyro_sgrld.adaptation.StepSizeState`.
+      :class:`~numpyro_sgrld.warmup.adaptation.StepSizeState`.
     """
 
     preconditioner: Any
@@ -54,7 +55,7 @@ class WarmupState(NamedTuple):
 
 
 def init_warmup(setting, key, start_, target, num_warmup):
-    """The :class:`WarmupState` at the chain's :class:`~numpyro_sgrld.core._step.Start`: each
+    """The :class:`WarmupState` at the chain's :class:`~numpyro_sgrld.core.algorithm.Start`: each
     piece's ``init``, with the composed sampler's state at step 1."""
     sampler_state = start_.sampler_state(setting.algorithm, target, 1.0,
                                          setting.algorithm.temperature)
@@ -64,15 +65,15 @@ def init_warmup(setting, key, start_, target, num_warmup):
 
 
 def update_warmup(setting, moment, warm, chain, key_end):
-    """``(warm, chain)`` after a warm-up step: each piece's ``update`` (the preconditioner's
-    statistics, the step, the momentum rescaled to it), then, on the step that ends a slow
-    window, :func:`window_end`."""
+    """``(warm, chain)`` after a warm-up step of size ``moment.step_size``: each piece's
+    ``update`` (the preconditioner's statistics, the step, the momentum rescaled to it), then,
+    on the step that ends a slow window, :func:`window_end`."""
     stats = warm.preconditioner
     if stats is not None:
         stats = pieces.preconditioner_update(setting, moment, stats, start(chain))
     step = pieces.step_size_update(setting, moment, warm.step)
     integrator = pieces.momentum_update(setting, chain.sampler_state.integrator,
-                                        step.step_size / moment.info.step_size)
+                                        step.step_size / moment.step_size)
     warm = WarmupState(stats, step)
     chain = chain._replace(sampler_state=chain.sampler_state._replace(integrator=integrator))
     if stats is None:  # no metric learnt: no windows
@@ -121,7 +122,7 @@ def window_end(setting, moment, warm, chain, key):
 
 
 def transition(setting, state, target, adapting=None):
-    """One transition from ``state`` (an :class:`~numpyro_sgrld.core._state.SGState`): its keys
+    """One transition from ``state`` (an :class:`~numpyro_sgrld.core.state.SGState`): its keys
     (three, five with a warm-up: a split's cost grows with its keys), its minibatch, the step
     size, the step and, with a warm-up (``state.warmup``), during it: the check of each
     proposal on its own minibatch and the rejection of steps that climb too steeply, and the
@@ -130,11 +131,11 @@ def transition(setting, state, target, adapting=None):
     ``False`` in Python for a step known to come after warm-up, which then has none of them:
     the same step as with a traced ``False``)."""
     keys = random.split(state.rng_key, 3 if state.warmup is None else 5)
-    idx, batch_state = setting.draw(keys[1], state.batch_state)
+    idx, batch_state = target.draw(keys[1], state.batch_state)
     reading = nullcontext()
     if setting.ahead is not None:
         # the next transition splits keys[0] the same way and draws from the same batching state
-        next_idx, _ = setting.draw(random.split(keys[0], len(keys))[1], batch_state)
+        next_idx, _ = target.draw(random.split(keys[0], len(keys))[1], batch_state)
         reading = setting.ahead(idx, next_idx)
     with reading:
         return _transition(setting, state, target, adapting, keys, idx, batch_state)
@@ -144,47 +145,48 @@ def _transition(setting, state, target, adapting, keys, idx, batch_state):
     """:func:`transition` from its ``keys``, minibatch ``idx`` and new ``batch_state``."""
     algorithm, warm, chain = setting.algorithm, state.warmup, state.chain
     key_next, _, key_step, *keys = keys
-    step_size = setting.step_size(chain.i, warm, chain.step_size)
-    if warm is None:
-        new, info = algorithm.step(chain, StepInputs(target, idx, key_step, step_size))
-        new = settled(algorithm, new, state.equipartition)
-        return _record(algorithm, state, new, info, batch_state, key_next, warm)
-    if adapting is False:  # after warm-up, known when traced: none of its branches
-        new, info = algorithm.step(chain, StepInputs(target, idx, key_step, step_size))
-        new = new._replace(step_size=setting.step_size(chain.i + 1, warm, new.step_size))
-        return _record(algorithm, state, new, info, batch_state, key_next, warm)
+    # the rule's value, not the state's copy of it: a given step stays a constant the
+    # compiler folds into the step's arithmetic
+    step_size = setting.step_size(chain.i, warm, state.step_size)
+    if warm is None or adapting is False:  # after warm-up, known when traced: no branches
+        new, info = algorithm.step(chain, key_step, target, idx, step_size)
+        if warm is None:
+            new = settled(algorithm, new, state.equipartition)
+        return _record(setting, state, new, info, batch_state, key_next, warm)
     if adapting is None:
         adapting = chain.i < warm.num_warmup
-    inputs = StepInputs(target, idx, key_step, step_size, adapting,
-                        lambda a, b: too_steep(a, b, algorithm.temperature))
-    new, info = algorithm.step(chain, inputs)
+    checking = checked(algorithm, adapting,
+                       lambda a, b: too_steep(a, b, algorithm.temperature))
+    new, info = checking.step(chain, key_step, target, idx, step_size)
     key_curvature, key_end = random.split(keys[1])
-    moment = Moment(chain, info, target, idx, batch_state, keys[0], key_curvature,
+    moment = Moment(chain, info, step_size, target, idx, batch_state, keys[0], key_curvature,
                     warm.num_warmup)
     warm, new = jax.lax.cond(
         adapting, lambda w, c: update_warmup(setting, moment, w, c, key_end),
         lambda *a: a, warm, new)
     new = overdamped(algorithm, new, info.preconditioner, random.fold_in(keys[1], 1),
                      first_window_start(warm.num_warmup))
-    # the next step's: after warm-up the frozen one (a cyclical preset's, its cosine)
-    new = new._replace(step_size=setting.step_size(chain.i + 1, warm, new.step_size))
     new = settled(algorithm, new, state.equipartition)
-    return _record(algorithm, state, new, info, batch_state, key_next, warm)
+    return _record(setting, state, new, info, batch_state, key_next, warm)
 
 
-def _record(algorithm, state, chain, info, batch_state, key, warm):
-    """The host's record after a step: the new ``chain``, the minibatch sampler's state, the
-    next ``key``, the warm-up's state ``warm`` and the equipartition check's sums with the
-    step observed (:func:`~numpyro_sgrld.equipartition.observe`)."""
+def _record(setting, state, chain, info, batch_state, key, warm):
+    """The host's record after a step: the new ``chain``, the next step's size (the rule's;
+    after warm-up the frozen one, a cyclical preset's its cosine), the minibatch sampler's
+    state, the next ``key``, the warm-up's state ``warm`` and the equipartition check's sums
+    with the step observed (:func:`~numpyro_sgrld.core.equipartition.observe`)."""
+    algorithm = setting.algorithm
     sums, reading = equi.observe(state.equipartition, state.configurational_temperature,
                                  info, algorithm.temperature)
-    return state._replace(chain=chain, batch_state=batch_state, rng_key=key, warmup=warm,
+    return state._replace(chain=chain,
+                          step_size=setting.step_size(chain.i, warm, state.step_size),
+                          batch_state=batch_state, rng_key=key, warmup=warm,
                           equipartition=sums, configurational_temperature=reading)
 
 
 def overdamped(algorithm, new, preconditioner, key, approach):
     """``new`` with a fresh momentum while the chain is in warm-up's approach (its first
-    ``approach`` steps; :class:`~numpyro_sgrld.integrators.Overdamp`)."""
+    ``approach`` steps; :class:`~numpyro_sgrld.core.integrators.Overdamp`)."""
     overdamp = trait(algorithm.sampler.integrator, Overdamp)
     if overdamp is None:
         return new
@@ -197,7 +199,7 @@ def overdamped(algorithm, new, preconditioner, key, approach):
 
 def settled(algorithm, new, acc):
     """The chain ``new`` with the integrator's state restarted halfway through warm-up and
-    settled at its end (:class:`~numpyro_sgrld.integrators.Settle`): in the state from which
+    settled at its end (:class:`~numpyro_sgrld.core.integrators.Settle`): in the state from which
     the equipartition check (its sums ``acc``) starts counting."""
     settle = trait(algorithm.sampler.integrator, Settle)
     if settle is None or acc is None:

@@ -18,12 +18,12 @@ kernel builds the context every step.
 The returned :class:`Preconditioner` applies the inverse metric :math:`D = G^{-1}` to a tree
 (the drift) and :math:`D^{1/2}` to the noise; no metric ever forms a ``d x d`` matrix.
 ``update`` is a differentiable function of ``grad``, which is what the Γ correction
-(:mod:`numpyro_sgrld.correction`) differentiates; a metric's
-:class:`~numpyro_sgrld.correction.Lag` trait holds the weight :math:`\alpha` of the previous
+(:mod:`numpyro_sgrld.core.correction`) differentiates; a metric's
+:class:`~numpyro_sgrld.core.correction.Lag` trait holds the weight :math:`\alpha` of the previous
 statistic in the moving average (a metric without it cannot carry the correction).
 """
 
-from numpyro_sgrld.core._acceptance import Averages
+from numpyro_sgrld.core.acceptance import Averages
 from numpyro_sgrld.core.metrics._base import (
     AdaptsUntil,
     Aux,

@@ -3,7 +3,7 @@ r"""The metric protocol: :class:`Metric`, :class:`Preconditioner`, :class:`StepC
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from numpyro_sgrld.core._checks import integer, real
+from numpyro_sgrld.core.checks import integer, real
 
 
 class Preconditioner(NamedTuple):
@@ -50,10 +50,10 @@ class Metric(NamedTuple):
     r"""A metric as a pair of pure functions (see the module docstring): ``init(position) ->
     state`` and ``update(grad, state, position, context) -> (Preconditioner, state)``, what
     the step calls. ``name`` names it in error messages. ``traits``: what other parts of the
-    library read from it (:mod:`numpyro_sgrld.core._traits`), each only where it applies:
-    :class:`~numpyro_sgrld.correction.Lag` (the Γ correction's moving average) or
-    :class:`~numpyro_sgrld.correction.NoLag` (why there is none),
-    :class:`~numpyro_sgrld.core._acceptance.Averages` (a state that stays finite with the gradient),
+    library read from it (:mod:`numpyro_sgrld.core.traits`), each only where it applies:
+    :class:`~numpyro_sgrld.core.correction.Lag` (the Γ correction's moving average) or
+    :class:`~numpyro_sgrld.core.correction.NoLag` (why there is none),
+    :class:`~numpyro_sgrld.core.acceptance.Averages` (a state that stays finite with the gradient),
     :class:`Aux` (auxiliary values read from the model), :class:`WarmStart`,
     :class:`Restart` and :class:`Learnt`."""
 
@@ -86,7 +86,7 @@ class WarmStart(NamedTuple):
 
 class AdaptsUntil(NamedTuple):
     """A metric's trait: it still adapts ``what`` over its first ``steps`` updates and holds it
-    fixed after them (:func:`~numpyro_sgrld.metrics.monge`'s ``freeze_after``). The Γ
+    fixed after them (:func:`~numpyro_sgrld.core.metrics.monge`'s ``freeze_after``). The Γ
     correction is that of a metric that no longer adapts, so :meth:`SGMCMC.init
     <numpyro_sgrld.SGMCMC.init>` warns when a corrected kernel's warm-up is shorter. (Whitened
     in a dense learnt metric, with ``step_size=None`` and at most
@@ -102,13 +102,14 @@ class Constant(NamedTuple):
     """A metric's trait: :math:`D` depends neither on the position nor on the chain's path
     once warm-up has ended (the identity, a given diagonal, one learnt in warm-up). An
     integrator that measures a temperature in the metric's coordinates (SGNHT's and BADODAB's
-    thermostats, their :class:`~numpyro_sgrld.integrators.NeedsConstantMetric`) takes only
+    thermostats, their :class:`~numpyro_sgrld.core.integrators.NeedsConstantMetric`) takes only
     such a metric."""
 
 
 class Learnt(NamedTuple):
     """A metric's trait: warm-up learns it when the step size is adapted
-    (:func:`~numpyro_sgrld.metrics.learnt`, :func:`~numpyro_sgrld.metrics.learnt_diagonal`):
+    (:func:`~numpyro_sgrld.core.metrics.learnt`,
+    :func:`~numpyro_sgrld.core.metrics.learnt_diagonal`):
     the state's ``scale`` (and, where dense, ``factor``) becomes the estimate of each slow
     window's statistics at the window's end (:mod:`numpyro_sgrld.warmup`)."""
 
@@ -116,7 +117,7 @@ class Learnt(NamedTuple):
 class Restart(NamedTuple):
     """A metric's trait: ``fn(state, position, context) -> state`` marks a metric with a
     constant part that warm-up learns (:func:`~numpyro_sgrld.core.metrics.whitened`): the state's
-    ``scale`` and ``factor`` are set as for :func:`~numpyro_sgrld.metrics.learnt` at the end
+    ``scale`` and ``factor`` are set as for :func:`~numpyro_sgrld.core.metrics.learnt` at the end
     of each slow window, and ``fn`` then gives the state in the new coordinates."""
 
     fn: Callable

@@ -72,7 +72,7 @@ from typing import Any, NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from numpyro_sgrld.core._checks import flag, real
+from numpyro_sgrld.core.checks import flag, real
 from numpyro_sgrld.core.correction import NoLag
 from numpyro_sgrld.core.metrics._base import Aux, Metric, Preconditioner, check_decay, step_context
 

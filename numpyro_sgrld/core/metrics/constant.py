@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from numpyro_sgrld.core._acceptance import Averages
+from numpyro_sgrld.core.acceptance import Averages
 from numpyro_sgrld.core.correction import NoLag
 from numpyro_sgrld.core.metrics._base import (
     Constant,
@@ -55,9 +55,9 @@ def diagonal(scale) -> Metric:
     ``scale`` :math:`s` a tree like the position (or one positive number for every
     coordinate), :math:`\Gamma = 0`.
 
-    Any integrator takes it: with :func:`~numpyro_sgrld.integrators.langevin` it is
+    Any integrator takes it: with :func:`~numpyro_sgrld.core.integrators.langevin` it is
     preconditioned SGLD with a fixed preconditioner (exact in the small-step limit, no Γ), with
-    :func:`~numpyro_sgrld.integrators.sghmc` SGHMC with mass matrix :math:`M = D^{-1}`.
+    :func:`~numpyro_sgrld.core.integrators.sghmc` SGHMC with mass matrix :math:`M = D^{-1}`.
     """
     leaves = jax.tree.leaves(scale)
     if not leaves:

@@ -5,9 +5,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from numpyro_sgrld.core._acceptance import Averages
-from numpyro_sgrld.core._checks import integer, real
-from numpyro_sgrld.core._tree import tree_dot, tree_norm
+from numpyro_sgrld.core.acceptance import Averages
+from numpyro_sgrld.core.checks import integer, real
 from numpyro_sgrld.core.correction import GammaBias, Lag, NoLag
 from numpyro_sgrld.core.metrics._base import (
     AdaptsUntil,
@@ -17,6 +16,7 @@ from numpyro_sgrld.core.metrics._base import (
     check_nonnegative,
     step_context,
 )
+from numpyro_sgrld.core.tree import tree_dot, tree_norm
 
 
 class MongeState(NamedTuple):

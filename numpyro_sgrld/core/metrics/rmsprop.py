@@ -6,7 +6,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from numpyro_sgrld.core._acceptance import Averages
+from numpyro_sgrld.core.acceptance import Averages
 from numpyro_sgrld.core.correction import GammaBias, Lag
 from numpyro_sgrld.core.metrics._base import (
     Metric,

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from numpyro_sgrld.core._checks import flag
+from numpyro_sgrld.core.checks import flag
 from numpyro_sgrld.core.correction import GammaBias, Lag, NoLag
 from numpyro_sgrld.core.metrics._base import (
     Metric,
@@ -181,7 +181,7 @@ def _fresh_roots(stats_l, roots_l, precs_l, eps, decay, count, ridge="root"):
 def _curvature_stats(curvature, num_data, layout, stats):
     r"""The warm start's statistics of one leaf: per block and mode, the diagonal of
     :math:`E[G_{(i)}G_{(i)}^\top]` for a per-datum gradient whose entries have second moments
-    :math:`|c|/N^2` (:class:`~numpyro_sgrld.metrics.WarmStart`: ``c`` the curvature estimate),
+    :math:`|c|/N^2` (:class:`~numpyro_sgrld.core.metrics.WarmStart`: ``c`` the curvature estimate),
     :math:`\mathrm{diag}_a \sum_{b} |c_{ab}| / N^2` over the other modes' indices ``b``."""
     merged, block, counts = layout
     blocks = _to_blocks(jnp.abs(curvature) / float(num_data) ** 2, merged, block, counts)
@@ -236,7 +236,7 @@ def shampoo(
     of the metric in new coordinates): :math:`L_i` starts at the diagonal of
     :math:`E[G_{(i)}G_{(i)}^\top]` for gradients whose squares average to the curvature
     estimate over :math:`N^2`, what they average to under the posterior
-    (:class:`~numpyro_sgrld.metrics.WarmStart`), and the roots are computed from it at once.
+    (:class:`~numpyro_sgrld.core.metrics.WarmStart`), and the roots are computed from it at once.
     It fades as :math:`\alpha^t` in the moving average. Without it the statistic starts at
     :math:`\epsilon I` and fills as :math:`1-\alpha^t` (no bias correction), and the metric
     is the identity until the first recomputation: its scale then jumps by orders of magnitude

@@ -5,7 +5,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from numpyro_sgrld.core._checks import flag
+from numpyro_sgrld.core.checks import flag
 from numpyro_sgrld.core.correction import GammaBias, NoLag
 from numpyro_sgrld.core.metrics._base import (
     Metric,

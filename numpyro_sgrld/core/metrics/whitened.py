@@ -1,6 +1,6 @@
 r"""An adaptive metric applied in the coordinates of a constant dense metric learnt in warm-up.
 
-With :math:`L` a root of the learnt inverse metric (:func:`~numpyro_sgrld.metrics.learnt`,
+With :math:`L` a root of the learnt inverse metric (:func:`~numpyro_sgrld.core.metrics.learnt`,
 :math:`L L^\top \approx H^{-1}` at the end of warm-up) and the coordinates
 :math:`z = L^{-1}\theta`, an adaptive metric :math:`D_z` built from the gradients in those
 coordinates, :math:`\nabla_z\hat U = L^\top\nabla\hat U`, is in the original coordinates
@@ -14,7 +14,7 @@ global scaling and correlations, which a diagonal or Kronecker-factored adaptive
 cannot, and the adaptive metric follows what is left. Since :math:`L` is constant after
 warm-up, Γ of :math:`D` is :math:`L\,\Gamma_z`: the adaptive metric's stationary bias is that
 of :math:`D_z` in whitened coordinates, and the Γ correction
-(:mod:`numpyro_sgrld.correction`) differentiates :math:`D` through the gradient as for any
+(:mod:`numpyro_sgrld.core.correction`) differentiates :math:`D` through the gradient as for any
 metric.
 
 The metric is dense only for positions of at most ``dense_max_dim`` coordinates; above it the
@@ -30,13 +30,13 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from numpyro_sgrld.core._traits import trait
 from numpyro_sgrld.core.metrics._base import Aux, Metric, Preconditioner, Restart, WarmStart
 from numpyro_sgrld.core.metrics.constant import DENSE_MAX_DIM, dense_preconditioner
+from numpyro_sgrld.core.traits import trait
 
 
 class WhitenedState(NamedTuple):
-    """The learnt part, as in :class:`~numpyro_sgrld.metrics.LearntState` (``scale``: the
+    """The learnt part, as in :class:`~numpyro_sgrld.core.metrics.LearntState` (``scale``: the
     diagonal of :math:`L L^\top`; ``factor``: :math:`L`, ``None`` above ``dense_max_dim``),
     and the adaptive metric's state ``inner`` (in the coordinates :math:`L^{-1}\theta`)."""
 

@@ -1,0 +1,127 @@
+"""The :class:`Integrator` protocol of :mod:`numpyro_sgrld.core.integrators` and what its
+integrators share."""
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+__all__ = ["Integrator", "StepSetting", "BiasLaw", "StepHint", "Rescale", "Settle",
+           "Overdamp", "NeedsConstantMetric"]
+
+
+class Integrator(NamedTuple):
+    r"""An integrator as a pair of pure functions (see the module docstring): ``init(position,
+    key, step_size, temperature) -> state`` and ``step(key, position, state, grad,
+    preconditioner, setting) -> (position, state)`` with a :class:`StepSetting`, what the
+    step calls. ``name``
+    names it in error messages; ``carries_correction``: whether the step adds the Γ drift of
+    a position-dependent metric (``preconditioner.correction``) as the Riemannian Langevin
+    diffusion needs it. ``traits``: what other parts of the library read from it
+    (:mod:`numpyro_sgrld.core.traits`), each only where it applies: :class:`BiasLaw`,
+    :class:`StepHint`, :class:`Rescale`, :class:`NeedsConstantMetric` and
+    :class:`~numpyro_sgrld.core.acceptance.Averages` (a state that a finite gradient keeps
+    finite, so that the kernel need not check it every step)."""
+
+    init: Callable
+    step: Callable
+    name: str = "integrator"
+    carries_correction: bool = False
+    traits: tuple = ()
+
+
+class StepSetting(NamedTuple):
+    """What an integrator's ``step(key, position, state, grad, preconditioner, setting)`` is
+    told about this step besides where it starts and what drives it: the step size
+    :math:`h`, the temperature :math:`T`, the metric's
+    :class:`~numpyro_sgrld.core.metrics.StepContext`, and ``oracle(z) -> (value, grad)``, the
+    gradient estimator on the same minibatch at another point (``None`` where there is
+    none; a splitting scheme such as BAOAB asks it for the gradient at an intermediate
+    position)."""
+
+    step_size: Any
+    temperature: Any
+    context: Any = None
+    oracle: Callable | None = None
+
+
+class BiasLaw(NamedTuple):
+    r"""An integrator's trait, read by step-size adaptation
+    (:mod:`numpyro_sgrld.warmup.adaptation`):
+    ``weights`` :math:`(c_\lambda, c_s)`, the first-order inflation of the discretised chain's
+    stationary variance on a Gaussian, :math:`1 + h(c_\lambda\lambda + c_s s^2/T)` for
+    curvature :math:`\lambda` and gradient-noise variance :math:`s^2` (both in the metric's
+    coordinates); a third element 2 makes the curvature term second order,
+    :math:`c_\lambda h^2\lambda` (time-step integrators, :func:`time_step_law`).
+    ``max_step(target_bias)``: the largest step ``step_size=None`` may choose, where the
+    integrator has a bias or limit that does not depend on the posterior (``None``: none).
+    Without it the step must be given."""
+
+    weights: tuple
+    max_step: Callable | None = None
+
+
+class StepHint(NamedTuple):
+    """An integrator's trait: how to choose a step where it has no :class:`BiasLaw`."""
+
+    text: str
+
+
+class Rescale(NamedTuple):
+    r"""An integrator's trait: ``fn(state, ratio)``, the state after the step size is
+    multiplied by ``ratio`` during warm-up (absent: nothing in the state depends on it);
+    SGHMC's momentum, in units of position per step, scales with :math:`\sqrt h`."""
+
+    fn: Callable
+
+
+class Settle(NamedTuple):
+    r"""An integrator's trait: ``fn(state, temperature)``, its state at the end of warm-up,
+    and ``restart(state)``, its state halfway through (absent: nothing to settle); a
+    thermostat is set to the equilibrium it measured over the second half of warm-up, which
+    its own dynamics would reach only after many relaxation times."""
+
+    fn: Callable
+    restart: Callable
+
+
+class Overdamp(NamedTuple):
+    r"""An integrator's trait: ``fn(state, key, temperature, preconditioner)``, its state with
+    a fresh momentum, drawn from its equilibrium law at ``temperature`` (in the
+    preconditioner's geometry), no half kick pending and the thermostat at its start.
+    Warm-up's approach (:func:`numpyro_sgrld.warmup.schedule.first_window_start`) applies it
+    after every step, so that a chain on its way in from its initial point moves as
+    overdamped Langevin dynamics (one step from a fresh momentum is a Langevin step of
+    :math:`h^2/2`, noise included) and carries no momentum from one step to the next: a
+    momentum carried through a funnel's neck (a horseshoe scale, whose restoring force falls
+    as the scale grows) throws the chain out to scales many orders of magnitude beyond the
+    posterior's, where the weights' curvature vanishes and the preconditioner learnt there
+    does not fit the posterior."""
+
+    fn: Callable
+
+
+class NeedsConstantMetric(NamedTuple):
+    """An integrator's trait: it takes only a metric with the
+    :class:`~numpyro_sgrld.core.metrics.Constant` trait, for the reason ``hint`` (absent: any
+    metric)."""
+
+    hint: str = ""
+
+
+def time_step_law(friction):
+    r"""The second-order bias law of a time-step integrator (BAOAB, SGNHT, BADODAB) with
+    friction :math:`\gamma` (the thermostats': their diffusion :math:`A`):
+    ``(1/4, 1/(2 gamma), 2)``, a variance inflation of
+    :math:`\tfrac14 h^2\lambda + h s^2/(2\gamma T)`.
+
+    The noise term is BAOAB's exactly (a kick of :math:`h` per step carries gradient noise of
+    variance :math:`h^2 s^2` into a velocity that the O step cools at rate :math:`2\gamma hT`;
+    the discrete Lyapunov equation of :math:`(\theta, v)` on a Gaussian gives
+    :math:`1 + h s^2/(2\gamma T) + O(h^2)`). A thermostat absorbs the noise's average, so for
+    SGNHT and BADODAB it bounds the anisotropic rest. The curvature term keeps the step well
+    inside the stability limit :math:`h\sqrt{\lambda} < 2` (at ``target_bias=0.1``,
+    :math:`h\sqrt\lambda \le 0.63`), where none of the three changes a Gaussian's variance
+    by much: BAOAB's and BADODAB's positions are exact there, and SGNHT's bias at its
+    thermostat's equilibrium is the curvature-free :math:`-hA/2` that its ``max_step``
+    bounds (symplectic Euler alone would inflate by :math:`1/(1 - h^2\lambda/4)`, which is
+    where the weight 1/4 comes from)."""
+    return (0.25, 1.0 / (2.0 * friction), 2)

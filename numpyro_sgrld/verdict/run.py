@@ -1,0 +1,60 @@
+"""What the verdict knows of the kernel that made a run, as one value (:class:`Run`), read once
+from any kernel (:func:`describe`): a stochastic-gradient kernel's model, data sizes, network
+sites and composed pieces, and for any other kernel (NUTS, HMCECS, none) the same fields at
+values that say nothing is known. The verdict and its advice read this value, never the
+kernel's attributes."""
+
+from typing import Any, NamedTuple
+
+__all__ = ["Run", "describe"]
+
+
+class Run(NamedTuple):
+    """What the verdict knows of a run's kernel.
+
+    - **given** – whether a kernel was given at all.
+    - **name** – the kernel's class name (for advice that names it).
+    - **model**, **model_args** – the model and the ``(args, kwargs)`` it last ran on.
+    - **setup** – the model's :class:`~numpyro_sgrld.sampler.model.ModelSetup` (its
+      plates, transforms, a network's evaluation batch).
+    - **num_data**, **subsample_plates** – :math:`N` and the subsampled plates.
+    - **network_sites** – the sites the bridges marked as a network's weights.
+    - **algorithm**, **metric**, **integrator**, **correction**, **temperature** – the
+      composed pieces.
+    - **adapts_step_size** – whether warm-up chose the step (``None``: not known, a kernel
+      that is not a stochastic-gradient one).
+    - **target_bias**, **settings**, **cycles** – the adaptation's bias target, the learnt
+      settings the kernel started from, a cyclical kernel's cycles.
+    """
+
+    given: bool = False
+    name: str = ""
+    model: Any = None
+    model_args: Any = None
+    setup: Any = None
+    num_data: Any = None
+    subsample_plates: tuple = ()
+    network_sites: Any = None
+    algorithm: Any = None
+    metric: Any = None
+    integrator: Any = None
+    correction: Any = None
+    temperature: Any = 1.0
+    adapts_step_size: Any = None
+    target_bias: Any = None
+    settings: Any = None
+    cycles: Any = None
+
+
+def describe(kernel):
+    """The :class:`Run` of ``kernel`` (any ``MCMCKernel``, ``None``, or a :class:`Run`, returned
+    as it is)."""
+    if isinstance(kernel, Run):
+        return kernel
+    if kernel is None:
+        return Run()
+    fields = {name: getattr(kernel, name, default)
+              for name, default in Run._field_defaults.items()
+              if name not in ("given", "name")}
+    fields["subsample_plates"] = fields["subsample_plates"] or ()
+    return Run(given=True, name=type(kernel).__name__, **fields)
