@@ -25,7 +25,7 @@ from numpyro_sgrld import (
 )
 from numpyro_sgrld.core.tree import tree_all_finite
 from numpyro_sgrld.data.subsample import draw_indices, init_batching
-from numpyro_sgrld.sampler import parts as _host_parts
+from numpyro_sgrld.sampler import parts
 
 
 def _data(n=50, d=3, seed=0):
@@ -61,7 +61,7 @@ def test_minibatch_potential_matches_hand_computation():
     # the kernel differentiates exactly this function
     kernel = SGLD(regression, step_size=1e-3)
     MCMC(kernel, num_warmup=0, num_samples=1, progress_bar=False).run(random.PRNGKey(0), X, y)
-    target = _host_parts.target(kernel.setup, kernel.model, None, None, (X, y), {})
+    target = parts.target(kernel.setup, kernel.model, None, None, (X, y), {}, kernel._draw)
     got_kernel, _ = target.potential(z, {"data": idx})
     np.testing.assert_allclose(got_kernel, expected, rtol=1e-5)
 

@@ -2,7 +2,8 @@
 ``:class:``, ``:mod:``, ``:meth:``, ``:data:``, ``:attr:``, ``:exc:``, ``:obj:``) of the
 package's docstrings, and the roles and the inline code spans that are a dotted path of the
 package (```numpyro_sgrld.core.metrics```) in README.md and the Markdown pages of docs/
-(docs/results/ aside: the records of runs).
+(docs/results/ aside: the records of runs; and the changelog's column of paths that moved
+away, which name nothing by design).
 
 A target of the package is resolved by importing its longest importable prefix and ``getattr``
 along the rest (a class's attributes, properties and NamedTuple fields exist, and those its
@@ -238,11 +239,23 @@ def _page_references(path, text):
     return refs
 
 
+def _without_gone_paths(text):
+    """The changelog's ``text`` with the first cell of its tables' rows blanked: the column
+    of paths a change removed ("before"), which name nothing by design."""
+    def blank(m):
+        return m.group(1) + "|" + " " * (len(m.group()) - len(m.group(1)) - 2) + "|"
+
+    return "\n".join(re.sub(r"^(\s*)\|[^|]*\|", blank, line) for line in text.split("\n"))
+
+
 @cache
 def _docs_references():
     refs = []
     for page in _pages():
-        refs += _page_references(page.relative_to(ROOT).as_posix(), page.read_text())
+        text = page.read_text()
+        if page.name == "changelog.md":
+            text = _without_gone_paths(text)
+        refs += _page_references(page.relative_to(ROOT).as_posix(), text)
     return refs
 
 

@@ -161,9 +161,9 @@ def test_the_switch_compares_the_noise_with_and_without_the_centre():
     model, X, y = _logistic(2000, 20)
     kernel = ns.SGLD(model)
     kernel.init(jax.random.PRNGKey(0), 400, None, (X, y), {})
-    from numpyro_sgrld.sampler import parts as _host_parts
+    from numpyro_sgrld.sampler import parts
 
-    target = _host_parts.target(kernel.setup, kernel.model, kernel._potential_fn, None, (X, y),
+    target = parts.target(kernel.setup, kernel.model, kernel._potential_fn, None, (X, y),
                                 {}, kernel._draw, num_data=kernel.num_data)
     state = warmup_control_variates().init({"w": jnp.zeros(3)}, None, target)
 
