@@ -82,6 +82,7 @@ from numpyro_sgrld.sampler.compat import (
     enable_fast_sampling_loop,
     fast_sampling_loop,
 )
+from numpyro_sgrld.sampler.gibbs import SGGibbs, SGGibbsState
 from numpyro_sgrld.sampler.kernel import SGMCMC, SGState
 from numpyro_sgrld.sampler.potentials import auxiliary, minibatch_potential
 from numpyro_sgrld.verdict import judge as verdict
@@ -93,6 +94,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "SGMCMC",
+    "SGGibbs",
+    "SGGibbsState",
     "Algorithm",
     "ChainState",
     "Cycles",

@@ -1,0 +1,195 @@
+r"""SG-MCMC within Gibbs: a stochastic-gradient kernel for some latent sites, alternating with
+exact updates of the others, as NumPyro's ``HMCGibbs`` composes HMC with a user's Gibbs
+function.
+
+One transition of :class:`SGGibbs` is
+
+1. a Gibbs sweep: ``gibbs_fn(rng_key, gibbs_sites, hmc_sites)`` draws the Gibbs sites from
+   their conditional given the others (``hmc_sites``, constrained: NumPyro's name for the
+   sites the gradient-based kernel moves), exactly as ``HMCGibbs`` calls it;
+2. one step of the stochastic-gradient kernel on the model conditioned on the Gibbs sites'
+   new values (NumPyro's ``conditioned`` model and ``with_conditioning`` keyword arguments).
+
+Each part leaves the joint law invariant (the Gibbs draw exactly, the SG step up to its own
+discretisation and minibatch bias), so the composition samples the joint posterior up to the
+SG step's bias. Where the Gibbs sites' conditional involves no data (a centred hierarchical
+model's scales given the weights), the sweep costs no pass over the data.
+
+The SG kernel's gradient is the plain minibatch estimate: control variates are centred at the
+Gibbs sites' values at the centre, which move every sweep, so a kernel whose estimator needs
+the full data is refused, and the default one of ``step_size=None`` (control variates switched
+on in warm-up where they pay) runs as the plain minibatch gradient.
+"""
+
+from typing import Any, NamedTuple
+
+from jax import random
+from numpyro.infer.hmc_gibbs import conditioned, with_conditioning
+from numpyro.infer.mcmc import MCMCKernel
+from numpyro.infer.util import transform_fn
+from numpyro.util import is_prng_key
+
+from numpyro_sgrld.core.gradients import minibatch
+from numpyro_sgrld.sampler.kernel import SGMCMC
+
+__all__ = ["SGGibbs", "SGGibbsState"]
+
+
+class SGGibbsState(NamedTuple):
+    """The state of :class:`SGGibbs`.
+
+    - **z** – every latent site: the Gibbs sites' constrained values and the SG kernel's
+      unconstrained position (as NumPyro's ``HMCGibbsState``; ``MCMC`` records it).
+    - **sg_state** – the SG kernel's :class:`~numpyro_sgrld.SGState`.
+    - **rng_key** – the key of the next Gibbs sweep.
+    """
+
+    z: Any
+    sg_state: Any
+    rng_key: Any
+
+
+class SGGibbs(MCMCKernel):
+    """A stochastic-gradient kernel within Gibbs (see the module docstring).
+
+    :param inner_kernel: an :class:`~numpyro_sgrld.SGMCMC` (any preset) built on the model;
+        it moves every latent site but the Gibbs sites. Its model is conditioned on them in
+        place.
+    :param gibbs_fn: ``gibbs_fn(rng_key, gibbs_sites, hmc_sites) -> gibbs_sites``, a draw of
+        the Gibbs sites (a dict of constrained values) from their conditional given the other
+        sites' constrained values, as for NumPyro's ``HMCGibbs``.
+    :param gibbs_sites: the names of the sites ``gibbs_fn`` updates.
+
+    Example::
+
+        >>> import jax, jax.numpy as jnp, numpyro, numpyro.distributions as dist
+        >>> from numpyro.infer import MCMC
+        >>> from numpyro_sgrld import SGLD, SGGibbs
+        >>> def model(y):
+        ...     mu = numpyro.sample("mu", dist.Normal(0.0, 1.0))
+        ...     x = numpyro.sample("x", dist.Normal(mu, 1.0))
+        ...     with numpyro.plate("data", y.shape[0], subsample_size=10) as idx:
+        ...         numpyro.sample("y", dist.Normal(x, 1.0), obs=y[idx])
+        >>> def gibbs_fn(rng_key, gibbs_sites, hmc_sites):  # mu | x ~ N(x / 2, 1 / 2)
+        ...     x = hmc_sites["x"]
+        ...     return {"mu": x / 2 + jnp.sqrt(0.5) * jax.random.normal(rng_key)}
+        >>> kernel = SGGibbs(SGLD(model, step_size=1e-3), gibbs_fn, ["mu"])
+        >>> mcmc = MCMC(kernel, num_warmup=100, num_samples=200, progress_bar=False)
+        >>> mcmc.run(jax.random.PRNGKey(0), jnp.ones(100))
+        >>> sorted(mcmc.get_samples())
+        ['mu', 'x']
+    """
+
+    sample_field = "z"
+
+    def __init__(self, inner_kernel, gibbs_fn, gibbs_sites):
+        if not isinstance(inner_kernel, SGMCMC):
+            raise TypeError(
+                "`inner_kernel` must be a stochastic-gradient kernel of numpyro_sgrld (SGLD, "
+                f"SGHMC, ..., or SGMCMC), got {type(inner_kernel).__name__}. For HMC or NUTS "
+                "use numpyro.infer.HMCGibbs.")
+        if inner_kernel.model is None:
+            raise ValueError(
+                "SGGibbs needs a kernel built on a model (the Gibbs sites are sites of it), "
+                "not on `potential_fn`.")
+        if not callable(gibbs_fn):
+            raise TypeError(f"`gibbs_fn` must be callable, got {gibbs_fn!r}.")
+        if isinstance(gibbs_sites, str) or not gibbs_sites:
+            raise ValueError(
+                "`gibbs_sites` must be a non-empty list of site names, e.g. ['tau'], got "
+                f"{gibbs_sites!r}.")
+        gradient = inner_kernel.gradient
+        if gradient.needs_full_data and gradient.activate is None:
+            raise ValueError(
+                f"The kernel's gradient estimator {gradient.name!r} keeps full-data "
+                "gradients at a centre, which the Gibbs sites' moves make stale every sweep: "
+                "build the kernel with gradient=numpyro_sgrld.gradients.minibatch() (the "
+                "default with a given step_size).")
+        if gradient.activate is not None:  # step_size=None's default: the plain minibatch
+            algorithm = inner_kernel.algorithm._replace(gradient=minibatch())
+            inner_kernel.algorithm, inner_kernel.gradient = algorithm, algorithm.gradient
+        inner_kernel.model = conditioned(inner_kernel.model)
+        #: The stochastic-gradient kernel (its model conditioned on the Gibbs sites).
+        self.inner_kernel = inner_kernel
+        self._gibbs_fn = gibbs_fn
+        #: The sites ``gibbs_fn`` updates.
+        self.gibbs_sites = tuple(gibbs_sites)
+
+    @property
+    def model(self):
+        return self.inner_kernel.model
+
+    @property
+    def default_fields(self):
+        return ("z",)
+
+    def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
+        if not is_prng_key(rng_key):
+            raise ValueError(
+                "SGGibbs runs one chain per call: use chain_method='sequential' or "
+                "'parallel', not 'vectorized'.")
+        model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
+        key_trace, key_init, rng_key = random.split(rng_key, 3)
+        gibbs = _initial_gibbs_values(self.inner_kernel.model, self.gibbs_sites, init_params,
+                                      key_trace, model_args, model_kwargs)
+        sg_params = None
+        if init_params is not None:
+            sg_params = {k: v for k, v in init_params.items() if k not in self.gibbs_sites}
+        sg_state = self.inner_kernel.init(key_init, num_warmup, sg_params, model_args,
+                                          with_conditioning(model_kwargs, gibbs))
+        return SGGibbsState({**gibbs, **sg_state.z}, sg_state, rng_key)
+
+    def sample(self, state, model_args, model_kwargs):
+        model_kwargs = {} if model_kwargs is None else model_kwargs
+        rng_key, key_gibbs = random.split(state.rng_key)
+        gibbs = {k: state.z[k] for k in self.gibbs_sites}
+        sg_z = state.sg_state.z
+        constrained = transform_fn(self.inner_kernel.setup.inv_transforms, sg_z)
+        gibbs = self._gibbs_fn(rng_key=key_gibbs, gibbs_sites=gibbs, hmc_sites=constrained)
+        _check_gibbs_values(gibbs, self.gibbs_sites)
+        sg_state = self.inner_kernel.sample(state.sg_state, model_args,
+                                            with_conditioning(model_kwargs, gibbs))
+        return SGGibbsState({**gibbs, **sg_state.z}, sg_state, rng_key)
+
+    def postprocess_fn(self, model_args, model_kwargs):
+        model_kwargs = {} if model_kwargs is None else model_kwargs
+
+        def constrain(z):
+            gibbs = {k: z[k] for k in self.gibbs_sites}
+            rest = {k: v for k, v in z.items() if k not in self.gibbs_sites}
+            inner = self.inner_kernel.postprocess_fn(model_args,
+                                                     with_conditioning(model_kwargs, gibbs))
+            return {**gibbs, **inner(rest)}
+
+        return constrain
+
+    def get_diagnostics_str(self, state):
+        return self.inner_kernel.get_diagnostics_str(state.sg_state)
+
+
+def _initial_gibbs_values(model, gibbs_sites, init_params, key, model_args, model_kwargs):
+    """The Gibbs sites' first values: ``init_params``'s where given, else a draw from the
+    model's prior (one trace of the model), each site checked to be a latent site."""
+    from numpyro import handlers
+
+    given = {} if init_params is None else {k: init_params[k] for k in gibbs_sites
+                                            if k in init_params}
+    trace = handlers.trace(handlers.seed(handlers.substitute(model, data=given), key)).get_trace(
+        *model_args, **model_kwargs)
+    latent = {name for name, site in trace.items()
+              if site["type"] == "sample" and not site["is_observed"]}
+    missing = [s for s in gibbs_sites if s not in latent]
+    if missing:
+        raise ValueError(
+            f"The Gibbs site {missing[0]!r} is not a latent sample site of the model (its "
+            f"latent sites: {sorted(latent)}).")
+    return {s: trace[s]["value"] for s in gibbs_sites}
+
+
+def _check_gibbs_values(gibbs, gibbs_sites):
+    """Refuse a ``gibbs_fn`` result that does not give exactly the Gibbs sites."""
+    if not isinstance(gibbs, dict) or set(gibbs) != set(gibbs_sites):
+        raise ValueError(
+            "`gibbs_fn` must return a dict with exactly the Gibbs sites "
+            f"{sorted(gibbs_sites)}, got "
+            f"{sorted(gibbs) if isinstance(gibbs, dict) else type(gibbs).__name__}.")

@@ -1,0 +1,112 @@
+"""SG-MCMC within Gibbs (``SGGibbs``): a user's ``gibbs_fn``, as for NumPyro's ``HMCGibbs``,
+alternating with any preset, on a conjugate model whose joint posterior is Gaussian in closed
+form: ``mu ~ N(0, s0)``, ``x | mu ~ N(mu, 1)``, ``y_i | x ~ N(x, 1)`` with a subsampled data
+plate; ``mu | x`` is a data-free Gibbs draw and ``x`` the SG kernel's site.
+
+The means are exact whatever the step (an SG step on a Gaussian keeps its mean), and ``mu``'s
+sd is set by its conditional (``Var[mu] = v + v^2 Var[x]``, ``v = s0^2 / (1 + s0^2)``): an SG
+step's inflation of ``Var[x]`` (about 1 % of ``Var[x]``'s share here) moves it by far less than
+its Monte Carlo error. Tolerances are ESS-based z-scores with a Bonferroni bound.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from conftest import bonferroni_z, moment_z_scores
+from numpyro.infer import MCMC, NUTS
+
+import numpyro_sgrld as ns
+from numpyro_sgrld.presets.table import KERNELS
+
+N, BATCH, S0 = 50, 10, 2.0
+Y = np.asarray(jax.random.normal(jax.random.PRNGKey(1), (N,)) + 1.5)
+
+
+def model(y):
+    mu = numpyro.sample("mu", dist.Normal(0.0, S0))
+    x = numpyro.sample("x", dist.Normal(mu, 1.0))
+    with numpyro.plate("data", y.shape[0], subsample_size=BATCH) as idx:
+        numpyro.sample("y", dist.Normal(x, 1.0), obs=y[idx])
+
+
+def gibbs_fn(rng_key, gibbs_sites, hmc_sites):
+    """``mu | x ~ N(v x, v)``, ``v = s0^2 / (1 + s0^2)``: no data."""
+    v = S0**2 / (1 + S0**2)
+    return {"mu": v * hmc_sites["x"] + jnp.sqrt(v) * jax.random.normal(rng_key)}
+
+
+def exact():
+    """The joint posterior of ``(mu, x)``: its mean and sds (a Gaussian's, from its
+    precision matrix)."""
+    precision = np.array([[1 / S0**2 + 1, -1.0], [-1.0, 1.0 + N]])
+    cov = np.linalg.inv(precision)
+    return cov @ np.array([0.0, Y.sum()]), np.sqrt(np.diag(cov))
+
+
+def run(kernel, num_samples=4000):
+    mcmc = MCMC(ns.SGGibbs(kernel, gibbs_fn, ["mu"]), num_warmup=1000,
+                num_samples=num_samples, num_chains=4, chain_method="sequential",
+                progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(0), Y)
+    return mcmc.get_samples(group_by_chain=True)
+
+
+def check_joint(draws):
+    """The means of ``mu`` and ``x`` and the sd of ``mu`` against the exact posterior."""
+    mean, sd = exact()
+    z_mu, z_mu_sd = moment_z_scores(np.asarray(draws["mu"])[..., None], mean[0], sd[0])
+    z_x, _ = moment_z_scores(np.asarray(draws["x"])[..., None], mean[1], sd[1])
+    z = np.concatenate([z_mu, z_mu_sd, z_x])
+    assert np.all(np.abs(z) < bonferroni_z(z.size)), z
+
+
+def test_a_users_gibbs_fn_with_sgld_at_its_defaults_samples_the_joint_posterior():
+    check_joint(run(ns.SGLD(model)))
+
+
+#: BNPSGLD's metric reads a network's layer inputs, which this model has none of
+#: (tests/test_bnp.py runs it on networks)
+PRESETS = sorted(set(KERNELS) - {"BNPSGLD"})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", PRESETS)
+def test_a_users_gibbs_fn_works_with_every_preset(name):
+    check_joint(run(KERNELS[name](model)))
+
+
+def test_the_gibbs_sites_are_drawn_and_recorded_as_nuts_records_them():
+    """One transition: the Gibbs site holds ``gibbs_fn``'s draw, the SG site moved on the model
+    conditioned on it, and ``get_samples`` gives constrained values under the model's names."""
+    kernel = ns.SGGibbs(ns.SGLD(model, step_size=1e-3), gibbs_fn, ["mu"])
+    state = kernel.init(jax.random.PRNGKey(0), 10, None, (Y,), {})
+    new = kernel.sample(state, (Y,), {})
+    assert set(new.z) == {"mu", "x"}
+    assert new.z["x"] is new.sg_state.z["x"]
+    expected = gibbs_fn(jax.random.split(state.rng_key)[1], None, state.sg_state.z)["mu"]
+    np.testing.assert_allclose(new.z["mu"], expected, rtol=1e-6)
+    assert int(new.sg_state.i) == 1
+    assert set(kernel.postprocess_fn((Y,), {})(new.z)) == {"mu", "x"}
+
+
+def test_bad_input_is_refused_with_the_fix():
+    with pytest.raises(TypeError, match="HMCGibbs"):
+        ns.SGGibbs(NUTS(model), gibbs_fn, ["mu"])
+    with pytest.raises(ValueError, match="non-empty list"):
+        ns.SGGibbs(ns.SGLD(model), gibbs_fn, "mu")
+    with pytest.raises(ValueError, match="gradients.minibatch"):
+        ns.SGGibbs(ns.SGLD(model, control_variate="mode"), gibbs_fn, ["mu"])
+    with pytest.raises(ValueError, match="'nope' is not a latent sample site"):
+        ns.SGGibbs(ns.SGLD(model, step_size=1e-3), gibbs_fn, ["nope"]).init(
+            jax.random.PRNGKey(0), 10, None, (Y,), {})
+    kernel = ns.SGGibbs(ns.SGLD(model, step_size=1e-3), lambda **kw: {"x": 0.0}, ["mu"])
+    state = kernel.init(jax.random.PRNGKey(0), 10, None, (Y,), {})
+    with pytest.raises(ValueError, match="exactly the Gibbs sites"):
+        kernel.sample(state, (Y,), {})
+    with pytest.raises(ValueError, match="vectorized"):
+        MCMC(ns.SGGibbs(ns.SGLD(model, step_size=1e-3), gibbs_fn, ["mu"]), num_warmup=10,
+             num_samples=10, num_chains=2, chain_method="vectorized",
+             progress_bar=False).run(jax.random.PRNGKey(0), Y)
