@@ -82,7 +82,7 @@ from numpyro_sgrld.sampler.compat import (
     enable_fast_sampling_loop,
     fast_sampling_loop,
 )
-from numpyro_sgrld.sampler.gibbs import SGGibbs, SGGibbsState
+from numpyro_sgrld.sampler.gibbs import CONDITIONAL, Conditional, SGGibbs, SGGibbsState
 from numpyro_sgrld.sampler.kernel import SGMCMC, SGState
 from numpyro_sgrld.sampler.potentials import auxiliary, minibatch_potential
 from numpyro_sgrld.verdict import judge as verdict
@@ -96,6 +96,8 @@ __all__ = [
     "SGMCMC",
     "SGGibbs",
     "SGGibbsState",
+    "CONDITIONAL",
+    "Conditional",
     "Algorithm",
     "ChainState",
     "Cycles",

@@ -13,6 +13,9 @@ axis); biases have one.
   :math:`s \sim \mathrm{HalfCauchy}(1)`. Yu et al. parametrise :math:`m\,\mathrm{softplus}(\rho)`
   with a half-Cauchy on the product and no Jacobian; here the half-Cauchy is on :math:`s` and
   NumPyro's log transform supplies the Jacobian, so the scale's prior is exactly HalfCauchy(1).
+  The scale declares its exact conditional given the weights, which involves no data
+  (:func:`half_cauchy_scale_draw`): :class:`~numpyro_sgrld.SGGibbs` without a ``gibbs_fn``
+  draws it from there each step.
 - :func:`horseshoe`, ``form="layer", parametrisation="softplus"``: Yu et al.'s own
   (bnn_priors' ``Horseshoe``), to reproduce their numbers: an unconstrained site
   ``"{path}_rho"`` (flat), :math:`s = m\,\mathrm{softplus}(\rho)`, the factor
@@ -34,12 +37,15 @@ import jax
 import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
+from jax import random
 from numpyro.distributions import constraints
 from numpyro.infer import init_to_sample
 
 from numpyro_sgrld.bridges.haiku import fan_in
+from numpyro_sgrld.sampler.gibbs import CONDITIONAL, Conditional
 
-__all__ = ["HORSESHOE_SUFFIXES", "gaussian", "horseshoe", "he_scale", "init_to_unit_scales"]
+__all__ = ["HORSESHOE_SUFFIXES", "gaussian", "half_cauchy_scale_draw", "horseshoe", "he_scale",
+           "init_to_unit_scales"]
 
 HORSESHOE_SUFFIXES = ("_scale", "_global", "_local")
 SOFTPLUS_SUFFIX = "_rho"
@@ -72,6 +78,28 @@ def gaussian(scale="he"):
     return prior
 
 
+def half_cauchy_scale_draw(key, s, sites, *, weights, base):
+    r"""An exact draw of a half-Cauchy scale :math:`s \sim \mathrm{HalfCauchy}(1)` from its
+    conditional given the :math:`k` weights :math:`w \sim \mathcal N(0, (b\,s)^2)` of the site
+    ``weights`` (``sites[weights]``), through the inverse-gamma auxiliary of Makalic & Schmidt
+    (2016), drawn afresh from its own conditional:
+
+    .. math::
+        \nu \mid s \sim \mathrm{IG}\big(1,\ 1 + s^{-2}\big), \qquad
+        s^2 \mid w, \nu \sim \mathrm{IG}\Big(\tfrac{k+1}{2},\
+            \tfrac1\nu + \tfrac{\sum w^2}{2b^2}\Big),
+
+    two exact Gibbs draws of :math:`(\nu, s)`, so the pair leaves
+    :math:`p(s \mid w) \propto (1 + s^2)^{-1} s^{-k} e^{-\sum w^2/(2b^2s^2)}` invariant. No data
+    enter."""
+    w = sites[weights]
+    key_nu, key_s = random.split(key)
+    nu = (1.0 + 1.0 / s**2) / random.gamma(key_nu, 1.0, jnp.shape(s), jnp.result_type(s))
+    rate = 1.0 / nu + jnp.sum(w**2) / (2.0 * base**2)
+    shape = (jnp.size(w) + 1) / 2.0
+    return jnp.sqrt(rate / random.gamma(key_s, shape, jnp.shape(s), jnp.result_type(s)))
+
+
 def horseshoe(form="layer", scale="he", global_scale=1.0, parametrisation="log"):
     """Horseshoe prior, ``form="layer"`` or ``"unit"`` (see the module docstring).
 
@@ -96,8 +124,10 @@ def horseshoe(form="layer", scale="he", global_scale=1.0, parametrisation="log")
         raise ValueError(f"`global_scale` must be > 0, got {global_scale!r}.")
 
     def layer(path, shape):
-        s = numpyro.sample(f"{path}_scale", dist.HalfCauchy(1.0))
-        return dist.Normal(0.0, _scale(scale, shape) * s).expand(shape).to_event(len(shape))
+        base = _scale(scale, shape)
+        draw = Conditional(partial(half_cauchy_scale_draw, weights=path, base=base))
+        s = numpyro.sample(f"{path}_scale", dist.HalfCauchy(1.0), infer={CONDITIONAL: draw})
+        return dist.Normal(0.0, base * s).expand(shape).to_event(len(shape))
 
     def softplus_layer(path, shape):
         flat = dist.ImproperUniform(constraints.real, (), ())

@@ -21,6 +21,7 @@ the full data is refused, and the default one of ``step_size=None`` (control var
 on in warm-up where they pay) runs as the plain minibatch gradient.
 """
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from jax import random
@@ -32,7 +33,21 @@ from numpyro.util import is_prng_key
 from numpyro_sgrld.core.gradients import minibatch
 from numpyro_sgrld.sampler.kernel import SGMCMC
 
-__all__ = ["SGGibbs", "SGGibbsState"]
+__all__ = ["CONDITIONAL", "Conditional", "SGGibbs", "SGGibbsState", "declared_conditionals"]
+
+#: The key of a sample site's ``infer`` dict under which a prior declares an exact draw of the
+#: site from its conditional given the other sites (a :class:`Conditional`); :class:`SGGibbs`
+#: without a ``gibbs_fn`` updates every site that declares one.
+CONDITIONAL = "sgrld_conditional"
+
+
+class Conditional(NamedTuple):
+    """An exact draw of a latent site from its conditional given the others, which involves no
+    data: ``draw(key, value, sites) -> value``, with ``value`` the site's current constrained
+    value and ``sites`` the constrained values of every latent site (for instance
+    :func:`numpyro_sgrld.bridges.priors.half_cauchy_scale_draw`)."""
+
+    draw: Callable
 
 
 class SGGibbsState(NamedTuple):
@@ -57,8 +72,10 @@ class SGGibbs(MCMCKernel):
         place.
     :param gibbs_fn: ``gibbs_fn(rng_key, gibbs_sites, hmc_sites) -> gibbs_sites``, a draw of
         the Gibbs sites (a dict of constrained values) from their conditional given the other
-        sites' constrained values, as for NumPyro's ``HMCGibbs``.
-    :param gibbs_sites: the names of the sites ``gibbs_fn`` updates.
+        sites' constrained values, as for NumPyro's ``HMCGibbs``; ``None`` (default): the
+        exact updates the model's priors declare (:data:`CONDITIONAL`, e.g. the layer-wise
+        horseshoe of :func:`numpyro_sgrld.bridges.priors.horseshoe`), one after the other.
+    :param gibbs_sites: the names of the sites ``gibbs_fn`` updates (``None`` without one).
 
     Example::
 
@@ -82,7 +99,7 @@ class SGGibbs(MCMCKernel):
 
     sample_field = "z"
 
-    def __init__(self, inner_kernel, gibbs_fn, gibbs_sites):
+    def __init__(self, inner_kernel, gibbs_fn=None, gibbs_sites=None):
         if not isinstance(inner_kernel, SGMCMC):
             raise TypeError(
                 "`inner_kernel` must be a stochastic-gradient kernel of numpyro_sgrld (SGLD, "
@@ -92,9 +109,13 @@ class SGGibbs(MCMCKernel):
             raise ValueError(
                 "SGGibbs needs a kernel built on a model (the Gibbs sites are sites of it), "
                 "not on `potential_fn`.")
-        if not callable(gibbs_fn):
+        if gibbs_fn is not None and not callable(gibbs_fn):
             raise TypeError(f"`gibbs_fn` must be callable, got {gibbs_fn!r}.")
-        if isinstance(gibbs_sites, str) or not gibbs_sites:
+        if (gibbs_fn is None) != (gibbs_sites is None):
+            raise ValueError(
+                "Give `gibbs_fn` and `gibbs_sites` together, or neither (then the exact "
+                "updates the model's priors declare are used).")
+        if gibbs_fn is not None and (isinstance(gibbs_sites, str) or not gibbs_sites):
             raise ValueError(
                 "`gibbs_sites` must be a non-empty list of site names, e.g. ['tau'], got "
                 f"{gibbs_sites!r}.")
@@ -112,8 +133,9 @@ class SGGibbs(MCMCKernel):
         #: The stochastic-gradient kernel (its model conditioned on the Gibbs sites).
         self.inner_kernel = inner_kernel
         self._gibbs_fn = gibbs_fn
-        #: The sites ``gibbs_fn`` updates.
-        self.gibbs_sites = tuple(gibbs_sites)
+        #: The sites the Gibbs sweep updates (with the declared updates, known after
+        #: :meth:`init`).
+        self.gibbs_sites = None if gibbs_sites is None else tuple(gibbs_sites)
 
     @property
     def model(self):
@@ -130,6 +152,16 @@ class SGGibbs(MCMCKernel):
                 "'parallel', not 'vectorized'.")
         model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
         key_trace, key_init, rng_key = random.split(rng_key, 3)
+        if self._gibbs_fn is None or self.gibbs_sites is None:
+            conditionals = declared_conditionals(self.inner_kernel.model, key_trace, model_args,
+                                                 model_kwargs)
+            if not conditionals:
+                raise ValueError(
+                    "The model's priors declare no exact update (no sample site has an "
+                    f"infer[{CONDITIONAL!r}]): give SGGibbs a gibbs_fn and gibbs_sites, or use "
+                    "a prior that declares one, e.g. numpyro_sgrld.priors.horseshoe().")
+            self.gibbs_sites = tuple(conditionals)
+            self._gibbs_fn = _declared_sweep(conditionals)
         gibbs = _initial_gibbs_values(self.inner_kernel.model, self.gibbs_sites, init_params,
                                       key_trace, model_args, model_kwargs)
         sg_params = None
@@ -165,6 +197,31 @@ class SGGibbs(MCMCKernel):
 
     def get_diagnostics_str(self, state):
         return self.inner_kernel.get_diagnostics_str(state.sg_state)
+
+
+def declared_conditionals(model, key, model_args, model_kwargs):
+    """``{site: Conditional}`` of the model's sample sites that declare an exact update
+    (:data:`CONDITIONAL` in their ``infer``), in the model's order, from one trace."""
+    from numpyro import handlers
+
+    trace = handlers.trace(handlers.seed(model, key)).get_trace(*model_args, **model_kwargs)
+    return {name: site["infer"][CONDITIONAL] for name, site in trace.items()
+            if site["type"] == "sample" and not site["is_observed"]
+            and CONDITIONAL in site.get("infer", {})}
+
+
+def _declared_sweep(conditionals):
+    """A ``gibbs_fn`` drawing each site of ``conditionals`` in turn from its
+    :class:`Conditional`, given the others' latest values."""
+
+    def gibbs_fn(rng_key, gibbs_sites, hmc_sites):
+        values = {**hmc_sites, **gibbs_sites}
+        for key, (name, conditional) in zip(random.split(rng_key, len(conditionals)),
+                                             conditionals.items()):
+            values[name] = conditional.draw(key, values[name], values)
+        return {name: values[name] for name in conditionals}
+
+    return gibbs_fn
 
 
 def _initial_gibbs_values(model, gibbs_sites, init_params, key, model_args, model_kwargs):
