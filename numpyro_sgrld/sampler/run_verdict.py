@@ -88,12 +88,12 @@ def arm(kernel, state, num_warmup, vectorized):
     joined = previous is not None and previous.owner == id(mcmc)
     reports = previous.reports if joined and (chain is None or chain[0] > 0) else []
     names = [names[k] for k in index]
-    evaluation = kernel.setup.evaluation is not None
-    if evaluation:  # a network's chains are judged in function space
+    judges_batch = kernel.setup.evaluation is not None
+    if judges_batch:  # a network's chains are judged in function space
         names.append((evaluation.NAME, 0))
     kernel.run_info = _RunInfo(int(num_warmup), int(mcmc.num_samples), int(mcmc.num_chains),
-                               index, names, reports, id(mcmc), evaluation)
-    fresh = monitor.init_monitor(len(names), flat.dtype, held=int(evaluation))
+                               index, names, reports, id(mcmc), judges_batch)
+    fresh = monitor.init_monitor(len(names), flat.dtype, held=int(judges_batch))
     if vectorized:
         fresh = jax.tree.map(lambda x: jnp.broadcast_to(x, (state.i.shape[0], *x.shape)),
                              fresh)
