@@ -91,6 +91,8 @@ def regression(X, y, search=False):
     batch's rows and its log-likelihood (the verdict's reading of a network) at
     ``w = W_TRUE``; with ``search``, the centre a kernel with ``control_variate="mode"``
     finds on such minibatches."""
+    from jax.experimental import multihost_utils
+
     from numpyro_sgrld.sampler.parts import target
     from numpyro_sgrld.verdict.evaluation import evaluation_indices, loglik_fn
 
@@ -103,6 +105,8 @@ def regression(X, y, search=False):
     drawn = jax.jit(lambda key, X, y: target(setup, kernel.model, None, None, (X, y), {},
                                              kernel._draw).draw(key, None)[0]["data"])(
         jax.random.PRNGKey(4), X, y)
+    # the run's one draw shards a minibatch's indices across the processes' devices
+    drawn = multihost_utils.process_allgather(drawn, tiled=True)
     loglik = jax.jit(loglik_fn(setup.prepared, plates))(
         {"w": np.asarray(W_TRUE, np.float32)}, (X, y), {})
     result = {"w": np.asarray(mcmc.get_samples()["w"], np.float64).tolist(),
