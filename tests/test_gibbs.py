@@ -92,6 +92,20 @@ def test_the_gibbs_sites_are_drawn_and_recorded_as_nuts_records_them():
     assert set(kernel.postprocess_fn((Y,), {})(new.z)) == {"mu", "x"}
 
 
+def test_the_verdicts_advice_does_not_call_a_model_within_gibbs_non_centred():
+    """The SG kernel sees the Gibbs sites as data: its model alone cannot say whether the
+    hierarchy is centred (here it is: ``x``'s prior depends on ``mu``)."""
+    from numpyro_sgrld.verdict.advice import centred_sites, mixing_advice
+
+    kernel = ns.SGGibbs(ns.SGLD(model, step_size=1e-3), gibbs_fn, ["mu"])
+    kernel.init(jax.random.PRNGKey(0), 10, None, (Y,), {})
+    assert centred_sites(kernel.inner_kernel) is None
+    assert "already non-centred" not in mixing_advice(kernel.inner_kernel)
+    plain = ns.SGLD(model, step_size=1e-3)
+    plain.init(jax.random.PRNGKey(0), 10, None, (Y,), {})
+    assert centred_sites(plain) == {"x": ["mu"]}
+
+
 def test_bad_input_is_refused_with_the_fix():
     with pytest.raises(TypeError, match="HMCGibbs"):
         ns.SGGibbs(NUTS(model), gibbs_fn, ["mu"])

@@ -126,12 +126,19 @@ def centred_sites(kernel):
     """``{site: [the latent sites its prior depends on]}`` for the latent sites of the
     kernel's model whose prior depends on other latent sites (a centred hierarchy, from
     ``numpyro.infer.inspect.get_dependencies`` on the last run's arguments); ``None`` when the
-    model cannot be inspected."""
+    model cannot be inspected, or when the kernel runs within Gibbs (its model conditioned on
+    the Gibbs sites)."""
     run = describe(kernel)
     model, args = run.model, run.model_args
     if model is None or args is None:
         return None
+    from numpyro.infer.hmc_gibbs import GIBBS_SITES_KWARG
     from numpyro.infer.inspect import get_dependencies
+
+    if GIBBS_SITES_KWARG in (args[1] or {}):
+        # a kernel within Gibbs (SGGibbs): the Gibbs sites it sees as data are latent sites
+        # of the model, so its own model cannot say whether the hierarchy is centred
+        return None
 
     try:
         prior = get_dependencies(model, args[0], args[1])["prior_dependencies"]
