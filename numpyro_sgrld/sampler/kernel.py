@@ -1,8 +1,9 @@
 """The NumPyro adapter: the one NumPyro-aware piece of a stochastic-gradient kernel.
 
-:class:`SGMCMC` sets the model up (its plates, data checks, initial values), builds the
-warm-up's :class:`~numpyro_sgrld.warmup.pieces.Setting` (the algorithm, the minibatch draw over
-the model's plates, the step-size rule), hands each chain's state to the transition
+:class:`SGMCMC` sets the model up (its plates, data checks, initial values), builds the run's
+one minibatch draw over the model's plates (the :class:`~numpyro_sgrld.core.gradients.Target`'s
+``draw``) and the warm-up's :class:`~numpyro_sgrld.warmup.pieces.Setting` (the algorithm, the
+bias target, the step-size rule), hands each chain's state to the transition
 (:func:`numpyro_sgrld.warmup.steps.transition`: it draws the minibatch and runs the algorithm's
 step, :func:`numpyro_sgrld.core.algorithm.step`, which estimates the gradient, composes the step
 and applies the acceptance policy), runs chains and postprocesses draws.
