@@ -81,7 +81,7 @@ def test_a_users_gibbs_fn_works_with_every_preset(name):
 def test_the_gibbs_sites_are_drawn_and_recorded_as_nuts_records_them():
     """One transition: the Gibbs site holds ``gibbs_fn``'s draw, the SG site moved on the model
     conditioned on it, and ``get_samples`` gives constrained values under the model's names."""
-    kernel = ns.SGGibbs(ns.SGLD(model, step_size=1e-3), gibbs_fn, ["mu"])
+    kernel = ns.SGGibbs(ns.SGLD(model, step_size=1e-3), gibbs_fn, ["mu"], decentre=False)
     state = kernel.init(jax.random.PRNGKey(0), 10, None, (Y,), {})
     new = kernel.sample(state, (Y,), {})
     assert set(new.z) == {"mu", "x"}
@@ -165,22 +165,50 @@ def horseshoe_regression(X, y):
 
 def test_without_a_gibbs_fn_the_updates_the_priors_declare_run():
     """``SGGibbs(kernel)`` finds the horseshoe scale's declared update and draws it each step
-    (the same draw as the update's own function with the sweep's key)."""
+    (the same draw as the update's own function with the sweep's key), given the weights at
+    the chain's position; the SG kernel moves the weights non-centred, and the sweep holds the
+    centred weights where they were."""
     from numpyro_sgrld.bridges.priors import half_cauchy_scale_draw
 
     X = np.asarray(jax.random.normal(jax.random.PRNGKey(2), (200, 3)))
     y = X @ np.array([1.0, 0.0, -0.5])
     kernel = ns.SGGibbs(ns.SGLD(horseshoe_regression, step_size=1e-4))
     state = kernel.init(jax.random.PRNGKey(0), 10, None, (X, y), {})
-    assert kernel.gibbs_sites == ("w_scale",)
-    new = kernel.sample(state, (X, y), {})
+    assert kernel.gibbs_sites == ("w_scale",) and kernel.decentred_sites == ("w",)
+    state = kernel.sample(state, (X, y), {})
+    chain = state.sg_state.chain
+    u = (chain.z if chain.proposal is None else chain.proposal)["w_decentered"]
+    w = state.z["w_scale"] * u
+    gibbs, moved = kernel.sweep(state, (X, y), {})
     key = jax.random.split(jax.random.split(state.rng_key)[1], 1)[0]
-    expected = half_cauchy_scale_draw(key, state.z["w_scale"], {"w": state.sg_state.z["w"]},
-                                      weights="w", base=1.0)
-    np.testing.assert_allclose(new.z["w_scale"], expected, rtol=1e-6)
-    with pytest.raises(ValueError, match="declare no exact update"):
-        ns.SGGibbs(ns.SGLD(model, step_size=1e-3)).init(jax.random.PRNGKey(0), 10, None,
-                                                          (Y,), {})
+    expected = half_cauchy_scale_draw(key, state.z["w_scale"], {"w": w}, weights="w",
+                                      base=1.0)
+    np.testing.assert_allclose(gibbs["w_scale"], expected, rtol=1e-6)
+    chain = moved.chain
+    u_new = (chain.z if chain.proposal is None else chain.proposal)["w_decentered"]
+    np.testing.assert_allclose(gibbs["w_scale"] * u_new, w, rtol=1e-5)
+    assert set(kernel.postprocess_fn((X, y), {})(state.z)) == {"w", "w_scale"}
+
+
+def plain_model(y):
+    x = numpyro.sample("x", dist.Normal(0.0, 1.0))
+    with numpyro.plate("data", y.shape[0], subsample_size=BATCH) as idx:
+        numpyro.sample("y", dist.Normal(x, 1.0), obs=y[idx])
+
+
+def test_without_a_gibbs_fn_the_data_free_sites_are_found_and_the_others_refused():
+    """``mu``'s conditional involves no data (its one child is ``x``): found and slice-updated;
+    ``x``'s involves the data: refused as a Gibbs site by name; a model without a data-free
+    site is refused with the fix."""
+    kernel = ns.SGGibbs(ns.SGLD(model, step_size=1e-3))
+    kernel.init(jax.random.PRNGKey(0), 10, None, (Y,), {})
+    assert kernel.gibbs_sites == ("mu",) and kernel.decentred_sites == ("x",)
+    with pytest.raises(ValueError, match="'x' has no exact update"):
+        ns.SGGibbs(ns.SGLD(model, step_size=1e-3), gibbs_sites=["x"]).init(
+            jax.random.PRNGKey(0), 10, None, (Y,), {})
+    with pytest.raises(ValueError, match="no latent site with an exact update"):
+        ns.SGGibbs(ns.SGLD(plain_model, step_size=1e-3)).init(jax.random.PRNGKey(0), 10,
+                                                                None, (Y,), {})
 
 
 @pytest.mark.slow

@@ -32,7 +32,7 @@ from numpyro_sgrld.verdict import evaluation, monitor
 from numpyro_sgrld.verdict.judge import judgement
 from numpyro_sgrld.verdict.run import describe
 
-__all__ = ["arm", "observe", "observed", "report"]
+__all__ = ["arm", "judged", "observe", "observed", "report"]
 
 
 class _RunInfo(NamedTuple):
@@ -65,18 +65,26 @@ def _calling_mcmc(depth=8):
     return None
 
 
-def arm(kernel, state, num_warmup, vectorized):
+def judged(kernel, z, model_kwargs):
+    """The values the verdict judges: the position ``z`` and the kernel's
+    :attr:`~numpyro_sgrld.SGMCMC.judged_sites` (a Gibbs composition's other sites)."""
+    extra = kernel.judged_sites
+    return z if extra is None else {**z, **extra(model_kwargs or {})}
+
+
+def arm(kernel, state, num_warmup, vectorized, model_kwargs=None):
     """With ``MCMC``'s own loop driving the kernel: moments in the state for the verdict
     at the run's end (:mod:`numpyro_sgrld.verdict.monitor`). ``MCMC`` passes the run's length to
     no kernel, so it is read from the ``MCMC`` that called the kernel's ``init``; without one,
     or with the kernels' own loop (which judges the kept draws), or for a run of fewer than 4
-    steps, nothing is kept."""
+    steps, nothing is kept. The judged values are :func:`judged`'s."""
     previous, kernel.run_info = kernel.run_info, None
     mcmc = _calling_mcmc()
     if (mcmc is None or fast_sampling_loop_enabled() or not _setup.concrete(state.i)
             or mcmc.num_samples < 4):
         return state
-    first = jax.tree.map(lambda x: x[0], state.z) if vectorized else state.z
+    z = judged(kernel, state.z, model_kwargs)
+    first = jax.tree.map(lambda x: x[0], z) if vectorized else z
     flat, _ = ravel_pytree(first)
     index = monitor.coordinates(flat.size)
     names = [(name, j) for name, x in sorted(first.items())
@@ -140,7 +148,8 @@ def observe(kernel, state, new, model_args=(), model_kwargs=None):
 
     if vectorized:
         update = jax.vmap(update)
-    moments = update(state.monitor, new.z, new.num_rejected, new.diverging)
+    moments = update(state.monitor, judged(kernel, new.z, model_kwargs), new.num_rejected,
+                     new.diverging)
     jax.lax.cond(
         offset == run.num_samples - 1,
         lambda: jax.debug.callback(partial(report, kernel), moments.sums, moments.squares,

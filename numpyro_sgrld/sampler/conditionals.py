@@ -1,0 +1,194 @@
+r"""Exact updates of the latent sites whose conditional involves no data, found in the model:
+the update :class:`~numpyro_sgrld.SGGibbs` makes of every such site when it is given no
+``gibbs_fn``.
+
+A latent site :math:`x` is **data-free** when no factor of the joint density that depends on
+it is observed or lies in a subsample plate: its conditional given every other site,
+
+.. math::
+    p(x \mid \text{rest}, \text{data}) \propto p(x \mid \text{pa}(x))
+        \prod_{c \in \text{ch}(x)} p(c \mid \text{pa}(c)),
+
+involves its own prior and its latent children's densities only (a centred hierarchical
+model's scales given the weights). The children come from NumPyro's
+:func:`~numpyro.infer.inspect.get_dependencies`.
+
+Such a site is updated by univariate slice sampling (Neal 2003, stepping out and shrinkage)
+on each element of its unconstrained value :math:`u = T^{-1}(x)`, on the log conditional
+:math:`\log p(T(u) \mid \cdot) + \log|\det J_T(u)| + \sum_c \log p(c \mid \cdot)`: an exact
+update, which leaves the conditional invariant whatever the interval's initial width. The
+elements are updated all at once where they are conditionally independent (the log
+conditional's Hessian in :math:`u` is diagonal at two points: structural zeros, which
+automatic differentiation gives exactly), else one after another. Each evaluation runs the
+model, but only the factors of :math:`x` are used, so once compiled the data's part of the
+model (the likelihood's forward pass) is dead code that XLA removes: the update reads no data.
+"""
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax, random
+from jax.flatten_util import ravel_pytree
+from numpyro import handlers
+from numpyro.distributions import biject_to
+
+from numpyro_sgrld.data.subsample import as_jax_array
+
+__all__ = ["DataFreeSite", "data_free_sites", "independent_elements", "log_conditional",
+           "slice_step", "slice_update"]
+
+#: Stepping-out steps of one slice update, at most (Neal 2003, ``m``): with the initial width
+#: of one unconstrained unit, an interval up to 32 units each side.
+MAX_STEPS = 32
+#: Shrinkage proposals of one slice update, at most: each halves the interval's expected
+#: length, so 64 go from 64 units to the float32 resolution of any value; one that ends
+#: without acceptance keeps the current value (a valid, if lazy, update).
+MAX_SHRINKS = 64
+
+
+class DataFreeSite(NamedTuple):
+    """A latent site whose conditional involves no data: ``factors``, the sites whose density
+    depends on it (itself first), and its constraining ``transform``."""
+
+    factors: tuple
+    transform: Callable
+
+
+def slice_step(key, logp, x, width=1.0):
+    r"""One univariate slice-sampling update of ``x`` for the log density ``logp`` (Neal
+    2003): a level :math:`\log p(x) - E`, :math:`E \sim \mathrm{Exp}(1)`; an interval of
+    ``width`` placed uniformly around ``x`` and stepped out (at most :data:`MAX_STEPS`, split
+    at random between the two sides) until both ends lie below the level; proposals drawn
+    uniformly on it, shrinking it towards ``x`` at each rejection. Leaves ``logp``'s law
+    invariant; a non-finite ``logp`` counts as below every level."""
+
+    def density(v):
+        value = logp(v)
+        return jnp.where(jnp.isfinite(value), value, -jnp.inf)
+
+    k_level, k_place, k_split, k_shrink = random.split(key, 4)
+    level = density(x) - random.exponential(k_level, dtype=jnp.result_type(x))
+    left = x - width * random.uniform(k_place, dtype=jnp.result_type(x))
+    right = left + width
+    left_steps = jnp.floor(MAX_STEPS * random.uniform(k_split)).astype(jnp.int32)
+    right_steps = MAX_STEPS - 1 - left_steps
+
+    def out(direction):
+        def cond(c):
+            end, steps = c
+            return (steps > 0) & (density(end) > level)
+
+        def body(c):
+            end, steps = c
+            return end + direction * width, steps - 1
+
+        return cond, body
+
+    left, _ = lax.while_loop(*out(-1.0), (left, left_steps))
+    right, _ = lax.while_loop(*out(1.0), (right, right_steps))
+
+    def shrink_cond(c):
+        _, _, _, accepted, n, _ = c
+        return ~accepted & (n < MAX_SHRINKS)
+
+    def shrink_body(c):
+        left, right, _, _, n, key = c
+        key, k = random.split(key)
+        proposal = left + (right - left) * random.uniform(k, dtype=jnp.result_type(x))
+        accepted = density(proposal) > level
+        left = jnp.where(~accepted & (proposal < x), proposal, left)
+        right = jnp.where(~accepted & (proposal >= x), proposal, right)
+        return left, right, proposal, accepted, n + 1, key
+
+    _, _, proposal, accepted, _, _ = lax.while_loop(
+        shrink_cond, shrink_body, (left, right, x, jnp.array(False), 0, k_shrink))
+    return jnp.where(accepted, proposal, x)
+
+
+def data_free_sites(model, model_args, model_kwargs, exclude=()):
+    """``{site: DataFreeSite}`` of the model's latent sites whose conditional involves no data
+    (module docstring), in the model's order; the sites of ``exclude`` are not searched."""
+    from numpyro.infer.inspect import get_dependencies
+
+    model_args, model_kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
+    trace = handlers.trace(handlers.seed(model, 0)).get_trace(*model_args, **model_kwargs)
+    sites = {name: site for name, site in trace.items() if site["type"] == "sample"}
+    subsampled = {name for name, site in trace.items()
+                  if site["type"] == "plate" and site["args"][1] is not None
+                  and site["args"][1] < site["args"][0]}
+    parents = get_dependencies(model, model_args, model_kwargs)["prior_dependencies"]
+    found = {}
+    for name, site in sites.items():
+        if site["is_observed"] or name in exclude or site["fn"].support.is_discrete:
+            continue
+        factors = (name, *(child for child, up in parents.items()
+                           if child != name and name in up))
+        if all(_data_free(sites[f], subsampled) for f in factors):
+            found[name] = DataFreeSite(factors, biject_to(site["fn"].support))
+    return found
+
+
+def _data_free(site, subsampled):
+    """Whether a factor reads no data: latent, and in no subsample plate."""
+    return not site["is_observed"] and not any(
+        frame.name in subsampled for frame in site["cond_indep_stack"])
+
+
+def log_conditional(model, name, site, values, model_args, model_kwargs):
+    """``u -> log p(x = T(u) | rest) + log|det J_T(u)|`` (up to a constant) for the flat
+    unconstrained value ``u`` of site ``name``, the other sites at ``values`` (constrained)."""
+    model_args, model_kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
+    _, unravel = ravel_pytree(site.transform.inv(values[name]))
+
+    def logp(u):
+        unconstrained = unravel(u)
+        x = site.transform(unconstrained)
+        substituted = handlers.substitute(handlers.seed(model, 0), data={**values, name: x})
+        trace = handlers.trace(substituted).get_trace(*model_args, **model_kwargs)
+        total = jnp.sum(site.transform.log_abs_det_jacobian(unconstrained, x))
+        for factor in site.factors:
+            s = trace[factor]
+            log_prob = jnp.sum(s["fn"].log_prob(s["value"]))
+            total = total + (log_prob if s.get("scale") is None else s["scale"] * log_prob)
+        return total
+
+    return logp
+
+
+def independent_elements(model, name, site, values, model_args, model_kwargs, key):
+    """Whether the elements of site ``name`` are conditionally independent given the others
+    at ``values`` (concrete): its log conditional's Hessian is diagonal at the site's value
+    and at a perturbed one (structural zeros)."""
+    logp = log_conditional(model, name, site, values, model_args, model_kwargs)
+    u, _ = ravel_pytree(site.transform.inv(values[name]))
+    if u.size == 1:
+        return True
+    off = ~jnp.eye(u.size, dtype=bool)
+    points = (u, u + random.normal(key, u.shape, u.dtype))
+    return all(bool(jnp.all(jax.hessian(logp)(p)[off] == 0.0)) for p in points)
+
+
+def slice_update(model, name, site, model_args, model_kwargs, independent):
+    """A :class:`~numpyro_sgrld.sampler.gibbs.Conditional` ``draw(key, value, sites)`` of
+    the data-free ``site`` called ``name``: a slice step on every element of its unconstrained
+    value (module docstring), all at once where they are conditionally ``independent``
+    (:func:`independent_elements`), else one after another."""
+
+    def draw(key, value, sites):
+        values = {**sites, name: value}
+        logp = log_conditional(model, name, site, values, model_args, model_kwargs)
+        u, unravel = ravel_pytree(site.transform.inv(value))
+        keys = random.split(key, u.size)
+
+        def element(i, u, k):
+            return slice_step(k, lambda v: logp(u.at[i].set(v)), u[i])
+
+        if independent:
+            new = jax.vmap(element, (0, None, 0))(jnp.arange(u.size), u, keys)
+        else:
+            new = lax.fori_loop(0, u.size, lambda i, u: u.at[i].set(element(i, u, keys[i])), u)
+        return site.transform(unravel(new))
+
+    return draw
