@@ -28,6 +28,13 @@ axis); biases have one.
   :math:`\lambda_j \sim \mathrm{HalfCauchy}(1)` per output unit,
   :math:`\tau \sim \mathrm{HalfCauchy}(\text{global\_scale})` per layer,
   :math:`w_{\cdot j} = m\,\tau\,\lambda_j\,z_{\cdot j}`; biases keep the Gaussian prior.
+  ``parametrisation="centred"``: :math:`w_{\cdot j} \sim \mathcal N(0, (m\tau\lambda_j)^2)`,
+  both scales declaring their exact conditionals given the weights (Makalic & Schmidt's
+  auxiliaries, :func:`half_cauchy_draw`): :class:`~numpyro_sgrld.SGGibbs` draws them.
+- :func:`gaussian`, ``scale="learnt"``: :math:`w \sim \mathcal N(0, \rho^{-1})` with one
+  precision :math:`\rho \sim \Gamma(a, b)` per weight matrix and per bias vector (Chen, Fox &
+  Guestrin 2014 use :math:`\Gamma(1, 1)` and Gibbs-update it), declaring its conjugate update
+  (:func:`gamma_precision_draw`).
 """
 
 import math
@@ -42,10 +49,10 @@ from numpyro.distributions import constraints
 from numpyro.infer import init_to_sample
 
 from numpyro_sgrld.bridges.haiku import fan_in
-from numpyro_sgrld.sampler.gibbs import CONDITIONAL, Conditional
+from numpyro_sgrld.sampler.conditionals import CONDITIONAL, Conditional
 
-__all__ = ["HORSESHOE_SUFFIXES", "gaussian", "half_cauchy_scale_draw", "horseshoe", "he_scale",
-           "init_to_unit_scales"]
+__all__ = ["HORSESHOE_SUFFIXES", "gamma_precision_draw", "gaussian", "half_cauchy_draw",
+           "half_cauchy_scale_draw", "horseshoe", "he_scale", "init_to_unit_scales"]
 
 HORSESHOE_SUFFIXES = ("_scale", "_global", "_local")
 SOFTPLUS_SUFFIX = "_rho"
@@ -68,8 +75,26 @@ def _scale(scale, shape):
     raise ValueError(f"`scale` must be 'he' or a number > 0, got {scale!r}.")
 
 
-def gaussian(scale="he"):
-    """Independent Gaussian prior (see the module docstring)."""
+def gaussian(scale="he", precision_prior=(1.0, 1.0)):
+    """Independent Gaussian prior (see the module docstring); ``scale="learnt"``: one precision
+    per weight matrix and per bias vector, site ``"{path}_precision"`` with the Gamma prior
+    ``precision_prior`` (concentration, rate), whose exact update given the weights
+    (:func:`gamma_precision_draw`) :class:`~numpyro_sgrld.SGGibbs` draws."""
+    if scale == "learnt":
+        a, b = precision_prior
+        if not (a > 0 and b > 0):
+            raise ValueError(
+                f"`precision_prior` must be (concentration, rate), both > 0, got "
+                f"{precision_prior!r}.")
+
+        def learnt(path, shape):
+            draw = Conditional(partial(gamma_precision_draw, weights=path,
+                                       concentration=float(a), rate=float(b)))
+            rho = numpyro.sample(f"{path}_precision", dist.Gamma(float(a), float(b)),
+                                 infer={CONDITIONAL: draw})
+            return dist.Normal(0.0, jax.lax.rsqrt(rho)).expand(shape).to_event(len(shape))
+
+        return learnt
     _scale(scale, (1, 1))
 
     def prior(path, shape):
@@ -78,26 +103,63 @@ def gaussian(scale="he"):
     return prior
 
 
-def half_cauchy_scale_draw(key, s, sites, *, weights, base):
-    r"""An exact draw of a half-Cauchy scale :math:`s \sim \mathrm{HalfCauchy}(1)` from its
-    conditional given the :math:`k` weights :math:`w \sim \mathcal N(0, (b\,s)^2)` of the site
-    ``weights`` (``sites[weights]``), through the inverse-gamma auxiliary of Makalic & Schmidt
-    (2016), drawn afresh from its own conditional:
+def half_cauchy_draw(key, s, w, base, prior_scale=1.0):
+    r"""An exact draw of half-Cauchy scales :math:`s_j \sim \mathrm{HalfCauchy}(A)` from
+    their conditional given weights :math:`w \sim \mathcal N(0, (b\,s)^2)` (``base``
+    :math:`b` broadcast against ``w``; each :math:`s_j` scales the weights of the trailing
+    axes of ``w`` that ``s``'s shape leaves, e.g. one scale per output unit of a
+    ``(fan_in, units)`` matrix, or one for all), through the inverse-gamma auxiliary of
+    Makalic & Schmidt (2016), drawn afresh from its own conditional:
 
     .. math::
-        \nu \mid s \sim \mathrm{IG}\big(1,\ 1 + s^{-2}\big), \qquad
-        s^2 \mid w, \nu \sim \mathrm{IG}\Big(\tfrac{k+1}{2},\
-            \tfrac1\nu + \tfrac{\sum w^2}{2b^2}\Big),
+        \nu_j \mid s_j \sim \mathrm{IG}\big(1,\ A^{-2} + s_j^{-2}\big), \qquad
+        s_j^2 \mid w, \nu_j \sim \mathrm{IG}\Big(\tfrac{k_j+1}{2},\
+            \tfrac1{\nu_j} + \sum_i \tfrac{w_{ij}^2}{2b_{ij}^2}\Big),
 
-    two exact Gibbs draws of :math:`(\nu, s)`, so the pair leaves
-    :math:`p(s \mid w) \propto (1 + s^2)^{-1} s^{-k} e^{-\sum w^2/(2b^2s^2)}` invariant. No data
-    enter."""
-    w = sites[weights]
+    :math:`k_j` the number of weights :math:`s_j` scales: two exact Gibbs draws of
+    :math:`(\nu, s)`, so the pair leaves
+    :math:`p(s_j \mid w) \propto (1 + s_j^2/A^2)^{-1} s_j^{-k_j}
+    e^{-\sum_i w_{ij}^2/(2b_{ij}^2s_j^2)}` invariant. No data enter."""
+    s = jnp.asarray(s)
+    dtype = jnp.result_type(s)
     key_nu, key_s = random.split(key)
-    nu = (1.0 + 1.0 / s**2) / random.gamma(key_nu, 1.0, jnp.shape(s), jnp.result_type(s))
-    rate = 1.0 / nu + jnp.sum(w**2) / (2.0 * base**2)
-    shape = (jnp.size(w) + 1) / 2.0
-    return jnp.sqrt(rate / random.gamma(key_s, shape, jnp.shape(s), jnp.result_type(s)))
+    nu = (prior_scale**-2.0 + s**-2.0) / random.gamma(key_nu, 1.0, jnp.shape(s), dtype)
+    ratio = (w / base) ** 2
+    axes = tuple(range(ratio.ndim - s.ndim)) + tuple(
+        ratio.ndim - s.ndim + i for i, n in enumerate(jnp.shape(s)) if n == 1)
+    squares = jnp.reshape(jnp.sum(ratio, axis=axes, keepdims=True), jnp.shape(s))
+    count = ratio.size // max(s.size, 1)
+    rate = 1.0 / nu + squares / 2.0
+    return jnp.sqrt(rate / random.gamma(key_s, (count + 1) / 2.0, jnp.shape(s), dtype))
+
+
+def half_cauchy_scale_draw(key, s, sites, *, weights, base):
+    r"""The layer-wise horseshoe's scale :math:`s \sim \mathrm{HalfCauchy}(1)` drawn exactly
+    from its conditional given the weights :math:`w \sim \mathcal N(0, (b\,s)^2)` of the site
+    ``weights`` (``sites[weights]``): :func:`half_cauchy_draw` with one scale for all. No data
+    enter."""
+    return half_cauchy_draw(key, s, sites[weights], base)
+
+
+def _unit_local_draw(key, lam, sites, *, weights, tau, base):
+    """The unit-wise horseshoe's local scales given the weights and the global scale."""
+    return half_cauchy_draw(key, lam, sites[weights], base * sites[tau])
+
+
+def _unit_global_draw(key, tau, sites, *, weights, lam, base, global_scale):
+    """The unit-wise horseshoe's global scale given the weights and the local scales."""
+    return half_cauchy_draw(key, tau, sites[weights], base * sites[lam], global_scale)
+
+
+def gamma_precision_draw(key, precision, sites, *, weights, concentration, rate):
+    r"""An exact draw of a Gaussian prior's precision :math:`\rho \sim \Gamma(a, b)` from its
+    conditional given the :math:`k` weights :math:`w \sim \mathcal N(0, \rho^{-1})` of the site
+    ``weights``, conjugate: :math:`\rho \mid w \sim \Gamma\big(a + k/2,\ b + \sum w^2/2\big)`
+    (the update Chen, Fox & Guestrin 2014 alternate with SGHMC). No data enter."""
+    w = sites[weights]
+    dtype = jnp.result_type(precision)
+    shape = concentration + jnp.size(w) / 2.0
+    return random.gamma(key, shape, jnp.shape(precision), dtype) / (rate + jnp.sum(w**2) / 2.0)
 
 
 def horseshoe(form="layer", scale="he", global_scale=1.0, parametrisation="log"):
@@ -106,15 +168,23 @@ def horseshoe(form="layer", scale="he", global_scale=1.0, parametrisation="log")
     Auxiliary sites: ``"{path}_scale"`` (layer form); ``"{path}_global"``, ``"{path}_local"``
     and ``"{path}_raw"`` (unit form, weights only). ``parametrisation="softplus"`` (layer form
     only) is Yu et al.'s: a flat site ``"{path}_rho"``, the scale as the deterministic site
-    ``"{path}_scale"``, no Jacobian (module docstring).
+    ``"{path}_scale"``, no Jacobian (module docstring). ``parametrisation="centred"`` (unit
+    form only): ``w ~ N(0, (m tau lam_j)^2)`` with no ``"{path}_raw"`` site, both scales
+    declaring their exact updates given the weights (:func:`half_cauchy_draw`), which
+    :class:`~numpyro_sgrld.SGGibbs` draws.
     """
     if form not in ("layer", "unit"):
         raise ValueError(f"Unknown horseshoe form {form!r}; use 'layer' or 'unit'.")
-    if parametrisation not in ("log", "softplus"):
+    if parametrisation not in ("log", "softplus", "centred"):
         raise ValueError(
-            f"`parametrisation` must be 'log' (NumPyro's transform, with its Jacobian) or "
-            f"'softplus' (Yu et al.'s, no Jacobian), got {parametrisation!r}."
+            f"`parametrisation` must be 'log' (NumPyro's transform, with its Jacobian), "
+            f"'softplus' (Yu et al.'s, no Jacobian) or, for form='unit', 'centred', got "
+            f"{parametrisation!r}."
         )
+    if parametrisation == "centred" and form != "unit":
+        raise ValueError(
+            "parametrisation='centred' is the unit-wise horseshoe's (the layer form is centred "
+            "already): use form='unit'.")
     if parametrisation == "softplus" and form != "layer":
         raise ValueError(
             "parametrisation='softplus' is Yu et al.'s layer-wise horseshoe: use form='layer'."
@@ -145,8 +215,23 @@ def horseshoe(form="layer", scale="he", global_scale=1.0, parametrisation="log")
         z = numpyro.sample(f"{path}_raw", dist.Normal(0.0, 1.0).expand(shape).to_event(len(shape)))
         return _scale(scale, shape) * tau * jnp.broadcast_to(lam, shape) * z
 
+    def centred_unit(path, shape):
+        if len(shape) < 2:
+            return dist.Normal(0.0, _scale(scale, shape)).expand(shape).to_event(len(shape))
+        base = _scale(scale, shape)
+        tau_name, lam_name = f"{path}_global", f"{path}_local"
+        global_draw = Conditional(partial(_unit_global_draw, weights=path, lam=lam_name,
+                                          base=base, global_scale=global_scale))
+        local_draw = Conditional(partial(_unit_local_draw, weights=path, tau=tau_name,
+                                         base=base))
+        tau = numpyro.sample(tau_name, dist.HalfCauchy(global_scale),
+                             infer={CONDITIONAL: global_draw})
+        lam = numpyro.sample(lam_name, dist.HalfCauchy(1.0).expand(shape[-1:]).to_event(1),
+                             infer={CONDITIONAL: local_draw})
+        return dist.Normal(0.0, base * tau * jnp.broadcast_to(lam, shape)).to_event(len(shape))
+
     if form == "unit":
-        return unit
+        return centred_unit if parametrisation == "centred" else unit
     return softplus_layer if parametrisation == "softplus" else layer
 
 

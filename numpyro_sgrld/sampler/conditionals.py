@@ -36,8 +36,9 @@ from numpyro.distributions import biject_to
 
 from numpyro_sgrld.data.subsample import as_jax_array
 
-__all__ = ["DataFreeSite", "data_free_sites", "independent_elements", "log_conditional",
-           "slice_step", "slice_update"]
+__all__ = ["CONDITIONAL", "Conditional", "DataFreeSite", "automatic_conditionals",
+           "data_free_sites", "declared_conditionals", "declared_sweep", "independent_elements",
+           "log_conditional", "slice_step", "slice_update"]
 
 #: Stepping-out steps of one slice update, at most (Neal 2003, ``m``): with the initial width
 #: of one unconstrained unit, an interval up to 32 units each side.
@@ -46,6 +47,21 @@ MAX_STEPS = 32
 #: length, so 64 go from 64 units to the float32 resolution of any value; one that ends
 #: without acceptance keeps the current value (a valid, if lazy, update).
 MAX_SHRINKS = 64
+
+
+#: The key of a sample site's ``infer`` dict under which a prior declares an exact draw of the
+#: site from its conditional given the other sites (a :class:`Conditional`); :class:`SGGibbs`
+#: without a ``gibbs_fn`` updates every site that declares one.
+CONDITIONAL = "sgrld_conditional"
+
+
+class Conditional(NamedTuple):
+    """An exact draw of a latent site from its conditional given the others, which involves no
+    data: ``draw(key, value, sites) -> value``, with ``value`` the site's current constrained
+    value and ``sites`` the constrained values of every latent site (for instance
+    :func:`numpyro_sgrld.bridges.priors.half_cauchy_scale_draw`)."""
+
+    draw: Callable
 
 
 class DataFreeSite(NamedTuple):
@@ -171,7 +187,7 @@ def independent_elements(model, name, site, values, model_args, model_kwargs, ke
 
 
 def slice_update(model, name, site, model_args, model_kwargs, independent):
-    """A :class:`~numpyro_sgrld.sampler.gibbs.Conditional` ``draw(key, value, sites)`` of
+    """A :class:`Conditional` ``draw(key, value, sites)`` of
     the data-free ``site`` called ``name``: a slice step on every element of its unconstrained
     value (module docstring), all at once where they are conditionally ``independent``
     (:func:`independent_elements`), else one after another."""
@@ -192,3 +208,72 @@ def slice_update(model, name, site, model_args, model_kwargs, independent):
         return site.transform(unravel(new))
 
     return draw
+
+
+def declared_conditionals(model, key, model_args, model_kwargs):
+    """``{site: Conditional}`` of the model's sample sites that declare an exact update
+    (:data:`CONDITIONAL` in their ``infer``), in the model's order, from one trace."""
+    from numpyro import handlers
+
+    trace = handlers.trace(handlers.seed(model, key)).get_trace(*model_args, **model_kwargs)
+    return {name: site["infer"][CONDITIONAL] for name, site in trace.items()
+            if site["type"] == "sample" and not site["is_observed"]
+            and CONDITIONAL in site.get("infer", {})}
+
+
+def automatic_conditionals(model, sites, key, model_args, model_kwargs):
+    """``{site: draw}``: the exact update of each of ``sites`` (``None``: of every site that
+    has one), in the model's order: the update its prior declares (:data:`CONDITIONAL`), else
+    a slice step on its conditional where that involves no data
+    (:mod:`numpyro_sgrld.sampler.conditionals`). Refuses a named site with neither, and a
+    model all of whose latent sites would be updated so (nothing left to the SG kernel)."""
+    from numpyro import handlers
+
+    declared = declared_conditionals(model, key, model_args, model_kwargs)
+    found = data_free_sites(model, model_args, model_kwargs, exclude=declared)
+    args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
+    trace = handlers.trace(handlers.seed(model, key)).get_trace(*args, **kwargs)
+    latent = [name for name, site in trace.items()
+              if site["type"] == "sample" and not site["is_observed"]]
+    names = [n for n in latent if n in declared or n in found] if sites is None else list(sites)
+    for name in names:
+        if name not in declared and name not in found:
+            raise ValueError(
+                f"The Gibbs site {name!r} has no exact update: its prior declares none and its "
+                "conditional involves the data (a factor that depends on it is observed or in "
+                "a subsample plate). Give SGGibbs a gibbs_fn for it, or leave it to the "
+                "stochastic-gradient kernel.")
+    if not names:
+        raise ValueError(
+            "The model has no latent site with an exact update: none whose prior declares one "
+            f"(infer[{CONDITIONAL!r}]) and none whose conditional involves no data (a centred "
+            "hierarchy's scales given the weights). Give SGGibbs a gibbs_fn and gibbs_sites.")
+    if set(latent) <= set(names):
+        raise ValueError(
+            f"Every latent site ({sorted(latent)}) has an exact update, so nothing is left to "
+            "the stochastic-gradient kernel: name the sites to update with gibbs_sites=[...].")
+    values = {n: trace[n]["value"] for n in latent}
+    draws = {}
+    for name in names:
+        if name in declared:
+            draws[name] = declared[name]
+            continue
+        independent = independent_elements(model, name, found[name], values,
+                                                        model_args, model_kwargs, key)
+        draws[name] = Conditional(slice_update(
+            model, name, found[name], model_args, model_kwargs, independent))
+    return draws
+
+
+def declared_sweep(conditionals):
+    """A ``gibbs_fn`` drawing each site of ``conditionals`` in turn from its
+    :class:`Conditional`, given the others' latest values."""
+
+    def gibbs_fn(rng_key, gibbs_sites, hmc_sites):
+        values = {**hmc_sites, **gibbs_sites}
+        for key, (name, conditional) in zip(random.split(rng_key, len(conditionals)),
+                                             conditionals.items()):
+            values[name] = conditional.draw(key, values[name], values)
+        return {name: values[name] for name in conditionals}
+
+    return gibbs_fn

@@ -21,52 +21,42 @@ the full data is refused, and the default one of ``step_size=None`` (control var
 on in warm-up where they pay) runs as the plain minibatch gradient.
 """
 
-from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple
 
 import jax
-from jax import random
+import jax.numpy as jnp
+from jax import lax, random
 from numpyro.distributions import biject_to
 from numpyro.infer.hmc_gibbs import GIBBS_SITES_KWARG, conditioned, with_conditioning
 from numpyro.infer.mcmc import MCMCKernel
-from numpyro.infer.util import transform_fn
+from numpyro.infer.util import constrain_fn, transform_fn
 from numpyro.util import is_prng_key
 
 from numpyro_sgrld.core.gradients import minibatch
-from numpyro_sgrld.data.subsample import as_jax_array
+from numpyro_sgrld.data.subsample import as_jax_array, full_batch
 from numpyro_sgrld.sampler import conditionals, decentring
 from numpyro_sgrld.sampler.kernel import SGMCMC
 
-__all__ = ["CONDITIONAL", "Conditional", "SGGibbs", "SGGibbsState", "declared_conditionals"]
-
-#: The key of a sample site's ``infer`` dict under which a prior declares an exact draw of the
-#: site from its conditional given the other sites (a :class:`Conditional`); :class:`SGGibbs`
-#: without a ``gibbs_fn`` updates every site that declares one.
-CONDITIONAL = "sgrld_conditional"
-
-
-class Conditional(NamedTuple):
-    """An exact draw of a latent site from its conditional given the others, which involves no
-    data: ``draw(key, value, sites) -> value``, with ``value`` the site's current constrained
-    value and ``sites`` the constrained values of every latent site (for instance
-    :func:`numpyro_sgrld.bridges.priors.half_cauchy_scale_draw`)."""
-
-    draw: Callable
-
+__all__ = ["SGGibbs", "SGGibbsState"]
 
 class SGGibbsState(NamedTuple):
     """The state of :class:`SGGibbs`.
 
-    - **z** – every latent site: the Gibbs sites' constrained values and the SG kernel's
-      unconstrained position (as NumPyro's ``HMCGibbsState``; ``MCMC`` records it).
+    - **z** – every latent site, as ``MCMC`` records it: the Gibbs sites' constrained values,
+      the SG kernel's sites unconstrained (as NumPyro's ``HMCGibbsState``), its decentred
+      sites under their own names at their centred values
+      (:mod:`~numpyro_sgrld.sampler.decentring`).
     - **sg_state** – the SG kernel's :class:`~numpyro_sgrld.SGState`.
     - **rng_key** – the key of the next Gibbs sweep.
+    - **curvature** – the decentred sites' data curvature :math:`F` (``{site: array}``),
+      learnt in warm-up and frozen after it (``{}`` without decentred sites).
     """
 
     z: Any
     sg_state: Any
     rng_key: Any
+    curvature: Any = None
 
 
 class SGGibbs(MCMCKernel):
@@ -104,7 +94,8 @@ class SGGibbs(MCMCKernel):
 
     sample_field = "z"
 
-    def __init__(self, inner_kernel, gibbs_fn=None, gibbs_sites=None, *, decentre=True):
+    def __init__(self, inner_kernel, gibbs_fn=None, gibbs_sites=None, *, decentre=True,
+                 gibbs_every=1):
         if not isinstance(inner_kernel, SGMCMC):
             raise TypeError(
                 "`inner_kernel` must be a stochastic-gradient kernel of numpyro_sgrld (SGLD, "
@@ -141,14 +132,20 @@ class SGGibbs(MCMCKernel):
         #: The sites the Gibbs sweep updates (with the automatic updates, known after
         #: :meth:`init`).
         self.gibbs_sites = None if gibbs_sites is None else tuple(gibbs_sites)
+        if isinstance(gibbs_every, bool) or not isinstance(gibbs_every, int) or gibbs_every < 1:
+            raise ValueError(
+                f"`gibbs_every` must be a whole number of SG steps >= 1, got {gibbs_every!r}.")
+        #: The SG steps between Gibbs sweeps after warm-up (every step in warm-up).
+        self.gibbs_every = gibbs_every
         self._decentre = bool(decentre)
-        #: The Gibbs sites' Gaussian children the SG kernel moves non-centred (known after
-        #: :meth:`init`; :mod:`numpyro_sgrld.sampler.decentring`).
+        #: The Gibbs sites' Gaussian children the SG kernel moves partially non-centred
+        #: (known after :meth:`init`; :mod:`numpyro_sgrld.sampler.decentring`).
         self.decentred_sites = None
+        self._num_warmup = 0
 
     @property
     def model(self):
-        return self.inner_kernel.model
+        return self._plain_model
 
     @property
     def default_fields(self):
@@ -163,79 +160,156 @@ class SGGibbs(MCMCKernel):
         key_trace, key_init, rng_key = random.split(rng_key, 3)
         plain = self._plain_model
         if self._gibbs_fn is None:
-            conditionals = automatic_conditionals(plain, self.gibbs_sites, key_trace,
-                                                  model_args, model_kwargs)
-            self.gibbs_sites = tuple(conditionals)
-            self._gibbs_fn = _declared_sweep(conditionals)
+            found = conditionals.automatic_conditionals(plain, self.gibbs_sites, key_trace,
+                                                        model_args, model_kwargs)
+            self.gibbs_sites = tuple(found)
+            self._gibbs_fn = conditionals.declared_sweep(found)
         if self.decentred_sites is None:
             self.decentred_sites = (decentring.gaussian_children(
                 plain, self.gibbs_sites, model_args, model_kwargs) if self._decentre else ())
             self.inner_kernel.model = conditioned(
                 decentring.reparametrised(plain, self.decentred_sites)
                 if self.decentred_sites else plain)
-        gibbs, transforms = _initial_gibbs_values(plain, self.gibbs_sites, init_params,
-                                                  key_trace, model_args, model_kwargs)
-        self.inner_kernel.judged_sites = partial(_unconstrained_gibbs, transforms)
+        self._num_warmup = int(num_warmup)
+        latent, transforms = _latent_values(plain, self.gibbs_sites, init_params, key_trace,
+                                            model_args, model_kwargs)
+        gibbs = {k: latent[k] for k in self.gibbs_sites}
+        self.inner_kernel.judged_values = partial(
+            self._judged, {k: transforms[k] for k in self.gibbs_sites})
+        curvature = {s: jnp.zeros(jnp.shape(latent[s]), jnp.result_type(latent[s]))
+                     for s in self.decentred_sites}
         sg_params = None
         if init_params is not None:
             sg_params = {k: v for k, v in init_params.items() if k not in self.gibbs_sites}
-            if self.decentred_sites and set(self.decentred_sites) & set(sg_params):
-                params = self._loc_scale({**sg_params, **gibbs}, model_args, model_kwargs)
+            if set(self.decentred_sites) & set(sg_params):
+                params = self._loc_scale({**latent, **sg_params}, model_args, model_kwargs)
                 sg_params = {**{k: v for k, v in sg_params.items() if k not in params},
-                             **decentring.decentred(sg_params, params)}
-        sg_state = self.inner_kernel.init(key_init, num_warmup, sg_params, model_args,
-                                          with_conditioning(model_kwargs, gibbs))
-        return SGGibbsState({**gibbs, **sg_state.z}, sg_state, rng_key)
+                             **decentring.decentred(sg_params, params, curvature)}
+        sg_state = self.inner_kernel.init(key_init, num_warmup, sg_params or None, model_args,
+                                          self._inner_kwargs(model_kwargs, gibbs, curvature))
+        state = SGGibbsState(None, sg_state, rng_key, curvature)
+        return state._replace(z=self._recorded(state, gibbs, model_args, model_kwargs))
+
+    def _inner_kwargs(self, model_kwargs, gibbs, curvature):
+        """The SG kernel's keyword arguments: the Gibbs sites' values, the curvature."""
+        kwargs = with_conditioning(model_kwargs or {}, gibbs)
+        if self.decentred_sites:
+            kwargs[decentring.CURVATURE_KWARG] = curvature
+        return kwargs
 
     def _loc_scale(self, values, model_args, model_kwargs):
         return decentring.loc_scale(self._plain_model, self.decentred_sites, values, model_args,
                                     model_kwargs)
 
+    def _centred(self, position, gibbs, curvature, model_args, model_kwargs):
+        """The SG sites at ``position`` (unconstrained), constrained and centred, and the
+        decentred sites' ``(loc, scale)`` there."""
+        sites = transform_fn(self.inner_kernel.setup.inv_transforms, position)
+        if not self.decentred_sites:
+            return sites, {}
+        params = self._loc_scale({**sites, **gibbs}, model_args, model_kwargs)
+        return decentring.centred(sites, params, curvature), params
+
+    def _judged(self, transforms, z, model_args, model_kwargs):
+        """What the verdict judges (:attr:`~numpyro_sgrld.SGMCMC.judged_values`), from the
+        SG kernel's position and keyword arguments: the Gibbs sites (unconstrained) and the SG
+        kernel's sites, its decentred ones centred."""
+        gibbs = model_kwargs[GIBBS_SITES_KWARG]
+        if self.decentred_sites:
+            own = {k: v for k, v in model_kwargs.items()
+                   if k not in (GIBBS_SITES_KWARG, decentring.CURVATURE_KWARG)}
+            sites = transform_fn(self.inner_kernel.setup.inv_transforms, z)
+            params = self._loc_scale({**sites, **gibbs}, model_args, own)
+            z = decentring.centred(z, params, model_kwargs[decentring.CURVATURE_KWARG])
+        return {**z, **{name: t.inv(gibbs[name]) for name, t in transforms.items()}}
+
+    def _recorded(self, state, gibbs, model_args, model_kwargs):
+        """What ``MCMC`` records: the Gibbs sites, the SG sites (unconstrained), the decentred
+        ones centred."""
+        z = state.sg_state.z
+        if self.decentred_sites:
+            sites = transform_fn(self.inner_kernel.setup.inv_transforms, z)
+            params = self._loc_scale({**sites, **gibbs}, model_args, model_kwargs)
+            z = decentring.centred(z, params, state.curvature)
+        return {**gibbs, **z}
+
+    def _moved(self, sg_state, sites, params, curvature):
+        """``sg_state`` with its decentred sites (``z`` and ``proposal``) set so that the
+        centred ones are at ``sites`` under ``params`` and ``curvature``."""
+        moved = decentring.decentred(sites, params, curvature)
+        chain = sg_state.chain
+        chain = chain._replace(
+            z={**chain.z, **moved},
+            proposal=None if chain.proposal is None else {**chain.proposal, **moved})
+        return sg_state._replace(chain=chain)
+
     def sweep(self, state, model_args, model_kwargs):
         """The Gibbs sweep of one transition: ``(gibbs_sites, sg_state)``, the Gibbs sites'
         new values, drawn given the SG kernel's sites at the chain's position (where its next
-        step starts: ``proposal`` with ``check_proposal``), and the SG state, its non-centred
-        sites moved so that the centred ones stay where they were
+        step starts: ``proposal`` with ``check_proposal``), and the SG state with its
+        decentred sites moved so that the centred ones stay where they were
         (:mod:`~numpyro_sgrld.sampler.decentring`)."""
-        model_kwargs = {} if model_kwargs is None else model_kwargs
         key = random.split(state.rng_key)[1]
         gibbs = {k: state.z[k] for k in self.gibbs_sites}
         chain = state.sg_state.chain
         position = chain.z if chain.proposal is None else chain.proposal
-        sites = transform_fn(self.inner_kernel.setup.inv_transforms, position)
-        if self.decentred_sites:
-            sites = decentring.centred(
-                sites, self._loc_scale({**sites, **gibbs}, model_args, model_kwargs))
+        sites, _ = self._centred(position, gibbs, state.curvature, model_args, model_kwargs)
         gibbs = self._gibbs_fn(rng_key=key, gibbs_sites=gibbs, hmc_sites=sites)
         _check_gibbs_values(gibbs, self.gibbs_sites)
         if not self.decentred_sites:
             return gibbs, state.sg_state
-        moved = decentring.decentred(
-            sites, self._loc_scale({**sites, **gibbs}, model_args, model_kwargs))
-        if chain.proposal is None:
-            chain = chain._replace(z={**chain.z, **moved})
-        else:
-            chain = chain._replace(proposal={**chain.proposal, **moved})
-        return gibbs, state.sg_state._replace(chain=chain)
+        params = self._loc_scale({**sites, **gibbs}, model_args, model_kwargs)
+        return gibbs, self._moved(state.sg_state, sites, params, state.curvature)
 
     def sample(self, state, model_args, model_kwargs):
-        gibbs, sg_state = self.sweep(state, model_args, model_kwargs)
-        sg_state = self.inner_kernel.sample(sg_state, model_args,
-                                            with_conditioning(model_kwargs or {}, gibbs))
-        return SGGibbsState({**gibbs, **sg_state.z}, sg_state, random.split(state.rng_key)[0])
+        if self.gibbs_every == 1:
+            gibbs, sg_state = self.sweep(state, model_args, model_kwargs)
+        else:
+            i = state.sg_state.i
+            gibbs, sg_state = lax.cond(
+                (i < self._num_warmup) | ((i - self._num_warmup) % self.gibbs_every == 0),
+                lambda s: self.sweep(s, model_args, model_kwargs),
+                lambda s: ({k: s.z[k] for k in self.gibbs_sites}, s.sg_state), state)
+        sg_state = self.inner_kernel.sample(
+            sg_state, model_args, self._inner_kwargs(model_kwargs, gibbs, state.curvature))
+        state = SGGibbsState(None, sg_state, random.split(state.rng_key)[0], state.curvature)
+        if self.decentred_sites and self._num_warmup > 0:
+            state = lax.cond(sg_state.i <= self._num_warmup,
+                             partial(self._learn_curvature, gibbs, model_args, model_kwargs),
+                             lambda s: s, state)
+        return state._replace(z=self._recorded(state, gibbs, model_args, model_kwargs))
+
+    def _learn_curvature(self, gibbs, model_args, model_kwargs, state):
+        """Warm-up: :math:`F` averaged with one more of Hutchinson's estimates at the chain's
+        position, clipped at 0, the decentred sites moved to hold the centred ones."""
+        sg_state = state.sg_state
+        chain = sg_state.chain
+        position = chain.z if chain.proposal is None else chain.proposal
+        sites, params = self._centred(position, gibbs, state.curvature, model_args,
+                                      model_kwargs)
+        key, rng_key = random.split(state.rng_key)
+        estimate = decentring.curvature_estimate(
+            conditioned(self._plain_model), self.decentred_sites, sites, params, key,
+            model_args, with_conditioning(model_kwargs or {}, gibbs))
+        rate = jnp.maximum(decentring.CURVATURE_RATE, 1.0 / sg_state.i)
+        curvature = {s: jnp.maximum((1 - rate) * f + rate * estimate[s], 0.0)
+                     for s, f in state.curvature.items()}
+        return state._replace(sg_state=self._moved(sg_state, sites, params, curvature),
+                              rng_key=rng_key, curvature=curvature)
 
     def postprocess_fn(self, model_args, model_kwargs):
-        """Constrained values under the model's own names (a non-centred site's
-        ``"{w}_decentered"`` gives way to ``w``), as ``NUTS`` on the model returns them."""
+        """Constrained values under the model's own names (and its deterministic sites,
+        computed on the full data), as ``NUTS`` on ``full_batch(model)`` returns them."""
         model_kwargs = {} if model_kwargs is None else model_kwargs
-        hidden = {s + decentring.SUFFIX for s in self.decentred_sites or ()}
+        model = full_batch(conditioned(self._plain_model))
+        args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
 
         def constrain(z):
             gibbs = {k: z[k] for k in self.gibbs_sites}
             rest = {k: v for k, v in z.items() if k not in self.gibbs_sites}
-            inner = self.inner_kernel.postprocess_fn(model_args,
-                                                     with_conditioning(model_kwargs, gibbs))
-            return {**gibbs, **{k: v for k, v in inner(rest).items() if k not in hidden}}
+            values = constrain_fn(model, args, with_conditioning(kwargs, gibbs), rest,
+                                  return_deterministic=True)
+            return {**gibbs, **values}
 
         return constrain
 
@@ -243,79 +317,10 @@ class SGGibbs(MCMCKernel):
         return self.inner_kernel.get_diagnostics_str(state.sg_state)
 
 
-def declared_conditionals(model, key, model_args, model_kwargs):
-    """``{site: Conditional}`` of the model's sample sites that declare an exact update
-    (:data:`CONDITIONAL` in their ``infer``), in the model's order, from one trace."""
-    from numpyro import handlers
-
-    trace = handlers.trace(handlers.seed(model, key)).get_trace(*model_args, **model_kwargs)
-    return {name: site["infer"][CONDITIONAL] for name, site in trace.items()
-            if site["type"] == "sample" and not site["is_observed"]
-            and CONDITIONAL in site.get("infer", {})}
-
-
-def automatic_conditionals(model, sites, key, model_args, model_kwargs):
-    """``{site: draw}``: the exact update of each of ``sites`` (``None``: of every site that
-    has one), in the model's order: the update its prior declares (:data:`CONDITIONAL`), else
-    a slice step on its conditional where that involves no data
-    (:mod:`numpyro_sgrld.sampler.conditionals`). Refuses a named site with neither, and a
-    model all of whose latent sites would be updated so (nothing left to the SG kernel)."""
-    from numpyro import handlers
-
-    declared = declared_conditionals(model, key, model_args, model_kwargs)
-    found = conditionals.data_free_sites(model, model_args, model_kwargs, exclude=declared)
-    args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
-    trace = handlers.trace(handlers.seed(model, key)).get_trace(*args, **kwargs)
-    latent = [name for name, site in trace.items()
-              if site["type"] == "sample" and not site["is_observed"]]
-    names = [n for n in latent if n in declared or n in found] if sites is None else list(sites)
-    for name in names:
-        if name not in declared and name not in found:
-            raise ValueError(
-                f"The Gibbs site {name!r} has no exact update: its prior declares none and its "
-                "conditional involves the data (a factor that depends on it is observed or in "
-                "a subsample plate). Give SGGibbs a gibbs_fn for it, or leave it to the "
-                "stochastic-gradient kernel.")
-    if not names:
-        raise ValueError(
-            "The model has no latent site with an exact update: none whose prior declares one "
-            f"(infer[{CONDITIONAL!r}]) and none whose conditional involves no data (a centred "
-            "hierarchy's scales given the weights). Give SGGibbs a gibbs_fn and gibbs_sites.")
-    if set(latent) <= set(names):
-        raise ValueError(
-            f"Every latent site ({sorted(latent)}) has an exact update, so nothing is left to "
-            "the stochastic-gradient kernel: name the sites to update with gibbs_sites=[...].")
-    values = {n: trace[n]["value"] for n in latent}
-    draws = {}
-    for name in names:
-        if name in declared:
-            draws[name] = declared[name]
-            continue
-        independent = conditionals.independent_elements(model, name, found[name], values,
-                                                        model_args, model_kwargs, key)
-        draws[name] = Conditional(conditionals.slice_update(
-            model, name, found[name], model_args, model_kwargs, independent))
-    return draws
-
-
-def _declared_sweep(conditionals):
-    """A ``gibbs_fn`` drawing each site of ``conditionals`` in turn from its
-    :class:`Conditional`, given the others' latest values."""
-
-    def gibbs_fn(rng_key, gibbs_sites, hmc_sites):
-        values = {**hmc_sites, **gibbs_sites}
-        for key, (name, conditional) in zip(random.split(rng_key, len(conditionals)),
-                                             conditionals.items()):
-            values[name] = conditional.draw(key, values[name], values)
-        return {name: values[name] for name in conditionals}
-
-    return gibbs_fn
-
-
-def _initial_gibbs_values(model, gibbs_sites, init_params, key, model_args, model_kwargs):
-    """The Gibbs sites' first values (``init_params``'s where given, else a draw from the
-    model's prior: one trace of the model), each site checked to be a latent site, and their
-    constraining transforms."""
+def _latent_values(model, gibbs_sites, init_params, key, model_args, model_kwargs):
+    """Every latent site's first value (``init_params``'s where given for a Gibbs site, else a
+    draw from the model's prior: one trace of the model), each Gibbs site checked to be a
+    latent site, and their constraining transforms."""
     from numpyro import handlers
 
     given = {} if init_params is None else {k: init_params[k] for k in gibbs_sites
@@ -329,15 +334,8 @@ def _initial_gibbs_values(model, gibbs_sites, init_params, key, model_args, mode
         raise ValueError(
             f"The Gibbs site {missing[0]!r} is not a latent sample site of the model (its "
             f"latent sites: {sorted(latent)}).")
-    return ({s: trace[s]["value"] for s in gibbs_sites},
-            {s: biject_to(trace[s]["fn"].support) for s in gibbs_sites})
-
-
-def _unconstrained_gibbs(transforms, model_kwargs):
-    """The Gibbs sites' unconstrained values, from the SG kernel's keyword arguments: what the
-    verdict judges of them (:attr:`~numpyro_sgrld.SGMCMC.judged_sites`)."""
-    values = model_kwargs[GIBBS_SITES_KWARG]
-    return {name: t.inv(values[name]) for name, t in transforms.items()}
+    return ({s: trace[s]["value"] for s in latent},
+            {s: biject_to(trace[s]["fn"].support) for s in latent})
 
 
 def _check_gibbs_values(gibbs, gibbs_sites):

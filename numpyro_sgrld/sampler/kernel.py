@@ -191,10 +191,10 @@ class SGMCMC(MCMCKernel):
         self._axis_name = None  # CHAIN_AXIS with vectorised chains: the kernel's own vmap's
         self._once = model_host.Once()
         self.run_info = None  # the run MCMC's own loop drives, for the verdict at its end
-        #: ``model_kwargs -> {site: unconstrained value}``: sites the kernel does not move that
-        #: the verdict judges with its own (the Gibbs sites of :class:`~numpyro_sgrld.SGGibbs`);
-        #: ``None``: none.
-        self.judged_sites = None
+        #: ``(z, model_args, model_kwargs) -> {site: value}``: what the verdict judges in place
+        #: of the position ``z`` (:class:`~numpyro_sgrld.SGGibbs`: its Gibbs sites too, and its
+        #: decentred sites centred); ``None``: ``z``.
+        self.judged_values = None
         self._settled = {}  # settled gradient estimator -> _AfterWarmup
 
     @property
@@ -319,7 +319,7 @@ class SGMCMC(MCMCKernel):
                                      model_kwargs)
         if self.gradient.check is not None:
             self.gradient.check(state.gradient_state)
-        return run_verdict.arm(self, state, num_warmup, vectorized, model_kwargs)
+        return run_verdict.arm(self, state, num_warmup, vectorized, model_args, model_kwargs)
 
     def sample(self, state, model_args, model_kwargs):
         return run_verdict.observed(self, state, self._sample_fn(state, model_args, model_kwargs),

@@ -65,14 +65,14 @@ def _calling_mcmc(depth=8):
     return None
 
 
-def judged(kernel, z, model_kwargs):
-    """The values the verdict judges: the position ``z`` and the kernel's
-    :attr:`~numpyro_sgrld.SGMCMC.judged_sites` (a Gibbs composition's other sites)."""
-    extra = kernel.judged_sites
-    return z if extra is None else {**z, **extra(model_kwargs or {})}
+def judged(kernel, z, model_args=(), model_kwargs=None):
+    """The values the verdict judges: the position ``z``, or the kernel's
+    :attr:`~numpyro_sgrld.SGMCMC.judged_values` of it (a Gibbs composition's)."""
+    values = kernel.judged_values
+    return z if values is None else values(z, model_args, model_kwargs or {})
 
 
-def arm(kernel, state, num_warmup, vectorized, model_kwargs=None):
+def arm(kernel, state, num_warmup, vectorized, model_args=(), model_kwargs=None):
     """With ``MCMC``'s own loop driving the kernel: moments in the state for the verdict
     at the run's end (:mod:`numpyro_sgrld.verdict.monitor`). ``MCMC`` passes the run's length to
     no kernel, so it is read from the ``MCMC`` that called the kernel's ``init``; without one,
@@ -83,7 +83,7 @@ def arm(kernel, state, num_warmup, vectorized, model_kwargs=None):
     if (mcmc is None or fast_sampling_loop_enabled() or not _setup.concrete(state.i)
             or mcmc.num_samples < 4):
         return state
-    z = judged(kernel, state.z, model_kwargs)
+    z = judged(kernel, state.z, model_args, model_kwargs)
     first = jax.tree.map(lambda x: x[0], z) if vectorized else z
     flat, _ = ravel_pytree(first)
     index = monitor.coordinates(flat.size)
@@ -134,7 +134,7 @@ def observe(kernel, state, new, model_args=(), model_kwargs=None):
     evaluate = (offset >= 0) & (offset % evaluation.EVERY == 0)
 
     def update(m, z, rejected, diverging):
-        x = ravel_pytree(z)[0][index]
+        x = ravel_pytree(judged(kernel, z, model_args, model_kwargs))[0][index]
         if run.evaluation:
             held = jax.lax.cond(
                 evaluate,
@@ -148,8 +148,7 @@ def observe(kernel, state, new, model_args=(), model_kwargs=None):
 
     if vectorized:
         update = jax.vmap(update)
-    moments = update(state.monitor, judged(kernel, new.z, model_kwargs), new.num_rejected,
-                     new.diverging)
+    moments = update(state.monitor, new.z, new.num_rejected, new.diverging)
     jax.lax.cond(
         offset == run.num_samples - 1,
         lambda: jax.debug.callback(partial(report, kernel), moments.sums, moments.squares,

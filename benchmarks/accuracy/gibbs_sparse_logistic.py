@@ -1,0 +1,174 @@
+"""The inference gym's sparse logistic regression on German credit (N = 1,000, 25 weights,
+Gamma(1/2, 1/2) global and local scales), centred, with SG-MCMC within Gibbs at its defaults:
+``SGGibbs(K(model))`` finds the scales (their conditional involves no data), slice-samples
+them each step, and moves the weights in partially non-centred coordinates. 4 sequential
+chains of ``num_warmup=2000``, ``num_samples=20000`` (the default run of
+``benchmarks/accuracy/defaults.py``), minibatch 100.
+
+The reference is NUTS on the full data, non-centred (NumPyro's NUTS mixes it: the gym's own
+parametrisation), 4 chains x 20,000 draws, cached in ``--cache``; the weights
+``w = tau * lam * beta``. Reported per kernel: the largest |mean error| in reference sds and
+the sd ratios of ``log tau``, ``log lam`` and ``w`` (75 coordinates), each with the
+reference's own Monte Carlo error; the smallest bulk ESS and largest split R-hat; whether the
+verdict warned; the wall time. And NUTS's own time to the same accuracy: NUTS runs of
+increasing length (4 chains, 1000 warm-up) until its errors against the reference are
+within the tolerance (means 0.15 sd, sds 15 %; a NUTS run of the same seed as the reference's
+is not used).
+
+    python benchmarks/record.py docs/results/gibbs_sparse_logistic.json -- \\
+        python benchmarks/accuracy/gibbs_sparse_logistic.py
+    python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels SGLD SGHMC
+"""
+
+import argparse
+import time
+import warnings
+from functools import partial
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+from numpyro.infer import MCMC, NUTS
+
+import numpyro_sgrld as ns
+
+MAX_MEAN_ERROR = 0.15
+SD_RATIO = (0.85, 1.15)
+
+
+def centred(X, y=None, subsample_size=100):
+    r""":math:`\tau, \lambda_j \sim \Gamma(1/2, 1/2)`, :math:`w_j \sim \mathcal N(0,
+    (\tau\lambda_j)^2)`, :math:`y_i \sim \mathrm{Bernoulli}(\mathrm{logit}^{-1}(x_i^\top w))`."""
+    d = X.shape[1]
+    tau = numpyro.sample("tau", dist.Gamma(0.5, 0.5))
+    lam = numpyro.sample("lam", dist.Gamma(0.5, 0.5).expand([d]).to_event(1))
+    w = numpyro.sample("w", dist.Normal(0.0, tau * lam).to_event(1))
+    with numpyro.plate("data", X.shape[0], subsample_size=subsample_size) as idx:
+        numpyro.sample("y", dist.Bernoulli(logits=X[idx] @ w),
+                       obs=None if y is None else y[idx])
+
+
+def non_centred(X, y):
+    """The inference gym's own parametrisation, on the full data (the reference's)."""
+    d = X.shape[1]
+    tau = numpyro.sample("tau", dist.Gamma(0.5, 0.5))
+    lam = numpyro.sample("lam", dist.Gamma(0.5, 0.5).expand([d]).to_event(1))
+    beta = numpyro.sample("beta", dist.Normal(0.0, 1.0).expand([d]).to_event(1))
+    numpyro.deterministic("w", tau * lam * beta)
+    numpyro.sample("y", dist.Bernoulli(logits=X @ (tau * lam * beta)), obs=y)
+
+
+def judged(draws):
+    """``{name: (chains, draws, k)}``: log tau, log lam, w."""
+    return {"log_tau": np.log(np.asarray(draws["tau"], np.float64))[..., None],
+            "log_lam": np.log(np.asarray(draws["lam"], np.float64)),
+            "w": np.asarray(draws["w"], np.float64)}
+
+
+def nuts(X, y, num_samples, seed):
+    mcmc = MCMC(NUTS(non_centred), num_warmup=1000, num_samples=num_samples, num_chains=4,
+                chain_method="sequential", progress_bar=False)
+    start = time.perf_counter()
+    mcmc.run(jax.random.PRNGKey(seed), X, y)
+    return judged(mcmc.get_samples(group_by_chain=True)), time.perf_counter() - start
+
+
+def reference(X, y, cache):
+    """NUTS, 4 x 20,000 draws: each quantity's mean, sd and their Monte Carlo errors."""
+    path = cache / "gibbs_sparse_logistic_reference.npz"
+    if not path.exists():
+        draws, _ = nuts(X, y, 20_000, seed=1)
+        out = {}
+        for k, v in draws.items():
+            summary = numpyro.diagnostics.summary({k: v})[k]
+            flat = v.reshape(-1, v.shape[-1])
+            ess = np.asarray(summary["n_eff"])
+            out[f"{k}__mean"], out[f"{k}__sd"] = flat.mean(0), flat.std(0)
+            out[f"{k}__mean_se"] = flat.std(0) / np.sqrt(ess)
+            out[f"{k}__ess"] = ess
+        np.savez(path, **out)
+    data = np.load(path)
+    return {k: {f: data[f"{k}__{f}"] for f in ("mean", "sd", "mean_se", "ess")}
+            for k in ("log_tau", "log_lam", "w")}
+
+
+def errors(draws, ref):
+    """The largest |mean error| (reference sds) and the extreme sd ratios over every
+    judged coordinate."""
+    worst, ratios = 0.0, []
+    for k, r in ref.items():
+        flat = draws[k].reshape(-1, draws[k].shape[-1])
+        worst = max(worst, float(np.max(np.abs(flat.mean(0) - r["mean"]) / r["sd"])))
+        ratios += list(flat.std(0) / r["sd"])
+    return worst, float(min(ratios)), float(max(ratios))
+
+
+def accurate(err):
+    worst, low, high = err
+    return worst <= MAX_MEAN_ERROR and SD_RATIO[0] <= low and high <= SD_RATIO[1]
+
+
+def mixing(draws):
+    summary = numpyro.diagnostics.summary(draws)
+    return (float(min(np.min(s["n_eff"]) for s in summary.values())),
+            float(max(np.max(s["r_hat"]) for s in summary.values())))
+
+
+def sg_gibbs(kernel_name, X, y, num_warmup, num_samples):
+    kernel = ns.SGGibbs(getattr(ns, kernel_name)(partial(centred, subsample_size=100)))
+    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=4,
+                chain_method="sequential", progress_bar=False)
+    start = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mcmc.run(jax.random.PRNGKey(0), X, y)
+    seconds = time.perf_counter() - start
+    warned = [str(c.message) for c in caught if "cannot be trusted" in str(c.message)]
+    return judged(mcmc.get_samples(group_by_chain=True)), seconds, warned, kernel
+
+
+def main():
+    from numpyro_sgrld.models import logistic_regression as lr
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kernels", nargs="+", default=["SGLD"])
+    parser.add_argument("--num-warmup", type=int, default=2000)
+    parser.add_argument("--num-samples", type=int, default=20000)
+    parser.add_argument("--cache", type=Path, default=Path("docs/results"))
+    parser.add_argument("--nuts-lengths", type=int, nargs="*", default=[250, 500, 1000, 2000])
+    a = parser.parse_args()
+    X, y = lr.load_german_credit()
+    X, y = jnp.asarray(X), jnp.asarray(y)
+    ref = reference(X, y, a.cache)
+    print(f"reference: NUTS 4 x 20,000 (non-centred); smallest ESS "
+          f"{min(float(np.min(r['ess'])) for r in ref.values()):.0f}; largest mean error "
+          f"it contributes {max(float(np.max(r['mean_se'] / r['sd'])) for r in ref.values()):.3f}"
+          " sd")
+    print("| kernel | steps per chain | gibbs sites | decentred | max mean err (sd) | sd ratios "
+          "| min bulk ESS | max R-hat | accurate | verdict | time (s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for name in a.kernels:
+        draws, seconds, warned, kernel = sg_gibbs(name, X, y, a.num_warmup, a.num_samples)
+        err = errors(draws, ref)
+        ess, rhat = mixing(draws)
+        print(f"| SGGibbs({name}) | {a.num_warmup + a.num_samples:,} "
+              f"| {', '.join(kernel.gibbs_sites)} | {', '.join(kernel.decentred_sites)} "
+              f"| {err[0]:.3f} | {err[1]:.2f}–{err[2]:.2f} | {ess:.0f} | {rhat:.3f} "
+              f"| {'yes' if accurate(err) else 'no'} | {'warned' if warned else 'quiet'} "
+              f"| {seconds:.0f} |", flush=True)
+        for w in warned:
+            print(f"  verdict: {w[:400]}")
+    for length in a.nuts_lengths:
+        draws, seconds = nuts(X, y, length, seed=2)
+        err = errors(draws, ref)
+        ess, rhat = mixing(draws)
+        print(f"| NUTS (full data, non-centred) | {1000 + length:,} | – | – | {err[0]:.3f} "
+              f"| {err[1]:.2f}–{err[2]:.2f} | {ess:.0f} | {rhat:.3f} "
+              f"| {'yes' if accurate(err) else 'no'} | – | {seconds:.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
