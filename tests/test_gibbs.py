@@ -390,34 +390,46 @@ def test_the_learnt_gaussian_precision_is_drawn_from_its_conjugate_conditional()
     assert np.all(np.abs(np.concatenate([z_mean, z_sd])) < bonferroni_z(2))
 
 
-def test_a_networks_centred_horseshoe_and_learnt_precisions_are_gibbs_updated():
-    """On an MLP, ``SGGibbs(SGLD(model))`` finds the centred unit horseshoe's global and local
-    scales and the learnt Gaussian's precisions (the biases') as Gibbs sites, and moves every
-    weight under them decentred; a short run stays finite."""
+def _network(prior_kind="centred"):
     from numpyro_sgrld.models.bnn import mlp_classifier
 
     from numpyro_sgrld import priors
 
-    X = np.asarray(jax.random.normal(jax.random.PRNGKey(0), (60, 4)))
-    y = (X[:, 0] > 0).astype(np.int32)
-
     def prior(path, shape):
         if len(shape) >= 2:
-            return priors.horseshoe("unit", parametrisation="centred")(path, shape)
+            return priors.horseshoe("unit", parametrisation=prior_kind)(path, shape)
         return priors.gaussian("learnt")(path, shape)
 
-    model = partial(mlp_classifier, hidden=(5,), num_classes=2, prior=prior,
-                    subsample_size=20)
+    X = np.asarray(jax.random.normal(jax.random.PRNGKey(0), (60, 4)))
+    y = (X[:, 0] > 0).astype(np.int32)
+    return partial(mlp_classifier, hidden=(5,), num_classes=2, prior=prior,
+                   subsample_size=20), (X, y)
+
+
+def test_a_networks_centred_horseshoe_and_learnt_precisions_are_found():
+    """On an MLP, ``SGGibbs(SGLD(model))`` finds the centred unit horseshoe's global and local
+    scales and the learnt Gaussian's precisions (the biases') as Gibbs sites, and moves every
+    weight and bias under them decentred."""
+    model, args = _network()
+    kernel = ns.SGGibbs(ns.SGLD(model, step_size=1e-3))
+    kernel.init(jax.random.PRNGKey(0), 10, None, args, {})
+    sites = set(kernel.gibbs_sites)
+    assert len({s for s in sites if s.endswith("_global")}) == 2
+    assert len({s for s in sites if s.endswith("_local")}) == 2
+    assert len({s for s in sites if s.endswith("_precision")}) == 2
+    assert len(kernel.decentred_sites) == 4  # two weight matrices, two bias vectors
+
+
+@pytest.mark.slow
+def test_a_networks_gibbs_run_at_its_defaults_stays_finite():
+    """A short run of the same network at SGLD's defaults: every draw finite, every site
+    under its model name."""
+    model, args = _network()
     kernel = ns.SGGibbs(ns.SGLD(model))
     mcmc = MCMC(kernel, num_warmup=200, num_samples=100, progress_bar=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        mcmc.run(jax.random.PRNGKey(0), X, y)
-    sites = set(kernel.gibbs_sites)
-    assert {s for s in sites if s.endswith("_global")} and {s for s in sites
-                                                            if s.endswith("_local")}
-    assert {s for s in sites if s.endswith("_precision")}
-    assert len(kernel.decentred_sites) == 4  # two weight matrices, two bias vectors
+        mcmc.run(jax.random.PRNGKey(0), *args)
     samples = mcmc.get_samples()
     assert all(np.all(np.isfinite(np.asarray(v))) for v in samples.values())
-    assert set(kernel.decentred_sites) <= set(samples)
+    assert set(kernel.decentred_sites) | set(kernel.gibbs_sites) <= set(samples)

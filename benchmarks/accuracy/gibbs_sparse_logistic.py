@@ -18,6 +18,10 @@ is not used).
     python benchmarks/record.py docs/results/gibbs_sparse_logistic.json -- \\
         python benchmarks/accuracy/gibbs_sparse_logistic.py
     python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels SGLD SGHMC
+    python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels SGLD --gibbs-every 50 \
+        --nuts-lengths
+    python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels SGLD SGHMC PSGLD \
+        --no-decentre --num-warmup 500 --num-samples 2000 --nuts-lengths
 """
 
 import argparse
@@ -117,8 +121,9 @@ def mixing(draws):
             float(max(np.max(s["r_hat"]) for s in summary.values())))
 
 
-def sg_gibbs(kernel_name, X, y, num_warmup, num_samples):
-    kernel = ns.SGGibbs(getattr(ns, kernel_name)(partial(centred, subsample_size=100)))
+def sg_gibbs(kernel_name, X, y, num_warmup, num_samples, decentre=True, gibbs_every=1):
+    kernel = ns.SGGibbs(getattr(ns, kernel_name)(partial(centred, subsample_size=100)),
+                        decentre=decentre, gibbs_every=gibbs_every)
     mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=4,
                 chain_method="sequential", progress_bar=False)
     start = time.perf_counter()
@@ -139,6 +144,9 @@ def main():
     parser.add_argument("--num-samples", type=int, default=20000)
     parser.add_argument("--cache", type=Path, default=Path("docs/results"))
     parser.add_argument("--nuts-lengths", type=int, nargs="*", default=[250, 500, 1000, 2000])
+    parser.add_argument("--no-decentre", action="store_true",
+                        help="SGGibbs(..., decentre=False): the weights moved as written")
+    parser.add_argument("--gibbs-every", type=int, default=1)
     a = parser.parse_args()
     X, y = lr.load_german_credit()
     X, y = jnp.asarray(X), jnp.asarray(y)
@@ -151,10 +159,13 @@ def main():
           "| min bulk ESS | max R-hat | accurate | verdict | time (s) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in a.kernels:
-        draws, seconds, warned, kernel = sg_gibbs(name, X, y, a.num_warmup, a.num_samples)
+        draws, seconds, warned, kernel = sg_gibbs(name, X, y, a.num_warmup, a.num_samples,
+                                                  not a.no_decentre, a.gibbs_every)
         err = errors(draws, ref)
         ess, rhat = mixing(draws)
-        print(f"| SGGibbs({name}) | {a.num_warmup + a.num_samples:,} "
+        options = "".join([", decentre=False" if a.no_decentre else "",
+                           f", gibbs_every={a.gibbs_every}" if a.gibbs_every > 1 else ""])
+        print(f"| SGGibbs({name}{options}) | {a.num_warmup + a.num_samples:,} "
               f"| {', '.join(kernel.gibbs_sites)} | {', '.join(kernel.decentred_sites)} "
               f"| {err[0]:.3f} | {err[1]:.2f}–{err[2]:.2f} | {ess:.0f} | {rhat:.3f} "
               f"| {'yes' if accurate(err) else 'no'} | {'warned' if warned else 'quiet'} "

@@ -51,12 +51,22 @@ class SGGibbsState(NamedTuple):
     - **rng_key** – the key of the next Gibbs sweep.
     - **curvature** – the decentred sites' data curvature :math:`F` (``{site: array}``),
       learnt in warm-up and frozen after it (``{}`` without decentred sites).
+
+    The SG state's fields read through it (``state.diverging``, ``state.step_size``, and in
+    ``extra_fields``).
     """
 
     z: Any
     sg_state: Any
     rng_key: Any
     curvature: Any = None
+
+    def __getattr__(self, name):
+        """The SG state's fields (``diverging``, ``step_size``, ...) read through, so that
+        ``MCMC``'s ``extra_fields`` find them."""
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.sg_state, name)
 
 
 class SGGibbs(MCMCKernel):
@@ -68,9 +78,17 @@ class SGGibbs(MCMCKernel):
     :param gibbs_fn: ``gibbs_fn(rng_key, gibbs_sites, hmc_sites) -> gibbs_sites``, a draw of
         the Gibbs sites (a dict of constrained values) from their conditional given the other
         sites' constrained values, as for NumPyro's ``HMCGibbs``; ``None`` (default): the
-        exact updates the model's priors declare (:data:`CONDITIONAL`, e.g. the layer-wise
-        horseshoe of :func:`numpyro_sgrld.bridges.priors.horseshoe`), one after the other.
-    :param gibbs_sites: the names of the sites ``gibbs_fn`` updates (``None`` without one).
+        automatic updates, one after the other
+        (:func:`~numpyro_sgrld.sampler.conditionals.automatic_conditionals`): the exact update
+        a site's prior declares (e.g. the layer-wise horseshoe's scale, of
+        :func:`numpyro_sgrld.bridges.priors.horseshoe`), else a slice step on its conditional
+        where that involves no data (a centred hierarchy's scales given the weights).
+    :param gibbs_sites: the names of the sites ``gibbs_fn`` updates; without a ``gibbs_fn``,
+        the sites to update automatically (``None``: every site that can be).
+    :param decentre: move the Gibbs sites' Gaussian children in partially non-centred
+        coordinates (default; :mod:`~numpyro_sgrld.sampler.decentring`), or as written.
+    :param gibbs_every: the SG steps between Gibbs sweeps after warm-up (default 1: a sweep
+        every step; every step in warm-up whatever it is).
 
     Example::
 
@@ -211,9 +229,10 @@ class SGGibbs(MCMCKernel):
         return decentring.centred(sites, params, curvature), params
 
     def _judged(self, transforms, z, model_args, model_kwargs):
-        """What the verdict judges (:attr:`~numpyro_sgrld.SGMCMC.judged_values`), from the
-        SG kernel's position and keyword arguments: the Gibbs sites (unconstrained) and the SG
-        kernel's sites, its decentred ones centred."""
+        """What the verdict judges (the SG kernel's ``judged_values``:
+        :func:`~numpyro_sgrld.sampler.run_verdict.judged`), from the SG kernel's position and
+        keyword arguments: the Gibbs sites (unconstrained) and the SG kernel's sites, its
+        decentred ones centred."""
         gibbs = model_kwargs[GIBBS_SITES_KWARG]
         if self.decentred_sites:
             own = {k: v for k, v in model_kwargs.items()
@@ -248,7 +267,8 @@ class SGGibbs(MCMCKernel):
         new values, drawn given the SG kernel's sites at the chain's position (where its next
         step starts: ``proposal`` with ``check_proposal``), and the SG state with its
         decentred sites moved so that the centred ones stay where they were
-        (:mod:`~numpyro_sgrld.sampler.decentring`)."""
+        (:mod:`~numpyro_sgrld.sampler.decentring`); both as they were where any value of the
+        draw is not finite."""
         key = random.split(state.rng_key)[1]
         gibbs = {k: state.z[k] for k in self.gibbs_sites}
         chain = state.sg_state.chain
@@ -256,10 +276,12 @@ class SGGibbs(MCMCKernel):
         sites, _ = self._centred(position, gibbs, state.curvature, model_args, model_kwargs)
         gibbs = self._gibbs_fn(rng_key=key, gibbs_sites=gibbs, hmc_sites=sites)
         _check_gibbs_values(gibbs, self.gibbs_sites)
-        if not self.decentred_sites:
-            return gibbs, state.sg_state
-        params = self._loc_scale({**sites, **gibbs}, model_args, model_kwargs)
-        return gibbs, self._moved(state.sg_state, sites, params, state.curvature)
+        sg_state = state.sg_state
+        if self.decentred_sites:
+            params = self._loc_scale({**sites, **gibbs}, model_args, model_kwargs)
+            sg_state = self._moved(sg_state, sites, params, state.curvature)
+        return _finite_or_kept((gibbs, sg_state),
+                               ({k: state.z[k] for k in self.gibbs_sites}, state.sg_state))
 
     def sample(self, state, model_args, model_kwargs):
         if self.gibbs_every == 1:
@@ -336,6 +358,14 @@ def _latent_values(model, gibbs_sites, init_params, key, model_args, model_kwarg
             f"latent sites: {sorted(latent)}).")
     return ({s: trace[s]["value"] for s in latent},
             {s: biject_to(trace[s]["fn"].support) for s in latent})
+
+
+def _finite_or_kept(new, old):
+    """``new`` where every value in it is finite, else ``old``: a sweep whose draw overflows
+    (a scale at 0 or beyond the float range) is not taken."""
+    finite = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(new)
+                                  if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]))
+    return jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
 
 
 def _check_gibbs_values(gibbs, gibbs_sites):

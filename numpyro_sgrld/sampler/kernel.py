@@ -190,11 +190,7 @@ class SGMCMC(MCMCKernel):
         self._sample_fn = None
         self._axis_name = None  # CHAIN_AXIS with vectorised chains: the kernel's own vmap's
         self._once = model_host.Once()
-        self.run_info = None  # the run MCMC's own loop drives, for the verdict at its end
-        #: ``(z, model_args, model_kwargs) -> {site: value}``: what the verdict judges in place
-        #: of the position ``z`` (:class:`~numpyro_sgrld.SGGibbs`: its Gibbs sites too, and its
-        #: decentred sites centred); ``None``: ``z``.
-        self.judged_values = None
+        self.run_info = self.judged_values = None  # the verdict's: run_verdict.arm, .judged
         self._settled = {}  # settled gradient estimator -> _AfterWarmup
 
     @property

@@ -66,8 +66,9 @@ def _calling_mcmc(depth=8):
 
 
 def judged(kernel, z, model_args=(), model_kwargs=None):
-    """The values the verdict judges: the position ``z``, or the kernel's
-    :attr:`~numpyro_sgrld.SGMCMC.judged_values` of it (a Gibbs composition's)."""
+    """The values the verdict judges: the position ``z``, or, where the kernel's
+    ``judged_values`` is set (by :class:`~numpyro_sgrld.SGGibbs`: its Gibbs sites too, its
+    decentred sites centred), ``judged_values(z, model_args, model_kwargs)``."""
     values = kernel.judged_values
     return z if values is None else values(z, model_args, model_kwargs or {})
 
