@@ -4,11 +4,16 @@ function.
 
 One transition of :class:`SGGibbs` is
 
-1. a Gibbs sweep: ``gibbs_fn(rng_key, gibbs_sites, hmc_sites)`` draws the Gibbs sites from
-   their conditional given the others (``hmc_sites``, constrained: NumPyro's name for the
-   sites the gradient-based kernel moves), exactly as ``HMCGibbs`` calls it;
+1. a Gibbs sweep (every ``gibbs_every`` steps after warm-up, every step in it):
+   ``gibbs_fn(rng_key, gibbs_sites, hmc_sites)`` draws the Gibbs sites from their conditional
+   given the others (``hmc_sites``, constrained, at the chain's position: NumPyro's name for
+   the sites the gradient-based kernel moves), exactly as ``HMCGibbs`` calls it; without a
+   ``gibbs_fn``, the automatic updates of :mod:`numpyro_sgrld.sampler.conditionals`;
 2. one step of the stochastic-gradient kernel on the model conditioned on the Gibbs sites'
-   new values (NumPyro's ``conditioned`` model and ``with_conditioning`` keyword arguments).
+   new values (NumPyro's ``conditioned`` model and ``with_conditioning`` keyword arguments),
+   the Gibbs sites' Gaussian children moved partially non-centred
+   (:mod:`numpyro_sgrld.sampler.decentring`);
+3. in warm-up, the children's data curvature learnt (:mod:`~numpyro_sgrld.sampler.decentring`).
 
 Each part leaves the joint law invariant (the Gibbs draw exactly, the SG step up to its own
 discretisation and minibatch bias), so the composition samples the joint posterior up to the
