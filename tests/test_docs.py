@@ -21,9 +21,9 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 # pages whose examples repeat what their own test files check, and take seconds to compile:
 # in the slow set (tests/test_streaming.py, test_conv.py, test_bnp.py, test_sampling_loop.py,
-# test_adapter.py and test_adaptation.py run in the default run)
+# test_adapter.py, test_adaptation.py and test_gibbs.py run in the default run)
 SLOW_PAGES = {"streaming.md", "conv_nets.md", "bnp.md", "scaling.md", "subsampling.md",
-              "step_size.md"}
+              "step_size.md", "gibbs.md"}
 
 
 SHORTEN = 10
