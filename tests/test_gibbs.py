@@ -434,3 +434,20 @@ def test_a_networks_gibbs_run_at_its_defaults_stays_finite():
     samples = mcmc.get_samples()
     assert all(np.all(np.isfinite(np.asarray(v))) for v in samples.values())
     assert set(kernel.decentred_sites) | set(kernel.gibbs_sites) <= set(samples)
+
+
+def test_without_numpyros_dependency_tracing_the_declared_updates_still_run(monkeypatch):
+    """Where NumPyro cannot trace a model's dependencies, ``SGGibbs`` says so and updates the
+    sites whose priors declare an update, moving every site as written."""
+    import numpyro.infer.inspect
+
+    def fail(*args, **kwargs):
+        raise TypeError("not traceable")
+
+    monkeypatch.setattr(numpyro.infer.inspect, "get_dependencies", fail)
+    X = np.asarray(jax.random.normal(jax.random.PRNGKey(2), (200, 3)))
+    y = X @ np.array([1.0, 0.0, -0.5])
+    kernel = ns.SGGibbs(ns.SGLD(horseshoe_regression, step_size=1e-4))
+    with pytest.warns(UserWarning, match="could not trace"):
+        kernel.init(jax.random.PRNGKey(0), 10, None, (X, y), {})
+    assert kernel.gibbs_sites == ("w_scale",) and kernel.decentred_sites == ()

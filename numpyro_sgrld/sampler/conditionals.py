@@ -24,6 +24,7 @@ model, but only the factors of :math:`x` are used, so once compiled the data's p
 model (the likelihood's forward pass) is dead code that XLA removes: the update reads no data.
 """
 
+import warnings
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -230,7 +231,14 @@ def automatic_conditionals(model, sites, key, model_args, model_kwargs):
     from numpyro import handlers
 
     declared = declared_conditionals(model, key, model_args, model_kwargs)
-    found = data_free_sites(model, model_args, model_kwargs, exclude=declared)
+    try:
+        found = data_free_sites(model, model_args, model_kwargs, exclude=declared)
+    except Exception as e:  # noqa: BLE001  (NumPyro's dependency tracing of this model)
+        warnings.warn(
+            f"SGGibbs could not trace which sites the model's densities depend on "
+            f"({type(e).__name__}: {e}), so it updates only the sites whose priors declare an "
+            "exact update; give a gibbs_fn for others.", UserWarning, stacklevel=4)
+        found = {}
     args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
     trace = handlers.trace(handlers.seed(model, key)).get_trace(*args, **kwargs)
     latent = [name for name, site in trace.items()

@@ -26,6 +26,7 @@ the full data is refused, and the default one of ``step_size=None`` (control var
 on in warm-up where they pay) runs as the plain minibatch gradient.
 """
 
+import warnings
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -188,8 +189,8 @@ class SGGibbs(MCMCKernel):
             self.gibbs_sites = tuple(found)
             self._gibbs_fn = conditionals.declared_sweep(found)
         if self.decentred_sites is None:
-            self.decentred_sites = (decentring.gaussian_children(
-                plain, self.gibbs_sites, model_args, model_kwargs) if self._decentre else ())
+            self.decentred_sites = _decentred_sites(plain, self.gibbs_sites, model_args,
+                                                    model_kwargs) if self._decentre else ()
             self.inner_kernel.model = conditioned(
                 decentring.reparametrised(plain, self.decentred_sites)
                 if self.decentred_sites else plain)
@@ -363,6 +364,19 @@ def _latent_values(model, gibbs_sites, init_params, key, model_args, model_kwarg
             f"latent sites: {sorted(latent)}).")
     return ({s: trace[s]["value"] for s in latent},
             {s: biject_to(trace[s]["fn"].support) for s in latent})
+
+
+def _decentred_sites(model, gibbs_sites, model_args, model_kwargs):
+    """:func:`~numpyro_sgrld.sampler.decentring.gaussian_children`, or none (with a warning)
+    where NumPyro cannot trace the model's dependencies."""
+    try:
+        return decentring.gaussian_children(model, gibbs_sites, model_args, model_kwargs)
+    except Exception as e:  # noqa: BLE001  (NumPyro's dependency tracing of this model)
+        warnings.warn(
+            f"SGGibbs could not trace which sites depend on the Gibbs sites ({type(e).__name__}:"
+            f" {e}), so the SG kernel moves every site as the model writes it.", UserWarning,
+            stacklevel=3)
+        return ()
 
 
 def _finite_or_kept(new, old):
