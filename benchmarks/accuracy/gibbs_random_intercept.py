@@ -13,6 +13,10 @@ run with increasing lengths (4 chains) to the same tolerance: their times to tha
 
     python benchmarks/record.py docs/results/gibbs_random_intercept.json -- \\
         python benchmarks/accuracy/gibbs_random_intercept.py
+    python benchmarks/accuracy/gibbs_random_intercept.py --control-variate mode \\
+        --nuts-lengths --ecs-lengths
+    python benchmarks/accuracy/gibbs_random_intercept.py --control-variate mode --kernels \\
+        SGLD --sg-lengths 250 500 1000 2000 --nuts-lengths 100 200 --ecs-lengths 100 200
 """
 
 import argparse
@@ -136,6 +140,11 @@ def main():
     parser.add_argument("--cache", type=Path, default=Path("docs/results"))
     parser.add_argument("--nuts-lengths", type=int, nargs="*", default=[200, 500, 1000])
     parser.add_argument("--ecs-lengths", type=int, nargs="*", default=[200, 500])
+    parser.add_argument("--control-variate", choices=["mode"], default=None)
+    parser.add_argument("--sg-lengths", type=int, nargs="*", default=[],
+                        help="instead of the default run: SGGibbs(K) of the first kernel at "
+                             "num_warmup = num_samples = each length until accurate, its "
+                             "time to the tolerance")
     a = parser.parse_args()
     group, x, y, alpha = data()
     args = (group, x, y)
@@ -148,13 +157,24 @@ def main():
     print("| kernel | steps per chain | max mean err (sd) | sd ratios | min bulk ESS "
           "| max R-hat | accurate | verdict | time (s) |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for name in a.kernels:
-        kernel = ns.SGGibbs(getattr(ns, name)(partial(model, subsample_size=1000)))
+    for name in [] if a.sg_lengths else a.kernels:  # the default run, unless timing lengths
+        kernel = ns.SGGibbs(getattr(ns, name)(partial(model, subsample_size=1000)),
+                            control_variate=a.control_variate)
         draws, seconds, warned = run(kernel, args, 2000, 20000, seed=0)
-        row(f"SGGibbs({name}) [{', '.join(kernel.gibbs_sites)}]", "22,000",
+        cv = f", control_variate={a.control_variate!r}" if a.control_variate else ""
+        row(f"SGGibbs({name}{cv}) [{', '.join(kernel.gibbs_sites)}]", "22,000",
             errors(draws, ref), draws, seconds, warned)
         for w in warned:
             print(f"  verdict: {w[:300]}")
+    for length in a.sg_lengths:
+        name = a.kernels[0]
+        kernel = ns.SGGibbs(getattr(ns, name)(partial(model, subsample_size=1000)),
+                            control_variate=a.control_variate)
+        draws, seconds, warned = run(kernel, args, length, length, seed=2)
+        cv = f", control_variate={a.control_variate!r}" if a.control_variate else ""
+        if row(f"SGGibbs({name}{cv})", f"{2 * length:,}", errors(draws, ref), draws, seconds,
+               warned):
+            break
     for length in a.nuts_lengths:
         draws, seconds, _ = run(NUTS(ns.full_batch(model)), args, length, length, seed=2)
         if row("NUTS (full data)", f"{2 * length:,}", errors(draws, ref), draws, seconds, None):

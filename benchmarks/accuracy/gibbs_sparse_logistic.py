@@ -121,9 +121,11 @@ def mixing(draws):
             float(max(np.max(s["r_hat"]) for s in summary.values())))
 
 
-def sg_gibbs(kernel_name, X, y, num_warmup, num_samples, decentre=True, gibbs_every=1):
+def sg_gibbs(kernel_name, X, y, num_warmup, num_samples, decentre=True, gibbs_every=1,
+             control_variate=None):
     kernel = ns.SGGibbs(getattr(ns, kernel_name)(partial(centred, subsample_size=100)),
-                        decentre=decentre, gibbs_every=gibbs_every)
+                        decentre=decentre, gibbs_every=gibbs_every,
+                        control_variate=control_variate)
     mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=4,
                 chain_method="sequential", progress_bar=False)
     start = time.perf_counter()
@@ -147,6 +149,7 @@ def main():
     parser.add_argument("--no-decentre", action="store_true",
                         help="SGGibbs(..., decentre=False): the weights moved as written")
     parser.add_argument("--gibbs-every", type=int, default=1)
+    parser.add_argument("--control-variate", choices=["mode"], default=None)
     a = parser.parse_args()
     X, y = lr.load_german_credit()
     X, y = jnp.asarray(X), jnp.asarray(y)
@@ -160,11 +163,14 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in a.kernels:
         draws, seconds, warned, kernel = sg_gibbs(name, X, y, a.num_warmup, a.num_samples,
-                                                  not a.no_decentre, a.gibbs_every)
+                                                  not a.no_decentre, a.gibbs_every,
+                                                  a.control_variate)
         err = errors(draws, ref)
         ess, rhat = mixing(draws)
         options = "".join([", decentre=False" if a.no_decentre else "",
-                           f", gibbs_every={a.gibbs_every}" if a.gibbs_every > 1 else ""])
+                           f", gibbs_every={a.gibbs_every}" if a.gibbs_every > 1 else "",
+                           f", control_variate={a.control_variate!r}" if a.control_variate
+                           else ""])
         print(f"| SGGibbs({name}{options}) | {a.num_warmup + a.num_samples:,} "
               f"| {', '.join(kernel.gibbs_sites)} | {', '.join(kernel.decentred_sites)} "
               f"| {err[0]:.3f} | {err[1]:.2f}–{err[2]:.2f} | {ess:.0f} | {rhat:.3f} "

@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 from jax import lax, random
+from numpyro import handlers
 from numpyro.distributions import biject_to
 from numpyro.infer.hmc_gibbs import GIBBS_SITES_KWARG, conditioned, with_conditioning
 from numpyro.infer.mcmc import MCMCKernel
@@ -40,8 +41,9 @@ from numpyro.infer.util import constrain_fn, transform_fn
 from numpyro.util import is_prng_key
 
 from numpyro_sgrld.core.gradients import minibatch
-from numpyro_sgrld.data.subsample import as_jax_array, full_batch
+from numpyro_sgrld.data.subsample import as_jax_array, find_subsample_plates, full_batch
 from numpyro_sgrld.sampler import conditionals, decentring
+from numpyro_sgrld.sampler import gibbs_control_variates as gibbs_cv
 from numpyro_sgrld.sampler.kernel import SGMCMC
 
 __all__ = ["SGGibbs", "SGGibbsState"]
@@ -57,6 +59,8 @@ class SGGibbsState(NamedTuple):
     - **rng_key** – the key of the next Gibbs sweep.
     - **curvature** – the decentred sites' data curvature :math:`F` (``{site: array}``),
       learnt in warm-up and frozen after it (``{}`` without decentred sites).
+    - **centre** – the chain's control-variate centre
+      (:class:`~numpyro_sgrld.sampler.gibbs_control_variates.ModelCentre`), ``None`` without.
 
     The SG state's fields read through it (``state.diverging``, ``state.step_size``, and in
     ``extra_fields``).
@@ -66,6 +70,7 @@ class SGGibbsState(NamedTuple):
     sg_state: Any
     rng_key: Any
     curvature: Any = None
+    centre: Any = None
 
     def __getattr__(self, name):
         """The SG state's fields (``diverging``, ``step_size``, ...) read through, so that
@@ -95,6 +100,11 @@ class SGGibbs(MCMCKernel):
         coordinates (default; :mod:`~numpyro_sgrld.sampler.decentring`), or as written.
     :param gibbs_every: the SG steps between Gibbs sweeps after warm-up (default 1: a sweep
         every step; every step in warm-up whatever it is).
+    :param control_variate: ``"auto"`` (default): the SG kernel's gradient has control
+        variates centred at a mode in the model's own coordinates
+        (:mod:`~numpyro_sgrld.sampler.gibbs_control_variates`; each chain finds its mode and
+        starts there) wherever no observed site depends on a Gibbs site; ``"mode"``: required
+        (refused where one does); ``None``: the plain minibatch gradient.
 
     Example::
 
@@ -119,7 +129,7 @@ class SGGibbs(MCMCKernel):
     sample_field = "z"
 
     def __init__(self, inner_kernel, gibbs_fn=None, gibbs_sites=None, *, decentre=True,
-                 gibbs_every=1):
+                 gibbs_every=1, control_variate="auto"):
         if not isinstance(inner_kernel, SGMCMC):
             raise TypeError(
                 "`inner_kernel` must be a stochastic-gradient kernel of numpyro_sgrld (SGLD, "
@@ -161,6 +171,14 @@ class SGGibbs(MCMCKernel):
                 f"`gibbs_every` must be a whole number of SG steps >= 1, got {gibbs_every!r}.")
         #: The SG steps between Gibbs sweeps after warm-up (every step in warm-up).
         self.gibbs_every = gibbs_every
+        if control_variate not in ("auto", None, "mode"):
+            raise ValueError(
+                f"`control_variate` must be 'auto' (control variates where the likelihood "
+                f"does not read a Gibbs site), 'mode' (required) or None, got "
+                f"{control_variate!r}.")
+        self._control_variate = control_variate
+        #: Whether the SG kernel's gradient has control variates (known after :meth:`init`).
+        self.control_variates = None
         self._decentre = bool(decentre)
         #: The Gibbs sites' Gaussian children the SG kernel moves partially non-centred
         #: (known after :meth:`init`; :mod:`numpyro_sgrld.sampler.decentring`).
@@ -191,10 +209,19 @@ class SGGibbs(MCMCKernel):
         if self.decentred_sites is None:
             self.decentred_sites = _decentred_sites(plain, self.gibbs_sites, model_args,
                                                     model_kwargs) if self._decentre else ()
-            self.inner_kernel.model = conditioned(
-                decentring.reparametrised(plain, self.decentred_sites)
-                if self.decentred_sites else plain)
+            inner = conditioned(decentring.reparametrised(plain, self.decentred_sites)
+                                if self.decentred_sites else plain)
+            self.control_variates = self._cv_applies(model_args, model_kwargs)
+            if self.control_variates:
+                inner = self._with_correction(inner, key_trace, model_args, model_kwargs)
+            self.inner_kernel.model = inner
         self._num_warmup = int(num_warmup)
+        centre = None
+        if self.control_variates:  # each chain's own centre, where it starts
+            centre = gibbs_cv.centre(plain, self._sg_sites, random.fold_in(key_trace, 1),
+                                     model_args, model_kwargs)
+            if init_params is None:
+                init_params = self._mode_start(centre)
         latent, transforms = _latent_values(plain, self.gibbs_sites, init_params, key_trace,
                                             model_args, model_kwargs)
         gibbs = {k: latent[k] for k in self.gibbs_sites}
@@ -209,16 +236,52 @@ class SGGibbs(MCMCKernel):
                 params = self._loc_scale({**latent, **sg_params}, model_args, model_kwargs)
                 sg_params = {**{k: v for k, v in sg_params.items() if k not in params},
                              **decentring.decentred(sg_params, params, curvature)}
-        sg_state = self.inner_kernel.init(key_init, num_warmup, sg_params or None, model_args,
-                                          self._inner_kwargs(model_kwargs, gibbs, curvature))
-        state = SGGibbsState(None, sg_state, rng_key, curvature)
+        sg_state = self.inner_kernel.init(
+            key_init, num_warmup, sg_params or None, model_args,
+            self._inner_kwargs(model_kwargs, gibbs, curvature, centre))
+        state = SGGibbsState(None, sg_state, rng_key, curvature, centre)
         return state._replace(z=self._recorded(state, gibbs, model_args, model_kwargs))
 
-    def _inner_kwargs(self, model_kwargs, gibbs, curvature):
-        """The SG kernel's keyword arguments: the Gibbs sites' values, the curvature."""
+    def _cv_applies(self, model_args, model_kwargs):
+        """Whether the SG kernel's gradient gets control variates: ``"mode"`` requires a
+        likelihood that reads no Gibbs site (refused otherwise), ``"auto"`` takes them where
+        that holds."""
+        if self._control_variate is None:
+            return False
+        try:
+            gibbs_cv.check_likelihood_free_of(self._plain_model, self.gibbs_sites, model_args,
+                                              model_kwargs)
+        except Exception:  # noqa: BLE001  (a Gibbs site in the likelihood, or no tracing)
+            if self._control_variate == "mode":
+                raise
+            return False
+        return True
+
+    def _with_correction(self, inner, key, model_args, model_kwargs):
+        """``inner`` with the control variates' correction."""
+        plain = self._plain_model
+        args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
+        trace = handlers.trace(handlers.seed(plain, key)).get_trace(*args, **kwargs)
+        self._sg_sites = tuple(n for n, s in trace.items() if s["type"] == "sample"
+                               and not s["is_observed"] and n not in self.gibbs_sites)
+        self._transforms = {n: biject_to(trace[n]["fn"].support) for n in self._sg_sites}
+        plates = find_subsample_plates(plain, args, kwargs)
+        return gibbs_cv.corrected(inner, plain, self._sg_sites, plates)
+
+    def _mode_start(self, centre):
+        """The centre's mode as ``init_params``: the Gibbs sites constrained (as ``init``
+        reads them), the SG sites unconstrained (as the SG kernel does)."""
+        return {k: v if k in self.gibbs_sites else self._transforms[k].inv(v)
+                for k, v in centre.mode.items()}
+
+    def _inner_kwargs(self, model_kwargs, gibbs, curvature, centre=None):
+        """The SG kernel's keyword arguments: the Gibbs sites' values, the curvature, the
+        control variates' centre."""
         kwargs = with_conditioning(model_kwargs or {}, gibbs)
         if self.decentred_sites:
             kwargs[decentring.CURVATURE_KWARG] = curvature
+        if centre is not None:
+            kwargs[gibbs_cv.CV_KWARG] = centre
         return kwargs
 
     def _loc_scale(self, values, model_args, model_kwargs):
@@ -242,7 +305,8 @@ class SGGibbs(MCMCKernel):
         gibbs = model_kwargs[GIBBS_SITES_KWARG]
         if self.decentred_sites:
             own = {k: v for k, v in model_kwargs.items()
-                   if k not in (GIBBS_SITES_KWARG, decentring.CURVATURE_KWARG)}
+                   if k not in (GIBBS_SITES_KWARG, decentring.CURVATURE_KWARG,
+                                gibbs_cv.CV_KWARG)}
             sites = transform_fn(self.inner_kernel.setup.inv_transforms, z)
             params = self._loc_scale({**sites, **gibbs}, model_args, own)
             z = decentring.centred(z, params, model_kwargs[decentring.CURVATURE_KWARG])
@@ -299,8 +363,10 @@ class SGGibbs(MCMCKernel):
                 lambda s: self.sweep(s, model_args, model_kwargs),
                 lambda s: ({k: s.z[k] for k in self.gibbs_sites}, s.sg_state), state)
         sg_state = self.inner_kernel.sample(
-            sg_state, model_args, self._inner_kwargs(model_kwargs, gibbs, state.curvature))
-        state = SGGibbsState(None, sg_state, random.split(state.rng_key)[0], state.curvature)
+            sg_state, model_args,
+            self._inner_kwargs(model_kwargs, gibbs, state.curvature, state.centre))
+        state = SGGibbsState(None, sg_state, random.split(state.rng_key)[0], state.curvature,
+                             state.centre)
         if self.decentred_sites and self._num_warmup > 0:
             state = lax.cond(sg_state.i <= self._num_warmup,
                              partial(self._learn_curvature, gibbs, model_args, model_kwargs),

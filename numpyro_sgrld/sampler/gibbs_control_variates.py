@@ -1,0 +1,151 @@
+r"""Control variates within Gibbs, centred in the model's own coordinates.
+
+The control-variate gradient (Baker et al. 2019) corrects the minibatch gradient of the
+log-likelihood :math:`\ell` by its error at a centre :math:`\theta_0`,
+
+.. math::
+    \nabla\hat\ell(\theta) = \nabla\ell_B(\theta) + \big[\nabla\ell(\theta_0)
+        - \nabla\ell_B(\theta_0)\big],
+
+with :math:`\ell_B` the ``N/n``-scaled log-likelihood of the step's minibatch :math:`B` and
+:math:`\nabla\ell(\theta_0)` computed once on all the data. Within Gibbs the stochastic-gradient
+kernel's own coordinates move with the Gibbs sites (its model is conditioned on them, and its
+decentred sites are :math:`u = (w - \mu)/c`), so a centre held there would need a new
+full-data gradient every sweep. In the model's coordinates :math:`\theta` (the SG sites'
+constrained values, the weights :math:`w` themselves) the log-likelihood does not depend on a
+Gibbs site that no observed site depends on — the data-free sites :class:`~numpyro_sgrld.SGGibbs`
+finds — so one centre and one full-data gradient serve the whole run. The correction
+:math:`\Delta = \nabla\ell(\theta_0) - \nabla\ell_B(\theta_0)` (the step's minibatch) enters the
+SG kernel's model as the factor :math:`\langle\Delta, \theta(u)\rangle` with :math:`\Delta` held
+constant, whose gradient in the kernel's coordinates is :math:`J(u)^\top\Delta`: the
+correction mapped through the coordinates' Jacobian (:math:`\mathrm{diag}(c)` for a decentred
+site). Each step costs a second minibatch gradient, at the centre.
+
+The centre is an approximate posterior mode (:func:`~numpyro_sgrld.core.estimators.find_mode`:
+Adam on minibatch gradients of the model's potential over every latent site, unconstrained).
+"""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpyro
+from jax import random
+from numpyro import handlers
+from numpyro.distributions import biject_to
+from numpyro.infer.hmc_gibbs import GIBBS_SITES_KWARG
+
+from numpyro_sgrld.core.estimators import find_mode
+from numpyro_sgrld.data.subsample import as_jax_array, find_subsample_plates, full_batch
+from numpyro_sgrld.sampler.decentring import CURVATURE_KWARG
+from numpyro_sgrld.sampler.potentials import minibatch_potential
+
+__all__ = ["CV_KWARG", "FACTOR", "ModelCentre", "centre", "check_likelihood_free_of",
+           "corrected", "data_loglik"]
+
+#: The keyword argument that carries the :class:`ModelCentre` to the SG kernel's model.
+CV_KWARG = "_sgrld_model_centre"
+#: The name of the correction's factor site.
+FACTOR = "_sgrld_control_variate"
+
+
+class ModelCentre(NamedTuple):
+    r"""The centre :math:`\theta_0` (``values``: the SG sites' constrained values), the
+    full-data gradient of the log-likelihood there (``grad``, a dict like ``values``), and the
+    mode of every latent site (``mode``, constrained), where the chains start."""
+
+    values: dict
+    grad: dict
+    mode: dict
+
+
+def data_loglik(model, values, model_args, model_kwargs, excluded=()):
+    """The summed log-density (scaled as the plates scale it) of the model's observed sites but
+    ``excluded`` (the Gibbs sites, observed under conditioning), at ``values`` (constrained,
+    plate indices included), run apart from any enclosing handler."""
+    with handlers.block():
+        seeded = handlers.substitute(handlers.seed(model, 0), data=values)
+        trace = handlers.trace(seeded).get_trace(*model_args, **model_kwargs)
+    total = jnp.zeros(())
+    for name, site in trace.items():
+        if site["type"] == "sample" and site["is_observed"] and name not in excluded:
+            log_prob = jnp.sum(site["fn"].log_prob(site["value"]))
+            total = total + (log_prob if site.get("scale") is None else site["scale"] * log_prob)
+    return total
+
+
+def centre(model, sg_sites, key, model_args, model_kwargs, num_steps=1000):
+    """The :class:`ModelCentre`: an approximate mode of the model (every latent site,
+    unconstrained, Adam on minibatches from a prior draw), and the full-data gradient of the
+    log-likelihood in the SG sites there."""
+    args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
+    key_start, key_mode = random.split(key)
+    trace = handlers.trace(handlers.seed(model, key_start)).get_trace(*args, **kwargs)
+    latent = {n: s for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"]}
+    transforms = {n: biject_to(s["fn"].support) for n, s in latent.items()}
+    start = {n: transforms[n].inv(s["value"]) for n, s in latent.items()}
+    plates = find_subsample_plates(model, args, kwargs)
+    potential = minibatch_potential(model, args, kwargs)
+
+    def draw(k):
+        keys = random.split(k, max(len(plates), 1))
+        return {p.name: random.choice(kk, p.size, (p.subsample_size,), replace=False)
+                for p, kk in zip(plates, keys)}
+
+    mode = jax.jit(lambda z, k: find_mode(potential, z, k, draw, num_steps))(start, key_mode)
+    values = {n: transforms[n](v) for n, v in mode.items()}
+    theta = {n: values[n] for n in sg_sites}
+    rest = {n: v for n, v in values.items() if n not in sg_sites}
+    grad = jax.jit(jax.grad(lambda t: data_loglik(full_batch(model), {**rest, **t}, args,
+                                                  kwargs)))(theta)
+    return ModelCentre(theta, grad, values)
+
+
+def check_likelihood_free_of(model, gibbs_sites, model_args, model_kwargs):
+    """Refuse control variates where an observed site depends on a Gibbs site (its
+    log-likelihood's gradient at the centre would move with every sweep)."""
+    from numpyro.infer.inspect import get_dependencies
+
+    args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
+    trace = handlers.trace(handlers.seed(model, 0)).get_trace(*args, **kwargs)
+    parents = get_dependencies(model, args, kwargs)["prior_dependencies"]
+    for name, site in trace.items():
+        if site["type"] == "sample" and site["is_observed"]:
+            bad = sorted(set(parents.get(name, {})) & set(gibbs_sites))
+            if bad:
+                raise ValueError(
+                    f"control_variate='mode' needs a likelihood that does not depend on the "
+                    f"Gibbs sites, but the observed site {name!r} depends on {bad}: leave "
+                    "control_variate=None, or leave those sites to the SG kernel.")
+
+
+def corrected(model, plain, sg_sites, plates):
+    """The SG kernel's ``model`` with the correction factor (module docstring) where its
+    keyword arguments carry a :class:`ModelCentre` under :data:`CV_KWARG`; ``plain`` is the
+    user's model (the log-likelihood at the centre is evaluated on it), ``plates`` its
+    subsample plates (:class:`~numpyro_sgrld.data.subsample.SubsamplePlate`). Where the
+    kernel evaluates the model on all the rows (its data checks), the correction is 0."""
+    subsampled = {p.name: p for p in plates}
+
+    def with_correction(*args, **kwargs):
+        cv = kwargs.pop(CV_KWARG, None)
+        if cv is None:
+            return model(*args, **kwargs)
+        gibbs = kwargs.get(GIBBS_SITES_KWARG) or {}
+        trace = handlers.trace(model).get_trace(*args, **kwargs)
+        idx = {n: s["value"] for n, s in trace.items() if s["type"] == "plate"
+               and n in subsampled}
+        theta = {s: trace[s]["value"] for s in sg_sites}
+        own = {k: v for k, v in kwargs.items() if k not in (GIBBS_SITES_KWARG, CURVATURE_KWARG)}
+
+        every_row = any(jnp.shape(v)[0] == subsampled[n].size for n, v in idx.items())
+        at = full_batch(plain) if every_row else plain
+
+        def loglik(t):
+            return data_loglik(at, {**idx, **gibbs, **t}, args, own, excluded=gibbs)
+
+        at_centre = jax.grad(loglik)(cv.values)
+        delta = {s: jax.lax.stop_gradient(cv.grad[s] - at_centre[s]) for s in sg_sites}
+        numpyro.factor(FACTOR, sum(jnp.sum(delta[s] * theta[s]) for s in sg_sites))
+
+    return with_correction
