@@ -1,8 +1,10 @@
 """A random-intercept logistic regression over 100 groups and N = 100,000 rows (simulated, its
 generating values known), with SG-MCMC within Gibbs at its defaults: ``SGGibbs(K(model))``
 finds the intercepts' mean and scale (their conditional involves no data) and slice-samples
-them each step, and moves the intercepts partially non-centred (1,000 rows a group: nearly
-centred). 4 sequential chains of ``num_warmup=2000``, ``num_samples=20000``, minibatch 1,000.
+them each step, moves the intercepts partially non-centred (1,000 rows a group: nearly
+centred), and corrects the minibatch gradient with control variates centred at each chain's
+mode in the model's coordinates. 4 sequential chains of ``num_warmup=2000``,
+``num_samples=20000``, minibatch 1,000.
 
 The reference is NUTS on the full data, 4 chains x 2,000 draws (cached in ``--cache``).
 Reported per kernel: the largest |mean error| in reference sds and the sd ratios of the
@@ -11,12 +13,15 @@ own Monte Carlo error; the smallest bulk ESS and largest split R-hat; whether th
 warned; the wall time. NUTS and HMCECS (NumPyro's, minibatch 1,000, Taylor proxy at the MAP)
 run with increasing lengths (4 chains) to the same tolerance: their times to that accuracy.
 
+    python benchmarks/record.py docs/results/gibbs_random_intercept_cv.json -- \\
+        python benchmarks/accuracy/gibbs_random_intercept.py --nuts-lengths --ecs-lengths
+    python benchmarks/record.py docs/results/gibbs_random_intercept_time.json -- \\
+        python benchmarks/accuracy/gibbs_random_intercept.py --kernels SGLD \\
+        --sg-lengths 250 500 1000 2000 --nuts-lengths 100 200 --ecs-lengths 100 200
     python benchmarks/record.py docs/results/gibbs_random_intercept.json -- \\
-        python benchmarks/accuracy/gibbs_random_intercept.py
-    python benchmarks/accuracy/gibbs_random_intercept.py --control-variate mode \\
-        --nuts-lengths --ecs-lengths
-    python benchmarks/accuracy/gibbs_random_intercept.py --control-variate mode --kernels \\
-        SGLD --sg-lengths 250 500 1000 2000 --nuts-lengths 100 200 --ecs-lengths 100 200
+        python benchmarks/accuracy/gibbs_random_intercept.py --control-variate none
+
+The last is without control variates (``SGGibbs(..., control_variate=None)``).
 """
 
 import argparse
@@ -140,12 +145,14 @@ def main():
     parser.add_argument("--cache", type=Path, default=Path("docs/results"))
     parser.add_argument("--nuts-lengths", type=int, nargs="*", default=[200, 500, 1000])
     parser.add_argument("--ecs-lengths", type=int, nargs="*", default=[200, 500])
-    parser.add_argument("--control-variate", choices=["mode"], default=None)
+    parser.add_argument("--control-variate", choices=["auto", "mode", "none"], default="auto",
+                        help="SGGibbs's control_variate ('none': None; default: its default)")
     parser.add_argument("--sg-lengths", type=int, nargs="*", default=[],
                         help="instead of the default run: SGGibbs(K) of the first kernel at "
                              "num_warmup = num_samples = each length until accurate, its "
                              "time to the tolerance")
     a = parser.parse_args()
+    cv_option = None if a.control_variate == "none" else a.control_variate
     group, x, y, alpha = data()
     args = (group, x, y)
     ref = reference(args, a.cache)
@@ -159,9 +166,9 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|")
     for name in [] if a.sg_lengths else a.kernels:  # the default run, unless timing lengths
         kernel = ns.SGGibbs(getattr(ns, name)(partial(model, subsample_size=1000)),
-                            control_variate=a.control_variate)
+                            control_variate=cv_option)
         draws, seconds, warned = run(kernel, args, 2000, 20000, seed=0)
-        cv = f", control_variate={a.control_variate!r}" if a.control_variate else ""
+        cv = f", control_variate={a.control_variate!r}" if a.control_variate != "auto" else ""
         row(f"SGGibbs({name}{cv}) [{', '.join(kernel.gibbs_sites)}]", "22,000",
             errors(draws, ref), draws, seconds, warned)
         for w in warned:
@@ -169,9 +176,9 @@ def main():
     for length in a.sg_lengths:
         name = a.kernels[0]
         kernel = ns.SGGibbs(getattr(ns, name)(partial(model, subsample_size=1000)),
-                            control_variate=a.control_variate)
+                            control_variate=cv_option)
         draws, seconds, warned = run(kernel, args, length, length, seed=2)
-        cv = f", control_variate={a.control_variate!r}" if a.control_variate else ""
+        cv = f", control_variate={a.control_variate!r}" if a.control_variate != "auto" else ""
         if row(f"SGGibbs({name}{cv})", f"{2 * length:,}", errors(draws, ref), draws, seconds,
                warned):
             break

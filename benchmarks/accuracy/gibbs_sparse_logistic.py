@@ -1,7 +1,8 @@
 """The inference gym's sparse logistic regression on German credit (N = 1,000, 25 weights,
 Gamma(1/2, 1/2) global and local scales), centred, with SG-MCMC within Gibbs at its defaults:
 ``SGGibbs(K(model))`` finds the scales (their conditional involves no data), slice-samples
-them each step, and moves the weights in partially non-centred coordinates. 4 sequential
+them each step, moves the weights in partially non-centred coordinates, and corrects the
+minibatch gradient with control variates centred at each chain's mode. 4 sequential
 chains of ``num_warmup=2000``, ``num_samples=20000`` (the default run of
 ``benchmarks/accuracy/defaults.py``), minibatch 100.
 
@@ -15,13 +16,19 @@ increasing length (4 chains, 1000 warm-up) until its errors against the referenc
 within the tolerance (means 0.15 sd, sds 15 %; a NUTS run of the same seed as the reference's
 is not used).
 
-    python benchmarks/record.py docs/results/gibbs_sparse_logistic.json -- \\
-        python benchmarks/accuracy/gibbs_sparse_logistic.py
-    python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels SGLD SGHMC
-    python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels SGLD --gibbs-every 50 \
+    python benchmarks/record.py docs/results/gibbs_sparse_logistic_cv.json -- \\
+        python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels SGLD SGHMC BADODAB \\
         --nuts-lengths
-    python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels SGLD SGHMC PSGLD \
-        --no-decentre --num-warmup 500 --num-samples 2000 --nuts-lengths
+    python benchmarks/record.py docs/results/gibbs_sparse_logistic.json -- \\
+        python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels SGLD SGHMC BADODAB \\
+        --control-variate none
+    python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels SGLD --gibbs-every 50 \\
+        --control-variate none --nuts-lengths
+    python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels SGLD SGHMC PSGLD \\
+        --no-decentre --control-variate none --num-warmup 500 --num-samples 2000 --nuts-lengths
+
+The last three are without control variates (``SGGibbs(..., control_variate=None)``), the
+last also moving the weights as the model writes them.
 """
 
 import argparse
@@ -122,7 +129,7 @@ def mixing(draws):
 
 
 def sg_gibbs(kernel_name, X, y, num_warmup, num_samples, decentre=True, gibbs_every=1,
-             control_variate=None):
+             control_variate="auto"):
     kernel = ns.SGGibbs(getattr(ns, kernel_name)(partial(centred, subsample_size=100)),
                         decentre=decentre, gibbs_every=gibbs_every,
                         control_variate=control_variate)
@@ -149,7 +156,8 @@ def main():
     parser.add_argument("--no-decentre", action="store_true",
                         help="SGGibbs(..., decentre=False): the weights moved as written")
     parser.add_argument("--gibbs-every", type=int, default=1)
-    parser.add_argument("--control-variate", choices=["mode"], default=None)
+    parser.add_argument("--control-variate", choices=["auto", "mode", "none"], default="auto",
+                        help="SGGibbs's control_variate ('none': None; default: its default)")
     a = parser.parse_args()
     X, y = lr.load_german_credit()
     X, y = jnp.asarray(X), jnp.asarray(y)
@@ -164,13 +172,14 @@ def main():
     for name in a.kernels:
         draws, seconds, warned, kernel = sg_gibbs(name, X, y, a.num_warmup, a.num_samples,
                                                   not a.no_decentre, a.gibbs_every,
-                                                  a.control_variate)
+                                                  None if a.control_variate == "none"
+                                                  else a.control_variate)
         err = errors(draws, ref)
         ess, rhat = mixing(draws)
         options = "".join([", decentre=False" if a.no_decentre else "",
                            f", gibbs_every={a.gibbs_every}" if a.gibbs_every > 1 else "",
-                           f", control_variate={a.control_variate!r}" if a.control_variate
-                           else ""])
+                           f", control_variate={a.control_variate!r}"
+                           if a.control_variate != "auto" else ""])
         print(f"| SGGibbs({name}{options}) | {a.num_warmup + a.num_samples:,} "
               f"| {', '.join(kernel.gibbs_sites)} | {', '.join(kernel.decentred_sites)} "
               f"| {err[0]:.3f} | {err[1]:.2f}–{err[2]:.2f} | {ess:.0f} | {rhat:.3f} "

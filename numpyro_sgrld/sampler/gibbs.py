@@ -59,7 +59,7 @@ class SGGibbsState(NamedTuple):
     - **rng_key** – the key of the next Gibbs sweep.
     - **curvature** – the decentred sites' data curvature :math:`F` (``{site: array}``),
       learnt in warm-up and frozen after it (``{}`` without decentred sites).
-    - **centre** – the chain's control-variate centre
+    - **centre** – the control variates' centre
       (:class:`~numpyro_sgrld.sampler.gibbs_control_variates.ModelCentre`), ``None`` without.
 
     The SG state's fields read through it (``state.diverging``, ``state.step_size``, and in
@@ -102,9 +102,10 @@ class SGGibbs(MCMCKernel):
         every step; every step in warm-up whatever it is).
     :param control_variate: ``"auto"`` (default): the SG kernel's gradient has control
         variates centred at a mode in the model's own coordinates
-        (:mod:`~numpyro_sgrld.sampler.gibbs_control_variates`; each chain finds its mode and
-        starts there) wherever no observed site depends on a Gibbs site; ``"mode"``: required
-        (refused where one does); ``None``: the plain minibatch gradient.
+        (:mod:`~numpyro_sgrld.sampler.gibbs_control_variates`; found once, by the first
+        chain's ``init``, and every chain starts there) wherever no observed site depends on a
+        Gibbs site; ``"mode"``: required (refused where one does); ``None``: the plain
+        minibatch gradient.
 
     Example::
 
@@ -179,6 +180,7 @@ class SGGibbs(MCMCKernel):
         self._control_variate = control_variate
         #: Whether the SG kernel's gradient has control variates (known after :meth:`init`).
         self.control_variates = None
+        self._centre = None  # the control variates' centre, found by the first chain's init
         self._decentre = bool(decentre)
         #: The Gibbs sites' Gaussian children the SG kernel moves partially non-centred
         #: (known after :meth:`init`; :mod:`numpyro_sgrld.sampler.decentring`).
@@ -217,9 +219,12 @@ class SGGibbs(MCMCKernel):
             self.inner_kernel.model = inner
         self._num_warmup = int(num_warmup)
         centre = None
-        if self.control_variates:  # each chain's own centre, where it starts
-            centre = gibbs_cv.centre(plain, self._sg_sites, random.fold_in(key_trace, 1),
-                                     model_args, model_kwargs)
+        if self.control_variates:  # one centre for the run's chains, where they start
+            if self._centre is None:
+                self._centre = gibbs_cv.centre(plain, self._sg_sites,
+                                               random.fold_in(key_trace, 1), model_args,
+                                               model_kwargs)
+            centre = self._centre
             if init_params is None:
                 init_params = self._mode_start(centre)
         latent, transforms = _latent_values(plain, self.gibbs_sites, init_params, key_trace,
