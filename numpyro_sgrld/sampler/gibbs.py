@@ -241,9 +241,10 @@ class SGGibbs(MCMCKernel):
                 params = self._loc_scale({**latent, **sg_params}, model_args, model_kwargs)
                 sg_params = {**{k: v for k, v in sg_params.items() if k not in params},
                              **decentring.decentred(sg_params, params, curvature)}
-        sg_state = self.inner_kernel.init(
-            key_init, num_warmup, sg_params or None, model_args,
-            self._inner_kwargs(model_kwargs, gibbs, curvature, centre))
+        # without the control variates' factor: the kernel's set-up and data checks run the
+        # model as written (the factor's gradient at the centre is no part of them)
+        sg_state = self.inner_kernel.init(key_init, num_warmup, sg_params or None, model_args,
+                                          self._inner_kwargs(model_kwargs, gibbs, curvature))
         state = SGGibbsState(None, sg_state, rng_key, curvature, centre)
         return state._replace(z=self._recorded(state, gibbs, model_args, model_kwargs))
 
