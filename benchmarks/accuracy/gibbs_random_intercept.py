@@ -36,6 +36,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from numpyro.infer import HMCECS, MCMC, NUTS
+from reference_moments import cached_reference, errors
 
 import numpyro_sgrld as ns
 
@@ -88,30 +89,11 @@ def run(kernel, args, num_warmup, num_samples, seed):
 
 
 def reference(args, cache):
-    path = cache / "gibbs_random_intercept_reference.npz"
-    if not path.exists():
-        draws, _, _ = run(NUTS(ns.full_batch(model)), args, 1000, 2000, seed=1)
-        out = {}
-        for k, v in draws.items():
-            summary = numpyro.diagnostics.summary({k: v})[k]
-            flat = v.reshape(-1, v.shape[-1])
-            ess = np.asarray(summary["n_eff"])
-            out[f"{k}__mean"], out[f"{k}__sd"] = flat.mean(0), flat.std(0)
-            out[f"{k}__mean_se"] = flat.std(0) / np.sqrt(ess)
-            out[f"{k}__ess"] = ess
-        np.savez(path, **out)
-    data_ = np.load(path)
-    return {k: {f: data_[f"{k}__{f}"] for f in ("mean", "sd", "mean_se", "ess")}
-            for k in ("mu", "log_sigma", "alpha", "beta")}
-
-
-def errors(draws, ref):
-    worst, ratios = 0.0, []
-    for k, r in ref.items():
-        flat = draws[k].reshape(-1, draws[k].shape[-1])
-        worst = max(worst, float(np.max(np.abs(flat.mean(0) - r["mean"]) / r["sd"])))
-        ratios += list(flat.std(0) / r["sd"])
-    return worst, float(min(ratios)), float(max(ratios))
+    """NUTS on the full data, 4 x 2,000 draws (:func:`reference_moments.cached_reference`)."""
+    return cached_reference(
+        cache / "gibbs_random_intercept_reference.npz",
+        lambda: run(NUTS(ns.full_batch(model)), args, 1000, 2000, seed=1)[0],
+        ("mu", "log_sigma", "alpha", "beta"))
 
 
 def row(name, steps, err, draws, seconds, warned):

@@ -43,6 +43,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from numpyro.infer import MCMC, NUTS
+from reference_moments import cached_reference, errors
 
 import numpyro_sgrld as ns
 
@@ -88,33 +89,9 @@ def nuts(X, y, num_samples, seed):
 
 
 def reference(X, y, cache):
-    """NUTS, 4 x 20,000 draws: each quantity's mean, sd and their Monte Carlo errors."""
-    path = cache / "gibbs_sparse_logistic_reference.npz"
-    if not path.exists():
-        draws, _ = nuts(X, y, 20_000, seed=1)
-        out = {}
-        for k, v in draws.items():
-            summary = numpyro.diagnostics.summary({k: v})[k]
-            flat = v.reshape(-1, v.shape[-1])
-            ess = np.asarray(summary["n_eff"])
-            out[f"{k}__mean"], out[f"{k}__sd"] = flat.mean(0), flat.std(0)
-            out[f"{k}__mean_se"] = flat.std(0) / np.sqrt(ess)
-            out[f"{k}__ess"] = ess
-        np.savez(path, **out)
-    data = np.load(path)
-    return {k: {f: data[f"{k}__{f}"] for f in ("mean", "sd", "mean_se", "ess")}
-            for k in ("log_tau", "log_lam", "w")}
-
-
-def errors(draws, ref):
-    """The largest |mean error| (reference sds) and the extreme sd ratios over every
-    judged coordinate."""
-    worst, ratios = 0.0, []
-    for k, r in ref.items():
-        flat = draws[k].reshape(-1, draws[k].shape[-1])
-        worst = max(worst, float(np.max(np.abs(flat.mean(0) - r["mean"]) / r["sd"])))
-        ratios += list(flat.std(0) / r["sd"])
-    return worst, float(min(ratios)), float(max(ratios))
+    """NUTS, 4 x 20,000 draws (:func:`reference_moments.cached_reference`)."""
+    return cached_reference(cache / "gibbs_sparse_logistic_reference.npz",
+                            lambda: nuts(X, y, 20_000, seed=1)[0], ("log_tau", "log_lam", "w"))
 
 
 def accurate(err):
