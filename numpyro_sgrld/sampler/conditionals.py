@@ -79,14 +79,16 @@ def slice_step(key, logp, x, width=1.0):
     ``width`` placed uniformly around ``x`` and stepped out (at most :data:`MAX_STEPS`, split
     at random between the two sides) until both ends lie below the level; proposals drawn
     uniformly on it, shrinking it towards ``x`` at each rejection. Leaves ``logp``'s law
-    invariant; a non-finite ``logp`` counts as below every level."""
+    invariant; a non-finite ``logp`` counts as below every level, and where ``logp(x)`` itself
+    is not finite (a state outside the law's support) ``x`` is kept."""
 
     def density(v):
         value = logp(v)
         return jnp.where(jnp.isfinite(value), value, -jnp.inf)
 
     k_level, k_place, k_split, k_shrink = random.split(key, 4)
-    level = density(x) - random.exponential(k_level, dtype=jnp.result_type(x))
+    current = density(x)
+    level = current - random.exponential(k_level, dtype=jnp.result_type(x))
     left = x - width * random.uniform(k_place, dtype=jnp.result_type(x))
     right = left + width
     left_steps = jnp.floor(MAX_STEPS * random.uniform(k_split)).astype(jnp.int32)
@@ -121,7 +123,7 @@ def slice_step(key, logp, x, width=1.0):
 
     _, _, proposal, accepted, _, _ = lax.while_loop(
         shrink_cond, shrink_body, (left, right, x, jnp.array(False), 0, k_shrink))
-    return jnp.where(accepted, proposal, x)
+    return jnp.where(accepted & jnp.isfinite(current), proposal, x)
 
 
 def data_free_sites(model, model_args, model_kwargs, exclude=()):

@@ -42,7 +42,7 @@ from numpyro.util import is_prng_key
 
 from numpyro_sgrld.core.gradients import minibatch
 from numpyro_sgrld.data.subsample import as_jax_array, find_subsample_plates, full_batch
-from numpyro_sgrld.sampler import conditionals, decentring
+from numpyro_sgrld.sampler import conditionals, decentring, interweaving
 from numpyro_sgrld.sampler import gibbs_control_variates as gibbs_cv
 from numpyro_sgrld.sampler.kernel import SGMCMC
 
@@ -130,7 +130,7 @@ class SGGibbs(MCMCKernel):
     sample_field = "z"
 
     def __init__(self, inner_kernel, gibbs_fn=None, gibbs_sites=None, *, decentre=True,
-                 gibbs_every=1, control_variate="auto"):
+                 gibbs_every=1, control_variate="auto", interweave_every=None):
         if not isinstance(inner_kernel, SGMCMC):
             raise TypeError(
                 "`inner_kernel` must be a stochastic-gradient kernel of numpyro_sgrld (SGLD, "
@@ -186,6 +186,11 @@ class SGGibbs(MCMCKernel):
         #: (known after :meth:`init`; :mod:`numpyro_sgrld.sampler.decentring`).
         self.decentred_sites = None
         self._num_warmup = 0
+        self.interweave_every = interweave_every
+        #: The Gibbs sites also drawn non-centred (known after :meth:`init`;
+        #: :mod:`~numpyro_sgrld.sampler.interweaving`).
+        self.interwoven_sites = None
+        self._non_centred_draws = {}
 
     @property
     def model(self):
@@ -218,17 +223,21 @@ class SGGibbs(MCMCKernel):
                 inner = self._with_correction(inner, key_trace, model_args, model_kwargs)
             self.inner_kernel.model = inner
         self._num_warmup = int(num_warmup)
+        latent, transforms = _latent_values(plain, self.gibbs_sites, init_params, key_trace,
+                                            model_args, model_kwargs)
+        if self.interwoven_sites is None:
+            self._set_up_interweaving(transforms, model_args, model_kwargs)
         centre = None
         if self.control_variates:  # one centre for the run's chains, where they start
             if self._centre is None:
                 self._centre = gibbs_cv.centre(plain, self._sg_sites,
                                                random.fold_in(key_trace, 1), model_args,
-                                               model_kwargs)
+                                               model_kwargs, children=self.decentred_sites)
             centre = self._centre
             if init_params is None:
                 init_params = self._mode_start(centre)
-        latent, transforms = _latent_values(plain, self.gibbs_sites, init_params, key_trace,
-                                            model_args, model_kwargs)
+                latent, _ = _latent_values(plain, self.gibbs_sites, init_params, key_trace,
+                                           model_args, model_kwargs)
         gibbs = {k: latent[k] for k in self.gibbs_sites}
         self.inner_kernel.judged_values = partial(
             self._judged, {k: transforms[k] for k in self.gibbs_sites})
@@ -247,6 +256,35 @@ class SGGibbs(MCMCKernel):
                                           self._inner_kwargs(model_kwargs, gibbs, curvature))
         state = SGGibbsState(None, sg_state, rng_key, curvature, centre)
         return state._replace(z=self._recorded(state, gibbs, model_args, model_kwargs))
+
+    def _set_up_interweaving(self, transforms, model_args, model_kwargs):
+        """The Gibbs sites drawn non-centred too, and their draws
+        (:mod:`~numpyro_sgrld.sampler.interweaving`)."""
+        if not self.interweave_every or not self.decentred_sites:
+            self.interwoven_sites = ()
+            return
+        self.interwoven_sites = interweaving.interwoven_sites(
+            self._plain_model, self.gibbs_sites, self.decentred_sites, model_args, model_kwargs)
+        nc_model = interweaving.non_centred_model(self._plain_model, self.decentred_sites)
+        self._non_centred_draws = {
+            g: interweaving.non_centred_update(nc_model, g, transforms[g], model_args,
+                                               model_kwargs)
+            for g in self.interwoven_sites}
+
+    def _interweave(self, key, gibbs, sites, model_args, model_kwargs):
+        """``(gibbs, sites)`` after the non-centred draw of each interwoven site in turn,
+        the decentred children moved with them (:math:`\\tilde w` held)."""
+        params = self._loc_scale({**sites, **gibbs}, model_args, model_kwargs)
+        tilde = interweaving.non_centred(sites, params)
+        values = {**{k: v for k, v in sites.items() if k not in params}, **tilde, **gibbs}
+        keys = random.split(key, len(self.interwoven_sites))
+        for k, name in zip(keys, self.interwoven_sites):
+            values[name] = self._non_centred_draws[name](k, values)
+        gibbs = {k: values[k] for k in self.gibbs_sites}
+        params = self._loc_scale({**sites, **gibbs}, model_args, model_kwargs)
+        moved = {c: loc + scale * tilde[c + decentring.SUFFIX]
+                 for c, (loc, scale) in params.items()}
+        return gibbs, {**sites, **moved}
 
     def _cv_applies(self, model_args, model_kwargs):
         """Whether the SG kernel's gradient gets control variates: ``"mode"`` requires a
@@ -346,12 +384,18 @@ class SGGibbs(MCMCKernel):
         (:mod:`~numpyro_sgrld.sampler.decentring`); both as they were where any value of the
         draw is not finite."""
         key = random.split(state.rng_key)[1]
+        key_nc = random.fold_in(key, 1)
         gibbs = {k: state.z[k] for k in self.gibbs_sites}
         chain = state.sg_state.chain
         position = chain.z if chain.proposal is None else chain.proposal
         sites, _ = self._centred(position, gibbs, state.curvature, model_args, model_kwargs)
         gibbs = self._gibbs_fn(rng_key=key, gibbs_sites=gibbs, hmc_sites=sites)
         _check_gibbs_values(gibbs, self.gibbs_sites)
+        if self.interwoven_sites:
+            gibbs, sites = lax.cond(
+                state.sg_state.i % self.interweave_every == 0,
+                lambda g, s: self._interweave(key_nc, g, s, model_args, model_kwargs),
+                lambda g, s: (g, s), gibbs, sites)
         sg_state = state.sg_state
         if self.decentred_sites:
             params = self._loc_scale({**sites, **gibbs}, model_args, model_kwargs)

@@ -34,10 +34,11 @@ from jax import random
 from numpyro import handlers
 from numpyro.distributions import biject_to
 from numpyro.infer.hmc_gibbs import GIBBS_SITES_KWARG
+from numpyro.infer.reparam import LocScaleReparam
 
 from numpyro_sgrld.core.estimators import find_mode
 from numpyro_sgrld.data.subsample import as_jax_array, find_subsample_plates, full_batch
-from numpyro_sgrld.sampler.decentring import CURVATURE_KWARG
+from numpyro_sgrld.sampler.decentring import CURVATURE_KWARG, SUFFIX
 from numpyro_sgrld.sampler.potentials import minibatch_potential
 
 __all__ = ["CV_KWARG", "FACTOR", "ModelCentre", "centre", "check_likelihood_free_of",
@@ -74,18 +75,23 @@ def data_loglik(model, values, model_args, model_kwargs, excluded=()):
     return total
 
 
-def centre(model, sg_sites, key, model_args, model_kwargs, num_steps=1000):
-    """The :class:`ModelCentre`: an approximate mode of the model (every latent site,
-    unconstrained, Adam on minibatches from a prior draw), and the full-data gradient of the
-    log-likelihood in the SG sites there."""
+def centre(model, sg_sites, key, model_args, model_kwargs, num_steps=1000, children=()):
+    """The :class:`ModelCentre`: an approximate mode (Adam on minibatches from a prior draw,
+    every latent site unconstrained) and the full-data gradient of the log-likelihood in the SG
+    sites there. The mode is searched with ``children`` (Gaussian sites under Gibbs-updated
+    scales) non-centred, as ``LocScaleReparam(0)`` writes them: a centred hierarchy's density
+    is unbounded where a scale and its children collapse to 0 together, so a mode search in
+    its own coordinates may end there; the non-centred form has no such point."""
     args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
     key_start, key_mode = random.split(key)
-    trace = handlers.trace(handlers.seed(model, key_start)).get_trace(*args, **kwargs)
+    search = handlers.reparam(model, config={c: LocScaleReparam(centered=0.0)
+                                             for c in children}) if children else model
+    trace = handlers.trace(handlers.seed(search, key_start)).get_trace(*args, **kwargs)
     latent = {n: s for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"]}
     transforms = {n: biject_to(s["fn"].support) for n, s in latent.items()}
     start = {n: transforms[n].inv(s["value"]) for n, s in latent.items()}
     plates = find_subsample_plates(model, args, kwargs)
-    potential = minibatch_potential(model, args, kwargs)
+    potential = minibatch_potential(search, args, kwargs)
 
     def draw(k):
         keys = random.split(k, max(len(plates), 1))
@@ -94,6 +100,11 @@ def centre(model, sg_sites, key, model_args, model_kwargs, num_steps=1000):
 
     mode = jax.jit(lambda z, k: find_mode(potential, z, k, draw, num_steps))(start, key_mode)
     values = {n: transforms[n](v) for n, v in mode.items()}
+    if children:  # the children's centred values at the mode
+        at_mode = handlers.trace(handlers.seed(handlers.substitute(search, data=values), 0))
+        sites = at_mode.get_trace(*args, **kwargs)
+        values = {n: v for n, v in values.items() if n not in {c + SUFFIX for c in children}}
+        values.update({c: sites[c]["value"] for c in children})
     theta = {n: values[n] for n in sg_sites}
     rest = {n: v for n, v in values.items() if n not in sg_sites}
     grad = jax.jit(jax.grad(lambda t: data_loglik(full_batch(model), {**rest, **t}, args,
