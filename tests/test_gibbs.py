@@ -49,8 +49,8 @@ def exact():
     return cov @ np.array([0.0, Y.sum()]), np.sqrt(np.diag(cov))
 
 
-def run(kernel, num_samples=4000):
-    mcmc = MCMC(ns.SGGibbs(kernel, gibbs_fn, ["mu"]), num_warmup=1000,
+def run(kernel, num_samples=4000, **options):
+    mcmc = MCMC(ns.SGGibbs(kernel, gibbs_fn, ["mu"], **options), num_warmup=1000,
                 num_samples=num_samples, num_chains=4, chain_method="sequential",
                 progress_bar=False)
     mcmc.run(jax.random.PRNGKey(0), Y)
@@ -125,6 +125,8 @@ def test_bad_input_is_refused_with_the_fix():
         kernel.sample(state, (Y,), {})
     with pytest.raises(ValueError, match="gibbs_every"):
         ns.SGGibbs(ns.SGLD(model), gibbs_fn, ["mu"], gibbs_every=0)
+    with pytest.raises(ValueError, match="`interweave_every` must be None"):
+        ns.SGGibbs(ns.SGLD(model), gibbs_fn, ["mu"], interweave_every=0.5)
     with pytest.raises(ValueError, match="vectorized"):
         MCMC(ns.SGGibbs(ns.SGLD(model, step_size=1e-3), gibbs_fn, ["mu"]), num_warmup=10,
              num_samples=10, num_chains=2, chain_method="vectorized",
@@ -508,3 +510,84 @@ def test_control_variates_within_gibbs_sample_the_joint_posterior():
                 progress_bar=False)
     mcmc.run(jax.random.PRNGKey(0), Y)
     check_joint(mcmc.get_samples(group_by_chain=True))
+
+
+def coupled(y):
+    """``mu ~ N(0, I_2)``, ``x | mu ~ N(mu_1 + mu_2, 1)``, ``y_i | x ~ N(x, 1)``: ``mu``'s two
+    elements are coupled through the data once ``x`` is non-centred."""
+    mu = numpyro.sample("mu", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+    x = numpyro.sample("x", dist.Normal(mu.sum(), 1.0))
+    with numpyro.plate("data", y.shape[0], subsample_size=BATCH) as idx:
+        numpyro.sample("y", dist.Normal(x, 1.0), obs=y[idx])
+
+
+def test_the_non_centred_update_draws_from_its_closed_form_conditional():
+    """Given ``x~ = x - mu_1 - mu_2`` the conditional of ``mu`` is Gaussian with precision
+    ``I + N 1 1^T`` and mean ``cov 1 (sum(y) - N x~)`` (all the data): chains of the update
+    alone (its elements in turn) match its means and sds within their ESS-based errors."""
+    from numpyro.distributions import biject_to, constraints
+
+    from numpyro_sgrld.sampler import interweaving
+
+    nc_model = interweaving.non_centred_model(coupled, ("x",))
+    draw = interweaving.non_centred_update(nc_model, "mu", biject_to(constraints.real_vector),
+                                           (Y,), {})
+    tilde = 0.3
+    cov = np.linalg.inv(np.eye(2) + N * np.ones((2, 2)))
+    mean = cov @ np.full(2, Y.sum() - N * tilde)
+
+    def chain(key, mu0):
+        def one(mu, k):
+            mu = draw(k, {"mu": mu, "x_decentered": jnp.array(tilde)})
+            return mu, mu
+
+        return jax.lax.scan(one, mu0, jax.random.split(key, 3000))[1]
+
+    starts = jnp.asarray(mean) + jnp.array([[-1.0, 1.0], [0.0, 0.0], [0.5, -0.5], [1.0, 0.2]])
+    draws = np.asarray(jax.jit(jax.vmap(chain))(jax.random.split(jax.random.PRNGKey(5), 4),
+                                                starts))
+    z_mean, z_sd = moment_z_scores(draws, mean, np.sqrt(np.diag(cov)))
+    z = np.concatenate([z_mean, z_sd])
+    assert np.all(np.abs(z) < bonferroni_z(z.size)), z
+
+
+def test_interweaving_within_gibbs_samples_the_joint_posterior():
+    """The centred draw of ``mu`` (the user's ``gibbs_fn``), then every other step its
+    non-centred draw given ``x - mu`` and all the data, then an SGLD step: the joint law."""
+    kernel = ns.SGGibbs(ns.SGLD(model), gibbs_fn, ["mu"], interweave_every=2)
+    mcmc = MCMC(kernel, num_warmup=1000, num_samples=4000, num_chains=4,
+                chain_method="sequential", progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(0), Y)
+    assert kernel.interwoven_sites == ("mu",)
+    check_joint(mcmc.get_samples(group_by_chain=True))
+
+
+def test_a_slice_step_from_outside_the_support_keeps_the_state():
+    """Where the log density at the current state is not finite there is no slice to draw
+    from: the state is kept (not replaced by any finite point of a wide interval)."""
+    from numpyro_sgrld.sampler.conditionals import slice_step
+
+    def logp(x):
+        return jnp.where(x > 0, -x, -jnp.inf)
+
+    keys = jax.random.split(jax.random.PRNGKey(0), 100)
+    out = jax.vmap(lambda k: slice_step(k, logp, jnp.array(-1.0)))(keys)
+    assert np.all(np.asarray(out) == -1.0)
+
+
+def test_the_control_variates_centre_is_searched_with_the_children_non_centred():
+    """The centre's mode is given in the model's own sites (``w`` centred, no
+    ``w_decentered``), and the local scales of the weights the data do not inform (``y``
+    depends on the first column only) are at the non-centred density's mode, near the
+    log-prior's (``lam = 1``), not collapsing towards the centred density's unbounded point
+    ``lam = w = 0`` (where a search in the centred coordinates ends, ``lam ~ 1e-3``)."""
+    from numpyro_sgrld.sampler import gibbs_control_variates as gibbs_cv
+
+    X = np.asarray(jax.random.normal(jax.random.PRNGKey(0), (200, 4)))
+    y = (X[:, 0] > 0).astype(np.int32)
+    found = gibbs_cv.centre(sparse_centred, ("w",), jax.random.PRNGKey(2), (X, y), {},
+                            children=("w",))
+    assert set(found.mode) == {"tau", "lam", "w"} and set(found.values) == {"w"}
+    lam = np.asarray(found.mode["lam"])
+    assert np.all(lam[1:] > 0.1), lam
+    assert np.all(np.isfinite(np.asarray(found.grad["w"])))

@@ -129,6 +129,8 @@ def main():
     parser.add_argument("--ecs-lengths", type=int, nargs="*", default=[200, 500])
     parser.add_argument("--control-variate", choices=["auto", "mode", "none"], default="auto",
                         help="SGGibbs's control_variate ('none': None; default: its default)")
+    parser.add_argument("--interweave-every", type=int, default=None,
+                        help="SGGibbs's interweave_every (default: its default, off)")
     parser.add_argument("--sg-lengths", type=int, nargs="*", default=[],
                         help="instead of the default run: SGGibbs(K) of the first kernel at "
                              "num_warmup = num_samples = each length until accurate, its "
@@ -148,9 +150,10 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|")
     for name in [] if a.sg_lengths else a.kernels:  # the default run, unless timing lengths
         kernel = ns.SGGibbs(getattr(ns, name)(partial(model, subsample_size=1000)),
-                            control_variate=cv_option)
+                            control_variate=cv_option, interweave_every=a.interweave_every)
         draws, seconds, warned = run(kernel, args, 2000, 20000, seed=0)
-        cv = f", control_variate={a.control_variate!r}" if a.control_variate != "auto" else ""
+        cv = (f", control_variate={a.control_variate!r}" if a.control_variate != "auto" else ""
+              ) + (f", interweave_every={a.interweave_every}" if a.interweave_every else "")
         row(f"SGGibbs({name}{cv}) [{', '.join(kernel.gibbs_sites)}]", "22,000",
             errors(draws, ref), draws, seconds, warned)
         for w in warned:
@@ -158,9 +161,10 @@ def main():
     for length in a.sg_lengths:
         name = a.kernels[0]
         kernel = ns.SGGibbs(getattr(ns, name)(partial(model, subsample_size=1000)),
-                            control_variate=cv_option)
+                            control_variate=cv_option, interweave_every=a.interweave_every)
         draws, seconds, warned = run(kernel, args, length, length, seed=2)
-        cv = f", control_variate={a.control_variate!r}" if a.control_variate != "auto" else ""
+        cv = (f", control_variate={a.control_variate!r}" if a.control_variate != "auto" else ""
+              ) + (f", interweave_every={a.interweave_every}" if a.interweave_every else "")
         if row(f"SGGibbs({name}{cv})", f"{2 * length:,}", errors(draws, ref), draws, seconds,
                warned):
             break

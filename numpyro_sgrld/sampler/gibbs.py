@@ -15,15 +15,19 @@ One transition of :class:`SGGibbs` is
    (:mod:`numpyro_sgrld.sampler.decentring`);
 3. in warm-up, the children's data curvature learnt (:mod:`~numpyro_sgrld.sampler.decentring`).
 
+With ``interweave_every=k``, every ``k``-th sweep also draws the scales given their children's
+non-centred values and all the data (:mod:`~numpyro_sgrld.sampler.interweaving`).
+
 Each part leaves the joint law invariant (the Gibbs draw exactly, the SG step up to its own
 discretisation and minibatch bias), so the composition samples the joint posterior up to the
 SG step's bias. Where the Gibbs sites' conditional involves no data (a centred hierarchical
 model's scales given the weights), the sweep costs no pass over the data.
 
-The SG kernel's gradient is the plain minibatch estimate: control variates are centred at the
-Gibbs sites' values at the centre, which move every sweep, so a kernel whose estimator needs
-the full data is refused, and the default one of ``step_size=None`` (control variates switched
-on in warm-up where they pay) runs as the plain minibatch gradient.
+The SG kernel's own control variates would be centred in its coordinates, which move with the
+Gibbs sites every sweep: a kernel whose estimator needs the full data is refused, and the
+default one of ``step_size=None`` is replaced by the minibatch gradient, which ``SGGibbs``
+corrects with control variates centred in the model's coordinates
+(:mod:`~numpyro_sgrld.sampler.gibbs_control_variates`, ``control_variate``).
 """
 
 import warnings
@@ -106,6 +110,13 @@ class SGGibbs(MCMCKernel):
         chain's ``init``, and every chain starts there) wherever no observed site depends on a
         Gibbs site; ``"mode"``: required (refused where one does); ``None``: the plain
         minibatch gradient.
+    :param interweave_every: ``None`` (default): the Gibbs sites are drawn given their
+        Gaussian children only (the centred update, which reads no data); ``k``: every
+        ``k``-th step (warm-up included) each Gibbs site that is a parent of a decentred site
+        is then drawn again given the children's non-centred values ``(w - mu) / sigma`` and
+        all the data (:mod:`~numpyro_sgrld.sampler.interweaving`, Yu & Meng 2011), which moves
+        a scale and its children together where the data say little about them. It costs a
+        few full-data evaluations of the likelihood per element of those sites.
 
     Example::
 
@@ -186,6 +197,13 @@ class SGGibbs(MCMCKernel):
         #: (known after :meth:`init`; :mod:`numpyro_sgrld.sampler.decentring`).
         self.decentred_sites = None
         self._num_warmup = 0
+        if interweave_every is not None and (isinstance(interweave_every, bool) or not
+                                             isinstance(interweave_every, int)
+                                             or interweave_every < 1):
+            raise ValueError(
+                "`interweave_every` must be None (no interweaving) or a whole number of SG "
+                f"steps >= 1, got {interweave_every!r}.")
+        #: The SG steps between non-centred draws of the Gibbs sites (``None``: none).
         self.interweave_every = interweave_every
         #: The Gibbs sites also drawn non-centred (known after :meth:`init`;
         #: :mod:`~numpyro_sgrld.sampler.interweaving`).
