@@ -17,6 +17,12 @@ and after every chunk, so a stopped run resumes where it stopped::
 
     taskset -c 1 python benchmarks/references/networks.py --problems cancer cancer_horseshoe
     taskset -c 1 python benchmarks/references/networks.py --problems concrete digits
+    taskset -c 1 python benchmarks/references/networks.py --problems cancer_unit_horseshoe \
+        --which a   # and b on core 0, then the record without --which
+
+A horseshoe's scales (sites ending ``_global``, ``_local`` or ``_scale``) are also kept, as
+their logarithms' draws by chain (``log_scale_<a|b>:<site>`` in the ``.npz``), for problems
+whose reference is run after that was added (``cancer_unit_horseshoe``).
 
 The shuttle problems (every NUTS gradient reads up to 50,000 rows; at 10,000 rows NUTS takes
 about 350 leapfrog steps a draw) run smaller ensembles, so that each finishes in about an
@@ -63,6 +69,9 @@ from numpyro_sgrld.analysis.predictive import (  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "docs" / "results"
 SEEDS = {"a": 1, "b": 2}
+#: The sites whose draws (their logarithms, by chain) the reference keeps besides the
+#: predictive: a horseshoe's scales.
+SCALE_SITES = ("_global", "_local", "_scale")
 
 
 def _save(path, obj):
@@ -97,6 +106,9 @@ def ensemble(name, problem, which, a, cache):
                  extra_fields=("num_steps", "diverging"))
         samples = {k: v for k, v in mcmc.get_samples().items() if k.startswith(("net/", "sig"))}
         jax.block_until_ready(samples)
+        scales = {k: np.log(np.asarray(v, np.float64))
+                  for k, v in mcmc.get_samples(group_by_chain=True).items()
+                  if k.endswith(SCALE_SITES)}
         extra = mcmc.get_extra_fields()
         seconds = time.perf_counter() - t
         pred = P.predictive(problem, samples)
@@ -105,6 +117,8 @@ def ensemble(name, problem, which, a, cache):
                     divergences=done["divergences"] + int(np.sum(extra["diverging"])),
                     steps=done["steps"] + int(np.sum(extra["num_steps"])))
         done["parts"].append({k: np.asarray(v, np.float32) for k, v in pred.items()})
+        if scales:
+            done.setdefault("log_scales", []).append(scales)
         _save(path, done)
         print(f"{name}/{which}: {done['drawn']} draws, {done['seconds']:.0f} s", flush=True)
     return done
@@ -153,9 +167,11 @@ def main():
         if problem["kind"] == "regressor":
             for p in preds.values():
                 p["quantiles"] = gaussian_mixture_quantiles(p.pop("mean"), p.pop("scale"))
+        scales = {f"log_scale_{w}:{site}": np.concatenate([c[site] for c in d["log_scales"]], 1)
+                  for w, d in runs.items() for site in (d.get("log_scales") or [{}])[0]}
         np.savez_compressed(OUT / "references" / f"{name}.npz",
                             **{f"{k}_{w}": v for w, p in preds.items() for k, v in p.items()},
-                            y_test=np.asarray(problem["y_test"]))
+                            **scales, y_test=np.asarray(problem["y_test"]))
         draws = a.chains * a.draws
         row = dict(problem=name, kind=problem["kind"], rows=int(problem["train"][0].shape[0]),
                    test_points=int(problem["X_test"].shape[0]),

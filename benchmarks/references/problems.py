@@ -6,6 +6,11 @@ write it, and the test points whose predictive distribution is compared.
   breast-cancer data (standardised; 400 training rows, 169 test rows), minibatch 32.
 - ``cancer_horseshoe``: the same network with a layer-wise horseshoe on the first layer's
   weights (``priors.horseshoe("layer")``).
+- ``cancer_unit_horseshoe``: the same network with a unit-wise horseshoe on the first layer's
+  weights (``priors.horseshoe("unit")``: a global and 16 per-unit half-Cauchy scales,
+  non-centred for NUTS); ``gibbs_model`` and ``gibbs_full`` write it centred
+  (``parametrisation="centred"``), as :class:`~numpyro_sgrld.SGGibbs` updates its scales
+  (``benchmarks/accuracy/gibbs_network.py``). The two forms have the same posterior.
 - ``concrete``: a UCI regression (``../shared/data/uci/concrete``, published split 0: 927
   training rows, 103 test rows, 8 features), one hidden layer of 50 ReLU units (the
   competition's UCI set-up), noise scale learnt, minibatch 32; judged by W2 per test point.
@@ -72,6 +77,15 @@ def _first_layer_horseshoe(path, shape):
     return priors.gaussian()(path, shape)
 
 
+def _first_layer_unit_horseshoe(parametrisation):
+    def prior(path, shape):
+        if path.endswith("linear_0/w"):
+            return priors.horseshoe("unit", parametrisation=parametrisation)(path, shape)
+        return priors.gaussian()(path, shape)
+
+    return prior
+
+
 def _split(X, y, n_train, n_test, seed=0):
     order = np.random.default_rng(seed).permutation(len(y))
     train, test = order[:n_train], order[n_train:n_train + n_test]
@@ -97,6 +111,12 @@ def cancer():
 
 def cancer_horseshoe():
     return _cancer(_first_layer_horseshoe)
+
+
+def cancer_unit_horseshoe():
+    centred = _cancer(_first_layer_unit_horseshoe("centred"))
+    return {**_cancer(_first_layer_unit_horseshoe("log")), "gibbs_model": centred["model"],
+            "gibbs_full": centred["full"]}
 
 
 def concrete():
@@ -149,8 +169,8 @@ def shuttle_10000():
     return _shuttle(10_000)
 
 
-PROBLEMS = {f.__name__: f for f in (cancer, cancer_horseshoe, concrete, digits, shuttle,
-                                    shuttle_1000, shuttle_10000)}
+PROBLEMS = {f.__name__: f for f in (cancer, cancer_horseshoe, cancer_unit_horseshoe, concrete,
+                                    digits, shuttle, shuttle_1000, shuttle_10000)}
 INIT = priors.init_to_unit_scales
 
 

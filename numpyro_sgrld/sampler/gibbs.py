@@ -259,6 +259,7 @@ class SGGibbs(MCMCKernel):
         gibbs = {k: latent[k] for k in self.gibbs_sites}
         self.inner_kernel.judged_values = partial(
             self._judged, {k: transforms[k] for k in self.gibbs_sites})
+        self.inner_kernel.mixing_hint = self._mixing_hint()
         curvature = {s: jnp.zeros(jnp.shape(latent[s]), jnp.result_type(latent[s]))
                      for s in self.decentred_sites}
         sg_params = None
@@ -288,6 +289,17 @@ class SGGibbs(MCMCKernel):
             g: interweaving.non_centred_update(nc_model, g, transforms[g], model_args,
                                                model_kwargs)
             for g in self.interwoven_sites}
+
+    def _mixing_hint(self):
+        """The verdict's advice where more steps may not mix, within Gibbs."""
+        if self.interwoven_sites or not self.decentred_sites:
+            return (f"Within Gibbs (the Gibbs sites {', '.join(map(repr, self.gibbs_sites))} "
+                    "drawn exactly), give a gibbs_fn that draws the slow sites jointly with "
+                    "what they depend on")
+        return (f"Within Gibbs, the scales {', '.join(map(repr, self.gibbs_sites))} drawn given "
+                "their weights alone cross a funnel slowly: SGGibbs(..., interweave_every=10) "
+                "draws them again given the weights' non-centred values and all the data "
+                "(about 6 full-data likelihood evaluations per scale element each time)")
 
     def _interweave(self, key, gibbs, sites, model_args, model_kwargs):
         """``(gibbs, sites)`` after the non-centred draw of each interwoven site in turn,

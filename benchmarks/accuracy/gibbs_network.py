@@ -1,0 +1,119 @@
+"""A unit-wise horseshoe MLP within Gibbs against its HMC reference: the breast-cancer
+30-16-2 tanh network of ``benchmarks/references/problems.py`` (``cancer_unit_horseshoe``) with
+``priors.horseshoe("unit", parametrisation="centred")`` on the first layer (a global and 16
+per-unit half-Cauchy scales, drawn exactly given the weights), ``SGGibbs(K(model))`` at its
+defaults, 4 sequential chains of 2,000 warm-up and 20,000 draws, minibatch 32.
+
+Judged as the network presets are (``benchmarks/references/presets.py``): the test-set
+predictive's total variation to NUTS's ensemble ``a`` and agreement of top classes, against
+the floor (ensemble ``a`` to ``b``) and its band (``within_band``: TV at most twice the floor
+or the floor plus 0.01, agreement at most 0.01 below the floor's); and the scales: each log
+scale's mean error in reference sds and sd ratio, with the Monte Carlo errors of both runs
+(ESS-based) and the distance between NUTS's two ensembles as the floor. Needs the reference
+(``benchmarks/references/networks.py --problems cancer_unit_horseshoe``)::
+
+    python benchmarks/record.py docs/results/gibbs_network.json -- \\
+        python benchmarks/accuracy/gibbs_network.py --kernels SGLD
+"""
+
+import argparse
+import sys
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "references"))
+import problems as P  # noqa: E402  (first: it limits XLA to one thread before jax loads)
+
+# isort: split
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import numpyro  # noqa: E402
+from numpyro.infer import MCMC  # noqa: E402
+from presets import distances, reference  # noqa: E402
+
+import numpyro_sgrld as ns  # noqa: E402
+
+NAME = "cancer_unit_horseshoe"
+
+
+def moments(draws):
+    """``(mean, sd, mean_se)`` per coordinate of ``(chains, draws, k)`` draws, the Monte Carlo
+    error from the bulk ESS."""
+    ess = np.asarray(numpyro.diagnostics.summary({"x": draws})["x"]["n_eff"])
+    flat = draws.reshape(-1, draws.shape[-1])
+    return flat.mean(0), flat.std(0), flat.std(0) / np.sqrt(ess), ess
+
+
+def scale_errors(run, ref_a, ref_b):
+    """Per log scale: the run's and ensemble ``b``'s mean errors against ``a`` (in ``a``'s
+    sds) and the z-scores of the run's, with both runs' Monte Carlo errors."""
+    out = {}
+    for site, a in ref_a.items():
+        r = run[site].reshape(run[site].shape[:2] + (-1,))
+        a, b = a.reshape(a.shape[:2] + (-1,)), ref_b[site].reshape(a.shape[:2] + (-1,))
+        (m, s, se, ess), (ma, sa, sea, _), (mb, sb, _, _) = moments(r), moments(a), moments(b)
+        out[site] = dict(err=np.abs(m - ma) / sa, z=(m - ma) / np.sqrt(se**2 + sea**2),
+                         ratio=s / sa, floor_err=np.abs(mb - ma) / sa, floor_ratio=sb / sa,
+                         ess=ess)
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kernels", nargs="+", default=["SGLD"])
+    parser.add_argument("--num-warmup", type=int, default=2000)
+    parser.add_argument("--num-samples", type=int, default=20000)
+    a = parser.parse_args()
+    problem = P.PROBLEMS[NAME]()
+    ref, meta = reference(NAME)
+    sites = sorted({k.split(":", 1)[1] for k in ref if k.startswith("log_scale_a:")})
+    ref_a = {s: ref[f"log_scale_a:{s}"] for s in sites}
+    ref_b = {s: ref[f"log_scale_b:{s}"] for s in sites}
+    print(f"reference: NUTS, 2 ensembles of {meta['chains']} x {meta['draws']} draws "
+          f"(non-centred); floor TV {meta['floor']['tv']:.4f}, agreement "
+          f"{meta['floor']['agreement']:.3f}")
+    print("| kernel | steps per chain | TV (floor) | agreement (floor's) | within the band "
+          "| max log-scale mean err (sd; NUTS b) | max abs z | log-scale sd ratios (NUTS b) "
+          "| min scale ESS | verdict | time (s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    chains = 4
+    thinning = max(1, a.num_samples * chains // (meta["chains"] * meta["draws"]))
+    for name in a.kernels:
+        kernel = ns.SGGibbs(getattr(ns, name)(problem["gibbs_model"]))
+        mcmc = MCMC(kernel, num_warmup=a.num_warmup, num_samples=a.num_samples,
+                    num_chains=chains, thinning=thinning, chain_method="sequential",
+                    progress_bar=False)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            start = time.perf_counter()
+            mcmc.run(jax.random.PRNGKey(0), *problem["train"])
+            jax.block_until_ready(mcmc.get_samples())
+            seconds = time.perf_counter() - start
+        warned = [str(w.message) for w in caught if "cannot be trusted" in str(w.message)]
+        by_chain = mcmc.get_samples(group_by_chain=True)
+        samples = {k: v for k, v in mcmc.get_samples().items() if k.startswith("net/")}
+        pred = P.predictive({**problem, "full": problem["gibbs_full"]}, samples)
+        d = distances(problem, pred, ref)
+        run = {s: np.log(np.asarray(by_chain[s], np.float64)) for s in sites}
+        err = scale_errors(run, ref_a, ref_b)
+        worst = max(float(np.max(e["err"])) for e in err.values())
+        floor_worst = max(float(np.max(e["floor_err"])) for e in err.values())
+        z = max(float(np.max(np.abs(e["z"]))) for e in err.values())
+        ratios = np.concatenate([e["ratio"] for e in err.values()])
+        floor_ratios = np.concatenate([e["floor_ratio"] for e in err.values()])
+        ess = min(float(np.min(e["ess"])) for e in err.values())
+        print(f"| SGGibbs({name}) [{', '.join(kernel.gibbs_sites)}] "
+              f"| {a.num_warmup + a.num_samples:,} | {d['distance']:.4f} ({d['floor']:.4f}) "
+              f"| {d['agreement']:.3f} ({d['floor_agreement']:.3f}) "
+              f"| {'yes' if d['close'] else 'no'} | {worst:.3f} ({floor_worst:.3f}) | {z:.1f} "
+              f"| {ratios.min():.2f}–{ratios.max():.2f} "
+              f"({floor_ratios.min():.2f}–{floor_ratios.max():.2f}) | {ess:.0f} "
+              f"| {'warned' if warned else 'quiet'} | {seconds:.0f} |", flush=True)
+        for w in warned:
+            print(f"  verdict: {w[:400]}")
+
+
+if __name__ == "__main__":
+    main()
