@@ -553,6 +553,31 @@ def test_the_non_centred_update_draws_from_its_closed_form_conditional():
     assert np.all(np.abs(z) < bonferroni_z(z.size)), z
 
 
+def test_interweaving_runs_within_gibbs_on_its_steps():
+    """``interweave_every=2``: the non-centred draw runs on every other step (``mu`` and ``x``
+    move together there: ``x - mu`` is kept), the draws are finite."""
+    kernel = ns.SGGibbs(ns.SGLD(model, step_size=1e-3), gibbs_fn, ["mu"], interweave_every=2)
+    state = kernel.init(jax.random.PRNGKey(0), 0, None, (Y,), {})
+    assert kernel.interwoven_sites == ("mu",)
+    sweep = jax.jit(lambda s: kernel.sweep(s, (Y,), {}))
+    gibbs, sg_state = sweep(state)  # step 0: interwoven
+    x = float(kernel._recorded(state._replace(sg_state=sg_state), gibbs, (Y,), {})["x"])
+    centred = float(gibbs_fn(jax.random.split(state.rng_key)[1], None,
+                             {"x": state.z["x"]})["mu"])
+    assert float(gibbs["mu"]) != centred  # moved again after the centred draw
+    np.testing.assert_allclose(x - float(gibbs["mu"]), float(state.z["x"]) - centred,
+                               rtol=1e-4, atol=1e-5)
+    state = kernel.sample(state, (Y,), {})
+    gibbs, _ = sweep(state)  # step 1: the centred draw only
+    chain = state.sg_state.chain
+    position = chain.z if chain.proposal is None else chain.proposal
+    sites, _ = kernel._centred(position, {"mu": state.z["mu"]}, state.curvature, (Y,), {})
+    np.testing.assert_allclose(
+        gibbs["mu"], gibbs_fn(jax.random.split(state.rng_key)[1], None, sites)["mu"],
+        rtol=1e-5)
+
+
+@pytest.mark.slow
 def test_interweaving_within_gibbs_samples_the_joint_posterior():
     """The centred draw of ``mu`` (the user's ``gibbs_fn``), then every other step its
     non-centred draw given ``x - mu`` and all the data, then an SGLD step: the joint law."""

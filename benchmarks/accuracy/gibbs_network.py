@@ -65,6 +65,8 @@ def main():
     parser.add_argument("--kernels", nargs="+", default=["SGLD"])
     parser.add_argument("--num-warmup", type=int, default=2000)
     parser.add_argument("--num-samples", type=int, default=20000)
+    parser.add_argument("--interweave-every", type=int, default=None,
+                        help="SGGibbs's interweave_every (default: its default, off)")
     a = parser.parse_args()
     problem = P.PROBLEMS[NAME]()
     ref, meta = reference(NAME)
@@ -81,7 +83,9 @@ def main():
     chains = 4
     thinning = max(1, a.num_samples * chains // (meta["chains"] * meta["draws"]))
     for name in a.kernels:
-        kernel = ns.SGGibbs(getattr(ns, name)(problem["gibbs_model"]))
+        kernel = ns.SGGibbs(getattr(ns, name)(problem["gibbs_model"]),
+                            interweave_every=a.interweave_every)
+        option = f", interweave_every={a.interweave_every}" if a.interweave_every else ""
         mcmc = MCMC(kernel, num_warmup=a.num_warmup, num_samples=a.num_samples,
                     num_chains=chains, thinning=thinning, chain_method="sequential",
                     progress_bar=False)
@@ -104,7 +108,7 @@ def main():
         ratios = np.concatenate([e["ratio"] for e in err.values()])
         floor_ratios = np.concatenate([e["floor_ratio"] for e in err.values()])
         ess = min(float(np.min(e["ess"])) for e in err.values())
-        print(f"| SGGibbs({name}) [{', '.join(kernel.gibbs_sites)}] "
+        print(f"| SGGibbs({name}{option}) [{', '.join(kernel.gibbs_sites)}] "
               f"| {a.num_warmup + a.num_samples:,} | {d['distance']:.4f} ({d['floor']:.4f}) "
               f"| {d['agreement']:.3f} ({d['floor_agreement']:.3f}) "
               f"| {'yes' if d['close'] else 'no'} | {worst:.3f} ({floor_worst:.3f}) | {z:.1f} "

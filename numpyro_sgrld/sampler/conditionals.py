@@ -38,8 +38,9 @@ from numpyro.distributions import biject_to
 from numpyro_sgrld.data.subsample import as_jax_array
 
 __all__ = ["CONDITIONAL", "Conditional", "DataFreeSite", "automatic_conditionals",
-           "data_free_sites", "declared_conditionals", "declared_sweep", "independent_elements",
-           "log_conditional", "slice_step", "slice_update"]
+           "check_gibbs_values", "data_free_sites", "declared_conditionals", "declared_sweep",
+           "finite_or_kept", "independent_elements", "log_conditional", "slice_step",
+           "slice_update"]
 
 #: Stepping-out steps of one slice update, at most (Neal 2003, ``m``): with the initial width
 #: of one unconstrained unit, an interval up to 32 units each side.
@@ -287,3 +288,20 @@ def declared_sweep(conditionals):
         return {name: values[name] for name in conditionals}
 
     return gibbs_fn
+
+
+def finite_or_kept(new, old):
+    """``new`` where every value in it is finite, else ``old``: a sweep whose draw overflows
+    (a scale at 0 or beyond the float range) is not taken."""
+    finite = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(new)
+                                  if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]))
+    return jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
+
+
+def check_gibbs_values(gibbs, gibbs_sites):
+    """Refuse a ``gibbs_fn`` result that does not give exactly the Gibbs sites."""
+    if not isinstance(gibbs, dict) or set(gibbs) != set(gibbs_sites):
+        raise ValueError(
+            "`gibbs_fn` must return a dict with exactly the Gibbs sites "
+            f"{sorted(gibbs_sites)}, got "
+            f"{sorted(gibbs) if isinstance(gibbs, dict) else type(gibbs).__name__}.")

@@ -259,7 +259,8 @@ class SGGibbs(MCMCKernel):
         gibbs = {k: latent[k] for k in self.gibbs_sites}
         self.inner_kernel.judged_values = partial(
             self._judged, {k: transforms[k] for k in self.gibbs_sites})
-        self.inner_kernel.mixing_hint = self._mixing_hint()
+        self.inner_kernel.mixing_hint = interweaving.mixing_hint(
+            self.gibbs_sites, self.interwoven_sites, self.decentred_sites)
         curvature = {s: jnp.zeros(jnp.shape(latent[s]), jnp.result_type(latent[s]))
                      for s in self.decentred_sites}
         sg_params = None
@@ -277,44 +278,12 @@ class SGGibbs(MCMCKernel):
         return state._replace(z=self._recorded(state, gibbs, model_args, model_kwargs))
 
     def _set_up_interweaving(self, transforms, model_args, model_kwargs):
-        """The Gibbs sites drawn non-centred too, and their draws
-        (:mod:`~numpyro_sgrld.sampler.interweaving`)."""
-        if not self.interweave_every or not self.decentred_sites:
-            self.interwoven_sites = ()
-            return
-        self.interwoven_sites = interweaving.interwoven_sites(
-            self._plain_model, self.gibbs_sites, self.decentred_sites, model_args, model_kwargs)
-        nc_model = interweaving.non_centred_model(self._plain_model, self.decentred_sites)
-        self._non_centred_draws = {
-            g: interweaving.non_centred_update(nc_model, g, transforms[g], model_args,
-                                               model_kwargs)
-            for g in self.interwoven_sites}
-
-    def _mixing_hint(self):
-        """The verdict's advice where more steps may not mix, within Gibbs."""
-        if self.interwoven_sites or not self.decentred_sites:
-            return (f"Within Gibbs (the Gibbs sites {', '.join(map(repr, self.gibbs_sites))} "
-                    "drawn exactly), give a gibbs_fn that draws the slow sites jointly with "
-                    "what they depend on")
-        return (f"Within Gibbs, the scales {', '.join(map(repr, self.gibbs_sites))} drawn given "
-                "their weights alone cross a funnel slowly: SGGibbs(..., interweave_every=10) "
-                "draws them again given the weights' non-centred values and all the data "
-                "(about 6 full-data likelihood evaluations per scale element each time)")
-
-    def _interweave(self, key, gibbs, sites, model_args, model_kwargs):
-        """``(gibbs, sites)`` after the non-centred draw of each interwoven site in turn,
-        the decentred children moved with them (:math:`\\tilde w` held)."""
-        params = self._loc_scale({**sites, **gibbs}, model_args, model_kwargs)
-        tilde = interweaving.non_centred(sites, params)
-        values = {**{k: v for k, v in sites.items() if k not in params}, **tilde, **gibbs}
-        keys = random.split(key, len(self.interwoven_sites))
-        for k, name in zip(keys, self.interwoven_sites):
-            values[name] = self._non_centred_draws[name](k, values)
-        gibbs = {k: values[k] for k in self.gibbs_sites}
-        params = self._loc_scale({**sites, **gibbs}, model_args, model_kwargs)
-        moved = {c: loc + scale * tilde[c + decentring.SUFFIX]
-                 for c, (loc, scale) in params.items()}
-        return gibbs, {**sites, **moved}
+        """The Gibbs sites drawn non-centred too, and their draws."""
+        self.interwoven_sites, self._non_centred_draws = (), {}
+        if self.interweave_every and self.decentred_sites:
+            self.interwoven_sites, self._non_centred_draws = interweaving.set_up(
+                self._plain_model, self.gibbs_sites, self.decentred_sites, transforms,
+                model_args, model_kwargs)
 
     def _cv_applies(self, model_args, model_kwargs):
         """Whether the SG kernel's gradient gets control variates: ``"mode"`` requires a
@@ -420,17 +389,20 @@ class SGGibbs(MCMCKernel):
         position = chain.z if chain.proposal is None else chain.proposal
         sites, _ = self._centred(position, gibbs, state.curvature, model_args, model_kwargs)
         gibbs = self._gibbs_fn(rng_key=key, gibbs_sites=gibbs, hmc_sites=sites)
-        _check_gibbs_values(gibbs, self.gibbs_sites)
+        conditionals.check_gibbs_values(gibbs, self.gibbs_sites)
         if self.interwoven_sites:
             gibbs, sites = lax.cond(
                 state.sg_state.i % self.interweave_every == 0,
-                lambda g, s: self._interweave(key_nc, g, s, model_args, model_kwargs),
+                lambda g, s: interweaving.interweave(
+                    key_nc, self._non_centred_draws, partial(
+                        self._loc_scale, model_args=model_args, model_kwargs=model_kwargs),
+                    g, s),
                 lambda g, s: (g, s), gibbs, sites)
         sg_state = state.sg_state
         if self.decentred_sites:
             params = self._loc_scale({**sites, **gibbs}, model_args, model_kwargs)
             sg_state = self._moved(sg_state, sites, params, state.curvature)
-        return _finite_or_kept((gibbs, sg_state),
+        return conditionals.finite_or_kept((gibbs, sg_state),
                                ({k: state.z[k] for k in self.gibbs_sites}, state.sg_state))
 
     def sample(self, state, model_args, model_kwargs):
@@ -523,20 +495,3 @@ def _decentred_sites(model, gibbs_sites, model_args, model_kwargs):
             f" {e}), so the SG kernel moves every site as the model writes it.", UserWarning,
             stacklevel=3)
         return ()
-
-
-def _finite_or_kept(new, old):
-    """``new`` where every value in it is finite, else ``old``: a sweep whose draw overflows
-    (a scale at 0 or beyond the float range) is not taken."""
-    finite = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(new)
-                                  if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]))
-    return jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
-
-
-def _check_gibbs_values(gibbs, gibbs_sites):
-    """Refuse a ``gibbs_fn`` result that does not give exactly the Gibbs sites."""
-    if not isinstance(gibbs, dict) or set(gibbs) != set(gibbs_sites):
-        raise ValueError(
-            "`gibbs_fn` must return a dict with exactly the Gibbs sites "
-            f"{sorted(gibbs_sites)}, got "
-            f"{sorted(gibbs) if isinstance(gibbs, dict) else type(gibbs).__name__}.")

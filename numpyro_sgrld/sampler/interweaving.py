@@ -41,7 +41,8 @@ from numpyro_sgrld.data.subsample import as_jax_array, full_batch
 from numpyro_sgrld.sampler.conditionals import slice_step
 from numpyro_sgrld.sampler.decentring import SUFFIX
 
-__all__ = ["interwoven_sites", "non_centred", "non_centred_model", "non_centred_update"]
+__all__ = ["interweave", "interwoven_sites", "mixing_hint", "non_centred",
+           "non_centred_model", "non_centred_update", "set_up"]
 
 
 def interwoven_sites(model, gibbs_sites, children, model_args, model_kwargs):
@@ -92,3 +93,41 @@ def non_centred_update(nc_model, name, transform, model_args, model_kwargs):
         return transform(unravel(lax.fori_loop(0, u.size, element, u)))
 
     return draw
+
+
+def set_up(model, gibbs_sites, children, transforms, model_args, model_kwargs):
+    """``(sites, draws)``: the Gibbs sites that are parents of ``children``
+    (:func:`interwoven_sites`) and ``{site: draw}``, their :func:`non_centred_update` each
+    (``transforms``: every latent site's constraining transform)."""
+    sites = interwoven_sites(model, gibbs_sites, children, model_args, model_kwargs)
+    nc_model = non_centred_model(model, children)
+    return sites, {g: non_centred_update(nc_model, g, transforms[g], model_args, model_kwargs)
+                   for g in sites}
+
+
+def interweave(key, draws, loc_scale, gibbs, sites):
+    r"""``(gibbs, sites)`` after the non-centred draw of each site of ``draws`` in turn
+    (:func:`set_up`), the children moved with them: :math:`\tilde w` held,
+    :math:`w = \mu(g') + \sigma(g')\,\tilde w`. ``sites`` are the other latent sites'
+    constrained values, the children centred; ``loc_scale(values) -> {child: (loc, scale)}``."""
+    params = loc_scale({**sites, **gibbs})
+    tilde = non_centred(sites, params)
+    values = {**{k: v for k, v in sites.items() if k not in params}, **tilde, **gibbs}
+    for k, name in zip(random.split(key, len(draws)), draws):
+        values[name] = draws[name](k, values)
+    gibbs = {k: values[k] for k in gibbs}
+    params = loc_scale({**sites, **gibbs})
+    moved = {c: loc + scale * tilde[c + SUFFIX] for c, (loc, scale) in params.items()}
+    return gibbs, {**sites, **moved}
+
+
+def mixing_hint(gibbs_sites, interwoven, children):
+    """What the verdict advises where the chains within Gibbs may not mix with more steps."""
+    names = ", ".join(map(repr, gibbs_sites))
+    if interwoven or not children:
+        return (f"Within Gibbs (the Gibbs sites {names} drawn exactly), give a gibbs_fn that "
+                "draws the slow sites jointly with what they depend on")
+    return (f"Within Gibbs, the sites {names} drawn given their Gaussian children alone cross "
+            "a funnel slowly: SGGibbs(..., interweave_every=10) draws them again given the "
+            "children's non-centred values and all the data (about 6 full-data likelihood "
+            "evaluations per element each time)")

@@ -191,9 +191,6 @@ class SGMCMC(MCMCKernel):
         self._axis_name = None  # CHAIN_AXIS with vectorised chains: the kernel's own vmap's
         self._once = model_host.Once()
         self.run_info = self.judged_values = None  # the verdict's: run_verdict.arm, .judged
-        #: What the verdict advises where more steps may not mix, in place of a
-        #: reparametrisation (``None``: its own advice; set by a kernel that composes this one).
-        self.mixing_hint = None
         self._settled = {}  # settled gradient estimator -> _AfterWarmup
 
     @property

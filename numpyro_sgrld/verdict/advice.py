@@ -159,7 +159,7 @@ def mixing_advice(kernel):
     if sizes is not None:
         big = sizes[0] / sizes[1]
     ratio = f": about {big:.0f}x this kernel's minibatch" if big and big > 1 else ""
-    hint = getattr(kernel, "mixing_hint", None)
+    hint = describe(kernel).mixing_hint
     if hint is not None:
         return f"{hint}, or compare against {nuts.format(ratio=ratio)}."
     centred = centred_sites(kernel)

@@ -25,6 +25,8 @@ class Run(NamedTuple):
       that is not a stochastic-gradient one).
     - **target_bias**, **settings**, **cycles** – the adaptation's bias target, the learnt
       settings the kernel started from, a cyclical kernel's cycles.
+    - **mixing_hint** – what to advise where more steps may not mix, given by a kernel that
+      composes this one (:class:`~numpyro_sgrld.SGGibbs`), in place of a reparametrisation.
     """
 
     given: bool = False
@@ -44,6 +46,7 @@ class Run(NamedTuple):
     target_bias: Any = None
     settings: Any = None
     cycles: Any = None
+    mixing_hint: Any = None
 
 
 def describe(kernel):
