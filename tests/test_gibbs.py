@@ -67,7 +67,8 @@ def check_joint(draws):
 
 
 def test_a_users_gibbs_fn_with_sgld_at_its_defaults_samples_the_joint_posterior():
-    check_joint(run(ns.SGLD(model)))
+    """Half the slow set's run of every preset (whose SGLD case is this at full length)."""
+    check_joint(run(ns.SGLD(model), num_samples=2000))
 
 
 #: BNPSGLD's metric reads a network's layer inputs, which this model has none of
@@ -567,14 +568,11 @@ def test_interweaving_runs_within_gibbs_on_its_steps():
     assert float(gibbs["mu"]) != centred  # moved again after the centred draw
     np.testing.assert_allclose(x - float(gibbs["mu"]), float(state.z["x"]) - centred,
                                rtol=1e-4, atol=1e-5)
-    state = kernel.sample(state, (Y,), {})
-    gibbs, _ = sweep(state)  # step 1: the centred draw only
     chain = state.sg_state.chain
-    position = chain.z if chain.proposal is None else chain.proposal
-    sites, _ = kernel._centred(position, {"mu": state.z["mu"]}, state.curvature, (Y,), {})
-    np.testing.assert_allclose(
-        gibbs["mu"], gibbs_fn(jax.random.split(state.rng_key)[1], None, sites)["mu"],
-        rtol=1e-5)
+    step_one = state._replace(sg_state=state.sg_state._replace(
+        chain=chain._replace(i=chain.i + 1)))
+    gibbs, _ = sweep(step_one)  # step 1: the centred draw only
+    np.testing.assert_allclose(gibbs["mu"], centred, rtol=1e-6)
 
 
 @pytest.mark.slow
