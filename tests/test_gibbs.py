@@ -186,13 +186,13 @@ def test_without_a_gibbs_fn_the_updates_the_priors_declare_run():
     kernel = ns.SGGibbs(ns.SGLD(horseshoe_regression, step_size=1e-4))
     state = kernel.init(jax.random.PRNGKey(0), 10, None, (X, y), {})
     assert kernel.gibbs_sites == ("w_scale",) and kernel.decentred_sites == ("w",)
-    state = kernel.sample(state, (X, y), {})
+    state = jax.jit(lambda s: kernel.sample(s, (X, y), {}))(state)
     chain = state.sg_state.chain
     u = (chain.z if chain.proposal is None else chain.proposal)["w_decentered"]
     w = spread(state.z["w_scale"], state.curvature["w"]) * u  # w ~ N(0, s^2): loc 0, scale s
     np.testing.assert_allclose(state.z["w"], spread(state.z["w_scale"], state.curvature["w"])
                                * chain.z["w_decentered"], rtol=1e-6)
-    gibbs, moved = kernel.sweep(state, (X, y), {})
+    gibbs, moved = jax.jit(lambda s: kernel.sweep(s, (X, y), {}))(state)
     key = jax.random.split(jax.random.split(state.rng_key)[1], 1)[0]
     expected = half_cauchy_scale_draw(key, state.z["w_scale"], {"w": w}, weights="w",
                                       base=1.0)
