@@ -34,13 +34,13 @@ import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
 from numpyro import handlers
-from numpyro.infer.reparam import Reparam
+from numpyro.infer.reparam import LocScaleReparam, Reparam
 
 from numpyro_sgrld.data.subsample import as_jax_array
 
 __all__ = ["CURVATURE_KWARG", "CURVATURE_RATE", "SUFFIX", "PartialDecentring", "centred",
-           "curvature_estimate", "decentred", "gaussian_children", "loc_scale",
-           "reparametrised", "spread"]
+           "curvature_estimate", "decentred", "fully_non_centred", "gaussian_children",
+           "loc_scale", "reparametrised", "spread"]
 
 #: The suffix of a decentred site's name (NumPyro's ``LocScaleReparam``'s).
 SUFFIX = "_decentered"
@@ -104,6 +104,14 @@ def reparametrised(model, sites):
         return handlers.reparam(model, config=config)(*args, **kwargs)
 
     return partially_decentred
+
+
+def fully_non_centred(model, sites):
+    """``model`` with each of ``sites`` as NumPyro's ``LocScaleReparam(0)`` writes it:
+    ``w = loc + scale * w_decentered``, ``w_decentered ~ N(0, 1)`` (:math:`F = 0`'s
+    coordinate, whose density has no point where a scale and its children collapse
+    together)."""
+    return handlers.reparam(model, config={s: LocScaleReparam(centered=0.0) for s in sites})
 
 
 def loc_scale(model, sites, values, model_args, model_kwargs):

@@ -34,11 +34,10 @@ from jax import random
 from numpyro import handlers
 from numpyro.distributions import biject_to
 from numpyro.infer.hmc_gibbs import GIBBS_SITES_KWARG
-from numpyro.infer.reparam import LocScaleReparam
 
 from numpyro_sgrld.core.estimators import find_mode
 from numpyro_sgrld.data.subsample import as_jax_array, find_subsample_plates, full_batch
-from numpyro_sgrld.sampler.decentring import CURVATURE_KWARG, SUFFIX
+from numpyro_sgrld.sampler.decentring import CURVATURE_KWARG, SUFFIX, fully_non_centred
 from numpyro_sgrld.sampler.potentials import minibatch_potential
 
 __all__ = ["CV_KWARG", "FACTOR", "ModelCentre", "centre", "check_likelihood_free_of",
@@ -84,8 +83,7 @@ def centre(model, sg_sites, key, model_args, model_kwargs, num_steps=1000, child
     its own coordinates may end there; the non-centred form has no such point."""
     args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
     key_start, key_mode = random.split(key)
-    search = handlers.reparam(model, config={c: LocScaleReparam(centered=0.0)
-                                             for c in children}) if children else model
+    search = fully_non_centred(model, children) if children else model
     trace = handlers.trace(handlers.seed(search, key_start)).get_trace(*args, **kwargs)
     latent = {n: s for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"]}
     transforms = {n: biject_to(s["fn"].support) for n, s in latent.items()}

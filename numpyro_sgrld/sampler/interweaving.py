@@ -33,13 +33,11 @@ import jax
 import jax.numpy as jnp
 from jax import lax, random
 from jax.flatten_util import ravel_pytree
-from numpyro import handlers
-from numpyro.infer.reparam import LocScaleReparam
 from numpyro.infer.util import log_density
 
 from numpyro_sgrld.data.subsample import as_jax_array, full_batch
 from numpyro_sgrld.sampler.conditionals import slice_step
-from numpyro_sgrld.sampler.decentring import SUFFIX
+from numpyro_sgrld.sampler.decentring import SUFFIX, fully_non_centred
 
 __all__ = ["interweave", "interwoven_sites", "mixing_hint", "non_centred",
            "non_centred_model", "non_centred_update", "set_up"]
@@ -59,8 +57,7 @@ def interwoven_sites(model, gibbs_sites, children, model_args, model_kwargs):
 def non_centred_model(model, children):
     """``model`` on all its data with each of ``children`` as ``LocScaleReparam(0)`` writes
     it: ``w = loc + scale * w_decentered``, ``w_decentered ~ N(0, 1)``."""
-    return handlers.reparam(full_batch(model),
-                            config={c: LocScaleReparam(centered=0.0) for c in children})
+    return fully_non_centred(full_batch(model), children)
 
 
 def non_centred(values, params):
