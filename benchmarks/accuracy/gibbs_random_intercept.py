@@ -76,9 +76,9 @@ def judged(draws):
             "beta": np.asarray(draws["beta"], np.float64)}
 
 
-def run(kernel, args, num_warmup, num_samples, seed):
+def run(kernel, args, num_warmup, num_samples, seed, chain_method="sequential"):
     mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=4,
-                chain_method="sequential", progress_bar=False)
+                chain_method=chain_method, progress_bar=False)
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -121,6 +121,13 @@ def ecs_kernel(args):
     return HMCECS(NUTS(model), num_blocks=10, proxy=proxy)
 
 
+def options(a):
+    """The SGGibbs options of the command line, as the table names them."""
+    return "".join([f", control_variate={a.control_variate!r}" if a.control_variate != "auto"
+                    else "", f", interweave_every={a.interweave_every}" if a.interweave_every
+                    else "", "; vectorized" if a.chain_method == "vectorized" else ""])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kernels", nargs="+", default=["SGLD", "SGHMC"])
@@ -131,6 +138,8 @@ def main():
                         help="SGGibbs's control_variate ('none': None; default: its default)")
     parser.add_argument("--interweave-every", type=int, default=None,
                         help="SGGibbs's interweave_every (default: its default, off)")
+    parser.add_argument("--chain-method", choices=["sequential", "vectorized"],
+                        default="sequential", help="MCMC's chain_method for SGGibbs")
     parser.add_argument("--sg-lengths", type=int, nargs="*", default=[],
                         help="instead of the default run: SGGibbs(K) of the first kernel at "
                              "num_warmup = num_samples = each length until accurate, its "
@@ -151,9 +160,9 @@ def main():
     for name in [] if a.sg_lengths else a.kernels:  # the default run, unless timing lengths
         kernel = ns.SGGibbs(getattr(ns, name)(partial(model, subsample_size=1000)),
                             control_variate=cv_option, interweave_every=a.interweave_every)
-        draws, seconds, warned = run(kernel, args, 2000, 20000, seed=0)
-        cv = (f", control_variate={a.control_variate!r}" if a.control_variate != "auto" else ""
-              ) + (f", interweave_every={a.interweave_every}" if a.interweave_every else "")
+        draws, seconds, warned = run(kernel, args, 2000, 20000, seed=0,
+                                     chain_method=a.chain_method)
+        cv = options(a)
         row(f"SGGibbs({name}{cv}) [{', '.join(kernel.gibbs_sites)}]", "22,000",
             errors(draws, ref), draws, seconds, warned)
         for w in warned:
@@ -162,9 +171,9 @@ def main():
         name = a.kernels[0]
         kernel = ns.SGGibbs(getattr(ns, name)(partial(model, subsample_size=1000)),
                             control_variate=cv_option, interweave_every=a.interweave_every)
-        draws, seconds, warned = run(kernel, args, length, length, seed=2)
-        cv = (f", control_variate={a.control_variate!r}" if a.control_variate != "auto" else ""
-              ) + (f", interweave_every={a.interweave_every}" if a.interweave_every else "")
+        draws, seconds, warned = run(kernel, args, length, length, seed=2,
+                                     chain_method=a.chain_method)
+        cv = options(a)
         if row(f"SGGibbs({name}{cv})", f"{2 * length:,}", errors(draws, ref), draws, seconds,
                warned):
             break

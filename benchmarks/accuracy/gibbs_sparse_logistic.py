@@ -106,12 +106,12 @@ def mixing(draws):
 
 
 def sg_gibbs(kernel_name, X, y, num_warmup, num_samples, decentre=True, gibbs_every=1,
-             control_variate="auto", interweave_every=None, seed=0):
+             control_variate="auto", interweave_every=None, seed=0, chain_method="sequential"):
     kernel = ns.SGGibbs(getattr(ns, kernel_name)(partial(centred, subsample_size=100)),
                         decentre=decentre, gibbs_every=gibbs_every,
                         control_variate=control_variate, interweave_every=interweave_every)
     mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=4,
-                chain_method="sequential", progress_bar=False)
+                chain_method=chain_method, progress_bar=False)
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -137,6 +137,8 @@ def main():
                         help="SGGibbs's control_variate ('none': None; default: its default)")
     parser.add_argument("--interweave-every", type=int, default=None,
                         help="SGGibbs's interweave_every (default: its default, off)")
+    parser.add_argument("--chain-method", choices=["sequential", "vectorized"],
+                        default="sequential", help="MCMC's chain_method for SGGibbs")
     parser.add_argument("--sg-lengths", type=int, nargs="*", default=[],
                         help="after the default runs: SGGibbs(K) of the first kernel at "
                              "num_warmup = num_samples = each length (another seed) until "
@@ -157,14 +159,15 @@ def main():
                        f", gibbs_every={a.gibbs_every}" if a.gibbs_every > 1 else "",
                        f", control_variate={a.control_variate!r}"
                        if a.control_variate != "auto" else "",
-                       f", interweave_every={a.interweave_every}" if a.interweave_every else ""])
+                       f", interweave_every={a.interweave_every}" if a.interweave_every else "",
+                       "; vectorized" if a.chain_method == "vectorized" else ""])
     runs = [(name, a.num_warmup, a.num_samples, 0) for name in a.kernels]
     runs += [(a.kernels[0], length, length, 2) for length in a.sg_lengths]
     for name, num_warmup, num_samples, seed in runs:
         draws, seconds, warned, kernel = sg_gibbs(
             name, X, y, num_warmup, num_samples, not a.no_decentre, a.gibbs_every,
             None if a.control_variate == "none" else a.control_variate, a.interweave_every,
-            seed)
+            seed, a.chain_method)
         err = errors(draws, ref)
         ess, rhat = mixing(draws)
         print(f"| SGGibbs({name}{options}) | {num_warmup + num_samples:,} "

@@ -30,7 +30,6 @@ corrects with control variates centred in the model's coordinates
 (:mod:`~numpyro_sgrld.sampler.gibbs_control_variates`, ``control_variate``).
 """
 
-import warnings
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -46,7 +45,7 @@ from numpyro.util import is_prng_key
 
 from numpyro_sgrld.core.gradients import minibatch
 from numpyro_sgrld.data.subsample import as_jax_array, find_subsample_plates, full_batch
-from numpyro_sgrld.sampler import conditionals, decentring, interweaving
+from numpyro_sgrld.sampler import conditionals, decentring, gibbs_start, interweaving
 from numpyro_sgrld.sampler import gibbs_control_variates as gibbs_cv
 from numpyro_sgrld.sampler.kernel import SGMCMC
 
@@ -209,6 +208,7 @@ class SGGibbs(MCMCKernel):
         #: :mod:`~numpyro_sgrld.sampler.interweaving`).
         self.interwoven_sites = None
         self._non_centred_draws = {}
+        self._vectorized = False  # chain_method="vectorized": init's key has a chain axis
 
     @property
     def model(self):
@@ -219,12 +219,16 @@ class SGGibbs(MCMCKernel):
         return ("z",)
 
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
-        if not is_prng_key(rng_key):
-            raise ValueError(
-                "SGGibbs runs one chain per call: use chain_method='sequential' or "
-                "'parallel', not 'vectorized'.")
         model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
-        key_trace, key_init, rng_key = random.split(rng_key, 3)
+        self._vectorized = not is_prng_key(rng_key)
+        if self._vectorized:  # a key per chain: (chains, 2)
+            keys = jax.vmap(partial(random.split, num=3))(rng_key)
+            key_trace, key_init, rng_key = keys[:, 0], keys[:, 1], keys[:, 2]
+            num_chains = rng_key.shape[0]
+        else:
+            key_trace, key_init, rng_key = random.split(rng_key, 3)
+            num_chains = None
+        chains_key_trace, key_trace = key_trace, key_trace[0] if self._vectorized else key_trace
         plain = self._plain_model
         if self._gibbs_fn is None:
             found = conditionals.automatic_conditionals(plain, self.gibbs_sites, key_trace,
@@ -232,8 +236,8 @@ class SGGibbs(MCMCKernel):
             self.gibbs_sites = tuple(found)
             self._gibbs_fn = conditionals.declared_sweep(found)
         if self.decentred_sites is None:
-            self.decentred_sites = _decentred_sites(plain, self.gibbs_sites, model_args,
-                                                    model_kwargs) if self._decentre else ()
+            self.decentred_sites = gibbs_start.decentred_sites(
+                plain, self.gibbs_sites, model_args, model_kwargs) if self._decentre else ()
             inner = conditioned(decentring.reparametrised(plain, self.decentred_sites)
                                 if self.decentred_sites else plain)
             self.control_variates = self._cv_applies(model_args, model_kwargs)
@@ -241,8 +245,11 @@ class SGGibbs(MCMCKernel):
                 inner = self._with_correction(inner, key_trace, model_args, model_kwargs)
             self.inner_kernel.model = inner
         self._num_warmup = int(num_warmup)
-        latent, transforms = _latent_values(plain, self.gibbs_sites, init_params, key_trace,
-                                            model_args, model_kwargs)
+        self.inner_kernel.chain_kwargs = (GIBBS_SITES_KWARG, decentring.CURVATURE_KWARG,
+                                          gibbs_cv.CV_KWARG)
+        latent, transforms = gibbs_start.latent_values(
+            plain, self.gibbs_sites, init_params, chains_key_trace, model_args, model_kwargs,
+            num_chains)
         if self.interwoven_sites is None:
             self._set_up_interweaving(transforms, model_args, model_kwargs)
         centre = None
@@ -253,9 +260,11 @@ class SGGibbs(MCMCKernel):
                                                model_kwargs, children=self.decentred_sites)
             centre = self._centre
             if init_params is None:
-                init_params = self._mode_start(centre)
-                latent, _ = _latent_values(plain, self.gibbs_sites, init_params, key_trace,
-                                           model_args, model_kwargs)
+                init_params = self._mode_start(centre, num_chains)
+                latent, _ = gibbs_start.latent_values(
+                    plain, self.gibbs_sites, init_params, chains_key_trace, model_args,
+                    model_kwargs, num_chains)
+            centre = gibbs_start.repeated(centre, num_chains)  # each chain's state holds it
         gibbs = {k: latent[k] for k in self.gibbs_sites}
         self.inner_kernel.judged_values = partial(
             self._judged, {k: transforms[k] for k in self.gibbs_sites})
@@ -267,15 +276,31 @@ class SGGibbs(MCMCKernel):
         if init_params is not None:
             sg_params = {k: v for k, v in init_params.items() if k not in self.gibbs_sites}
             if set(self.decentred_sites) & set(sg_params):
-                params = self._loc_scale({**latent, **sg_params}, model_args, model_kwargs)
-                sg_params = {**{k: v for k, v in sg_params.items() if k not in params},
-                             **decentring.decentred(sg_params, params, curvature)}
+                sg_params = self._per_chain(partial(self._decentred_start, model_args=model_args,
+                                                    model_kwargs=model_kwargs))(
+                    sg_params, latent, curvature)
         # without the control variates' factor: the kernel's set-up and data checks run the
         # model as written (the factor's gradient at the centre is no part of them)
         sg_state = self.inner_kernel.init(key_init, num_warmup, sg_params or None, model_args,
                                           self._inner_kwargs(model_kwargs, gibbs, curvature))
         state = SGGibbsState(None, sg_state, rng_key, curvature, centre)
-        return state._replace(z=self._recorded(state, gibbs, model_args, model_kwargs))
+        return state._replace(z=self._record(state, gibbs, model_args, model_kwargs))
+
+    def _per_chain(self, fn):
+        """``fn`` of one chain's values, over the chains (``vmap``) when they are
+        vectorised."""
+        return jax.vmap(fn) if self._vectorized else fn
+
+    def _decentred_start(self, sg_params, latent, curvature, model_args, model_kwargs):
+        """A chain's initial SG sites with the decentred ones in their own coordinates."""
+        params = self._loc_scale({**latent, **sg_params}, model_args, model_kwargs)
+        return {**{k: v for k, v in sg_params.items() if k not in params},
+                **decentring.decentred(sg_params, params, curvature)}
+
+    def _record(self, state, gibbs, model_args, model_kwargs):
+        """:meth:`_recorded`, per chain."""
+        return self._per_chain(lambda st, g: self._recorded(st, g, model_args, model_kwargs))(
+            state, gibbs)
 
     def _set_up_interweaving(self, transforms, model_args, model_kwargs):
         """The Gibbs sites drawn non-centred too, and their draws."""
@@ -311,11 +336,13 @@ class SGGibbs(MCMCKernel):
         plates = find_subsample_plates(plain, args, kwargs)
         return gibbs_cv.corrected(inner, plain, self._sg_sites, plates)
 
-    def _mode_start(self, centre):
+    def _mode_start(self, centre, num_chains=None):
         """The centre's mode as ``init_params``: the Gibbs sites constrained (as ``init``
-        reads them), the SG sites unconstrained (as the SG kernel does)."""
-        return {k: v if k in self.gibbs_sites else self._transforms[k].inv(v)
-                for k, v in centre.mode.items()}
+        reads them), the SG sites unconstrained (as the SG kernel does); repeated for
+        ``num_chains`` vectorised chains."""
+        start = {k: v if k in self.gibbs_sites else self._transforms[k].inv(v)
+                 for k, v in centre.mode.items()}
+        return gibbs_start.repeated(start, num_chains)
 
     def _inner_kwargs(self, model_kwargs, gibbs, curvature, centre=None):
         """The SG kernel's keyword arguments: the Gibbs sites' values, the curvature, the
@@ -375,13 +402,14 @@ class SGGibbs(MCMCKernel):
             proposal=None if chain.proposal is None else {**chain.proposal, **moved})
         return sg_state._replace(chain=chain)
 
-    def sweep(self, state, model_args, model_kwargs):
-        """The Gibbs sweep of one transition: ``(gibbs_sites, sg_state)``, the Gibbs sites'
-        new values, drawn given the SG kernel's sites at the chain's position (where its next
-        step starts: ``proposal`` with ``check_proposal``), and the SG state with its
-        decentred sites moved so that the centred ones stay where they were
+    def sweep(self, state, model_args, model_kwargs, interweave=None):
+        """The Gibbs sweep of one transition of one chain: ``(gibbs_sites, sg_state)``, the
+        Gibbs sites' new values, drawn given the SG kernel's sites at the chain's position
+        (where its next step starts: ``proposal`` with ``check_proposal``), and the SG state
+        with its decentred sites moved so that the centred ones stay where they were
         (:mod:`~numpyro_sgrld.sampler.decentring`); both as they were where any value of the
-        draw is not finite."""
+        draw is not finite. ``interweave``: whether the non-centred draw runs too (``None``:
+        on every ``interweave_every``-th step)."""
         key = random.split(state.rng_key)[1]
         key_nc = random.fold_in(key, 1)
         gibbs = {k: state.z[k] for k in self.gibbs_sites}
@@ -391,8 +419,10 @@ class SGGibbs(MCMCKernel):
         gibbs = self._gibbs_fn(rng_key=key, gibbs_sites=gibbs, hmc_sites=sites)
         conditionals.check_gibbs_values(gibbs, self.gibbs_sites)
         if self.interwoven_sites:
+            if interweave is None:
+                interweave = state.sg_state.i % self.interweave_every == 0
             gibbs, sites = lax.cond(
-                state.sg_state.i % self.interweave_every == 0,
+                interweave,
                 lambda g, s: interweaving.interweave(
                     key_nc, self._non_centred_draws, partial(
                         self._loc_scale, model_args=model_args, model_kwargs=model_kwargs),
@@ -406,24 +436,28 @@ class SGGibbs(MCMCKernel):
                                ({k: state.z[k] for k in self.gibbs_sites}, state.sg_state))
 
     def sample(self, state, model_args, model_kwargs):
+        # vectorised chains step in lockstep: the step's index is one value, and every
+        # branch on it stays a branch (under vmap a batched predicate runs both)
+        i = state.sg_state.i[0] if self._vectorized else state.sg_state.i
+        interweave = (i % self.interweave_every == 0) if self.interwoven_sites else None
+        sweep = self._per_chain(lambda s: self.sweep(s, model_args, model_kwargs, interweave))
         if self.gibbs_every == 1:
-            gibbs, sg_state = self.sweep(state, model_args, model_kwargs)
+            gibbs, sg_state = sweep(state)
         else:
-            i = state.sg_state.i
             gibbs, sg_state = lax.cond(
                 (i < self._num_warmup) | ((i - self._num_warmup) % self.gibbs_every == 0),
-                lambda s: self.sweep(s, model_args, model_kwargs),
-                lambda s: ({k: s.z[k] for k in self.gibbs_sites}, s.sg_state), state)
+                sweep, lambda s: ({k: s.z[k] for k in self.gibbs_sites}, s.sg_state), state)
         sg_state = self.inner_kernel.sample(
             sg_state, model_args,
             self._inner_kwargs(model_kwargs, gibbs, state.curvature, state.centre))
-        state = SGGibbsState(None, sg_state, random.split(state.rng_key)[0], state.curvature,
-                             state.centre)
+        rng_key = self._per_chain(lambda k: random.split(k)[0])(state.rng_key)
+        state = SGGibbsState(None, sg_state, rng_key, state.curvature, state.centre)
         if self.decentred_sites and self._num_warmup > 0:
-            state = lax.cond(sg_state.i <= self._num_warmup,
-                             partial(self._learn_curvature, gibbs, model_args, model_kwargs),
-                             lambda s: s, state)
-        return state._replace(z=self._recorded(state, gibbs, model_args, model_kwargs))
+            learn = self._per_chain(
+                lambda s, g: self._learn_curvature(g, model_args, model_kwargs, s))
+            i = sg_state.i[0] if self._vectorized else sg_state.i
+            state = lax.cond(i <= self._num_warmup, learn, lambda s, g: s, state, gibbs)
+        return state._replace(z=self._record(state, gibbs, model_args, model_kwargs))
 
     def _learn_curvature(self, gibbs, model_args, model_kwargs, state):
         """Warm-up: :math:`F` averaged with one more of Hutchinson's estimates at the chain's
@@ -462,36 +496,3 @@ class SGGibbs(MCMCKernel):
     def get_diagnostics_str(self, state):
         return self.inner_kernel.get_diagnostics_str(state.sg_state)
 
-
-def _latent_values(model, gibbs_sites, init_params, key, model_args, model_kwargs):
-    """Every latent site's first value (``init_params``'s where given for a Gibbs site, else a
-    draw from the model's prior: one trace of the model), each Gibbs site checked to be a
-    latent site, and their constraining transforms."""
-    from numpyro import handlers
-
-    given = {} if init_params is None else {k: init_params[k] for k in gibbs_sites
-                                            if k in init_params}
-    trace = handlers.trace(handlers.seed(handlers.substitute(model, data=given), key)).get_trace(
-        *model_args, **model_kwargs)
-    latent = {name for name, site in trace.items()
-              if site["type"] == "sample" and not site["is_observed"]}
-    missing = [s for s in gibbs_sites if s not in latent]
-    if missing:
-        raise ValueError(
-            f"The Gibbs site {missing[0]!r} is not a latent sample site of the model (its "
-            f"latent sites: {sorted(latent)}).")
-    return ({s: trace[s]["value"] for s in latent},
-            {s: biject_to(trace[s]["fn"].support) for s in latent})
-
-
-def _decentred_sites(model, gibbs_sites, model_args, model_kwargs):
-    """:func:`~numpyro_sgrld.sampler.decentring.gaussian_children`, or none (with a warning)
-    where NumPyro cannot trace the model's dependencies."""
-    try:
-        return decentring.gaussian_children(model, gibbs_sites, model_args, model_kwargs)
-    except Exception as e:  # noqa: BLE001  (NumPyro's dependency tracing of this model)
-        warnings.warn(
-            f"SGGibbs could not trace which sites depend on the Gibbs sites ({type(e).__name__}:"
-            f" {e}), so the SG kernel moves every site as the model writes it.", UserWarning,
-            stacklevel=3)
-        return ()

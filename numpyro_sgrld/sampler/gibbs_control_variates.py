@@ -36,7 +36,12 @@ from numpyro.distributions import biject_to
 from numpyro.infer.hmc_gibbs import GIBBS_SITES_KWARG
 
 from numpyro_sgrld.core.estimators import find_mode
-from numpyro_sgrld.data.subsample import as_jax_array, find_subsample_plates, full_batch
+from numpyro_sgrld.data.subsample import (
+    as_jax_array,
+    draw_indices,
+    find_subsample_plates,
+    full_batch,
+)
 from numpyro_sgrld.sampler.decentring import CURVATURE_KWARG, SUFFIX, fully_non_centred
 from numpyro_sgrld.sampler.potentials import minibatch_potential
 
@@ -91,10 +96,8 @@ def centre(model, sg_sites, key, model_args, model_kwargs, num_steps=1000, child
     plates = find_subsample_plates(model, args, kwargs)
     potential = minibatch_potential(search, args, kwargs)
 
-    def draw(k):
-        keys = random.split(k, max(len(plates), 1))
-        return {p.name: random.choice(kk, p.size, (p.subsample_size,), replace=False)
-                for p, kk in zip(plates, keys)}
+    def draw(k):  # with replacement: O(n) a draw, not a permutation of all N rows
+        return draw_indices(k, plates, None)[0]
 
     mode = jax.jit(lambda z, k: find_mode(potential, z, k, draw, num_steps))(start, key_mode)
     values = {n: transforms[n](v) for n, v in mode.items()}

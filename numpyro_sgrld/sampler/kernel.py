@@ -191,6 +191,9 @@ class SGMCMC(MCMCKernel):
         self._axis_name = None  # CHAIN_AXIS with vectorised chains: the kernel's own vmap's
         self._once = model_host.Once()
         self.run_info = self.judged_values = None  # the verdict's: run_verdict.arm, .judged
+        #: The model keyword arguments holding one value per vectorised chain (set by
+        #: :class:`~numpyro_sgrld.SGGibbs`); the others are shared by the chains.
+        self.chain_kwargs = ()
         self._settled = {}  # settled gradient estimator -> _AfterWarmup
 
     @property
@@ -269,25 +272,21 @@ class SGMCMC(MCMCKernel):
             rng_key, key_init = jnp.swapaxes(jax.vmap(random.split)(rng_key), 0, 1)
         else:
             rng_key, key_init = random.split(rng_key)
+        chain_kwargs = self.chain_kwargs if vectorized else ()  # the first chain's, once:
+        one_kwargs = parts.first_chain_kwargs(model_kwargs, chain_kwargs)
         if self.model is not None:
-            self.model_args = (model_args, model_kwargs)
-            self.setup = model_host.set_up(self.model, self.metric, self._init_strategy,
-                                           model_args, model_kwargs)
-            model_host.check_data(self.setup, self._once, model_args, model_kwargs)
-            init_params = model_host.initial_positions(
-                self.setup, self.model, self._init_strategy, self._once, key_init,
-                init_params, model_args, model_kwargs)
-            first = init_params if not vectorized else jax.tree.map(lambda x: x[0], init_params)
-            model_host.check_observed(self.setup, self._once, first, model_args, model_kwargs)
+            self.model_args = (model_args, one_kwargs)
+            self.setup, init_params = model_host.start_model(
+                self.model, self.metric, self._init_strategy, self._once, key_init,
+                init_params, model_args, one_kwargs)
         elif init_params is None:
             raise ValueError(
                 "`init_params` must be given when the kernel is built from `potential_fn`: "
                 "pass `init_params=` (an unconstrained pytree) to `MCMC.run`."
             )
         elif _setup.concrete(init_params):
-            _setup.check_potential_init_params(
-                init_params, rng_key.shape[0] if vectorized else None
-            )
+            _setup.check_potential_init_params(init_params, vectorized and rng_key.shape[0]
+                                               or None)
         sharding, strata = sharded_data.plan((model_args, model_kwargs), self._index_sharding,
                                              self.setup.plates, self._batching)
         check_divisible(self.setup.plates, sharding)
@@ -303,16 +302,17 @@ class SGMCMC(MCMCKernel):
         self._setting = Setting(
             self.algorithm, self.target_bias, parts.step_size_rule(self._schedule, self.cycles),
             parts.ahead((model_args, model_kwargs)))
-        self._sample_fn = (partial(parts.sample_vectorized, self._sample_one) if vectorized
+        self._sample_fn = (partial(parts.sample_vectorized, self._sample_one,
+                                   chain_kwargs=chain_kwargs) if vectorized
                            else self._sample_one)
         init_one = parts.chains_init(self._init_one, self.settings,
-                                     rng_key.shape[0] if vectorized else None)
+                                     rng_key.shape[0] if vectorized else None, chain_kwargs)
         init_one = model_host.jit_once(self._once, ("init", vectorized), init_one, model_args,
                                        model_kwargs)
         state = init_one(init_params, rng_key, model_args, model_kwargs,
                          jnp.asarray(num_warmup, jnp.int32), self.settings)
         _setup.check_initial_density(state, vectorized, self.setup.prepared, model_args,
-                                     model_kwargs)
+                                     one_kwargs)
         if self.gradient.check is not None:
             self.gradient.check(state.gradient_state)
         return run_verdict.arm(self, state, num_warmup, vectorized, model_args, model_kwargs)

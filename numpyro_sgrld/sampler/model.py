@@ -45,7 +45,7 @@ from numpyro_sgrld.sampler.setup import (
 from numpyro_sgrld.verdict.evaluation import loglik_fn
 
 __all__ = ["ModelSetup", "Once", "batched_init_params", "check_data", "check_observed",
-           "initial_positions", "jit_once", "set_up"]
+           "initial_positions", "jit_once", "set_up", "start_model"]
 
 
 class ModelSetup(NamedTuple):
@@ -112,6 +112,21 @@ def set_up(model, metric, init_strategy, model_args, model_kwargs):
     return ModelSetup(plates, num_data, model_trace, prepared, inv_transforms, replay,
                       prototype, networks,
                       loglik_fn(prepared, plates) if networks else None)
+
+
+def start_model(model, metric, init_strategy, once, rng_key, init_params, model_args,
+                model_kwargs):
+    """``(setup, init_params)`` of a kernel on ``model``: its :func:`set_up`, its data checked
+    (:func:`check_data`), the chains' initial positions (:func:`initial_positions`, one per
+    key of ``rng_key``) and the first chain's observed sites checked there
+    (:func:`check_observed`)."""
+    setup = set_up(model, metric, init_strategy, model_args, model_kwargs)
+    check_data(setup, once, model_args, model_kwargs)
+    init_params = initial_positions(setup, model, init_strategy, once, rng_key, init_params,
+                                    model_args, model_kwargs)
+    first = init_params if is_prng_key(rng_key) else jax.tree.map(lambda x: x[0], init_params)
+    check_observed(setup, once, first, model_args, model_kwargs)
+    return setup, init_params
 
 
 def initial_positions(setup, model, init_strategy, once, rng_key, init_params, model_args,

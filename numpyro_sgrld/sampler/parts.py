@@ -52,6 +52,7 @@ __all__ = ["algorithm", "check_target_bias", "check_algorithm", "check_gradient"
            "check_init_strategy", "check_aux", "check_num_data", "gradient_estimator",
            "with_gradient", "step_size_rule", "target", "init_state", "ahead", "draw",
            "sample_vectorized", "check_settings", "learnt_algorithm", "chains_init",
+           "kwargs_axes", "first_chain_kwargs",
            "settings_axis", "start", "diagnostics_str"]
 
 
@@ -312,14 +313,40 @@ def learnt_algorithm(algorithm, settings):
     return algorithm._replace(gradient=gradient.settled(settings.gradient))
 
 
-def chains_init(init_one, settings, num_chains):
+def chains_init(init_one, settings, num_chains, chain_kwargs=()):
     """``init_one(z, key, args, kwargs, num_warmup, settings)`` over ``num_chains``
     vectorised chains (``vmap``; ``None``: one chain started on its own, as is), the
-    ``settings`` mapped along their chain axis (:func:`settings_axis`)."""
+    ``settings`` mapped along their chain axis (:func:`settings_axis`), the keyword arguments
+    named in ``chain_kwargs`` along theirs (:func:`kwargs_axes`)."""
     axis = settings_axis(settings, num_chains)
     if num_chains is None:
         return init_one
-    return jax.vmap(init_one, in_axes=(0, 0, None, None, None, axis))
+
+    def init(z, key, args, kwargs, num_warmup, settings):
+        return jax.vmap(init_one, in_axes=(0, 0, None, kwargs_axes(kwargs, chain_kwargs),
+                                           None, axis))(z, key, args, kwargs, num_warmup,
+                                                        settings)
+
+    return init
+
+
+def kwargs_axes(model_kwargs, chain_kwargs):
+    """``vmap``'s ``in_axes`` for the model's keyword arguments over vectorised chains: ``0``
+    for those named in ``chain_kwargs`` (one value per chain, e.g. the Gibbs sites' values of
+    :class:`~numpyro_sgrld.SGGibbs`), ``None`` (shared) for the others."""
+    if not chain_kwargs:
+        return None
+    return {k: 0 if k in chain_kwargs else None for k in model_kwargs}
+
+
+def first_chain_kwargs(model_kwargs, chain_kwargs):
+    """The model's keyword arguments as the first of vectorised chains sees them (those named
+    in ``chain_kwargs`` at index 0 of their chain axis): for what runs once per run, outside
+    the chains' ``vmap`` (tracing the model, checking its data)."""
+    if not chain_kwargs:
+        return model_kwargs
+    return {k: jax.tree.map(lambda x: x[0], v) if k in chain_kwargs else v
+            for k, v in model_kwargs.items()}
 
 
 def start(init_params, settings, num_chains):
@@ -431,14 +458,14 @@ def draw(plates, sharding, key, batch_state, strata=None, batching="replacement"
 
 
 def sample_vectorized(sample_one, state, model_args, model_kwargs, adapting=None,
-                       gradient=None):
+                       gradient=None, chain_kwargs=()):
     """``sample_one`` over a batch of chains. The chains step in lockstep, so whether they
     are in warm-up is one unbatched flag: the adaptation's ``lax.cond`` stays a branch (under
     ``vmap`` a batched predicate would run both branches on every step). ``adapting`` and
-    ``gradient`` as in the kernel's one-chain transition (``adapting=None``: from the state)."""
+    ``gradient`` as in the kernel's one-chain transition (``adapting=None``: from the state);
+    the keyword arguments named in ``chain_kwargs`` hold one value per chain."""
     if adapting is None and state.warmup is not None:
         adapting = state.i[0] < state.warmup.num_warmup[0]
     return jax.vmap(partial(sample_one, adapting=adapting, step=state.i[0], gradient=gradient),
-                    in_axes=(0, None, None), axis_name=CHAIN_AXIS)(
-        state, model_args, model_kwargs
-    )
+                    in_axes=(0, None, kwargs_axes(model_kwargs, chain_kwargs)),
+                    axis_name=CHAIN_AXIS)(state, model_args, model_kwargs)

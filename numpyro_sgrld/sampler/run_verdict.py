@@ -28,6 +28,7 @@ from numpyro_sgrld.core import equipartition
 from numpyro_sgrld.sampler import setup as _setup
 from numpyro_sgrld.sampler.compat import fast_sampling_loop_enabled
 from numpyro_sgrld.sampler.loop_report import sequential_chain
+from numpyro_sgrld.sampler.parts import first_chain_kwargs, kwargs_axes
 from numpyro_sgrld.verdict import evaluation, monitor
 from numpyro_sgrld.verdict.judge import judgement
 from numpyro_sgrld.verdict.run import describe
@@ -84,8 +85,10 @@ def arm(kernel, state, num_warmup, vectorized, model_args=(), model_kwargs=None)
     if (mcmc is None or fast_sampling_loop_enabled() or not _setup.concrete(state.i)
             or mcmc.num_samples < 4):
         return state
-    z = judged(kernel, state.z, model_args, model_kwargs)
-    first = jax.tree.map(lambda x: x[0], z) if vectorized else z
+    first = jax.tree.map(lambda x: x[0], state.z) if vectorized else state.z
+    first = judged(kernel, first, model_args,
+                   first_chain_kwargs(model_kwargs or {}, kernel.chain_kwargs)
+                   if vectorized else model_kwargs)
     flat, _ = ravel_pytree(first)
     index = monitor.coordinates(flat.size)
     names = [(name, j) for name, x in sorted(first.items())
@@ -134,7 +137,7 @@ def observe(kernel, state, new, model_args=(), model_kwargs=None):
     # the same offset for every chain: a branch, not a select, under vmap
     evaluate = (offset >= 0) & (offset % evaluation.EVERY == 0)
 
-    def update(m, z, rejected, diverging):
+    def update(m, z, rejected, diverging, model_kwargs):
         x = ravel_pytree(judged(kernel, z, model_args, model_kwargs))[0][index]
         if run.evaluation:
             held = jax.lax.cond(
@@ -147,9 +150,11 @@ def observe(kernel, state, new, model_args=(), model_kwargs=None):
         return monitor.update_monitor(m, x, offset, run.num_samples,
                                       rejected - diverging.astype(jnp.int32))
 
+    model_kwargs = {} if model_kwargs is None else model_kwargs
     if vectorized:
-        update = jax.vmap(update)
-    moments = update(state.monitor, new.z, new.num_rejected, new.diverging)
+        update = jax.vmap(update, in_axes=(0, 0, 0, 0, kwargs_axes(model_kwargs,
+                                                                   kernel.chain_kwargs)))
+    moments = update(state.monitor, new.z, new.num_rejected, new.diverging, model_kwargs)
     jax.lax.cond(
         offset == run.num_samples - 1,
         lambda: jax.debug.callback(partial(report, kernel), moments.sums, moments.squares,

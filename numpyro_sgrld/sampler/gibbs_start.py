@@ -1,0 +1,64 @@
+"""The chains' starting values within Gibbs (:class:`~numpyro_sgrld.SGGibbs`): every latent
+site's first value, one chain's or each of vectorised chains', and the Gibbs sites' Gaussian
+children the SG kernel moves partially non-centred."""
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+from numpyro import handlers
+from numpyro.distributions import biject_to
+
+from numpyro_sgrld.data.subsample import as_jax_array
+from numpyro_sgrld.sampler import decentring
+
+__all__ = ["decentred_sites", "latent_values", "repeated"]
+
+
+def repeated(tree, num_chains):
+    """``tree`` with a leading chain axis of ``num_chains`` copies (``None``: as is)."""
+    if num_chains is None:
+        return tree
+    return jax.tree.map(lambda x: jnp.broadcast_to(x, (num_chains, *jnp.shape(x))), tree)
+
+
+def latent_values(model, gibbs_sites, init_params, key, model_args, model_kwargs,
+                  num_chains=None):
+    """Every latent site's first value (``init_params``'s where given for a Gibbs site, else a
+    draw from the model's prior: one trace of the model), each Gibbs site checked to be a
+    latent site, and their constraining transforms; for ``num_chains`` vectorised chains
+    (``key`` and ``init_params`` with a chain axis), each chain's values."""
+    given = {} if init_params is None else {k: init_params[k] for k in gibbs_sites
+                                            if k in init_params}
+    if num_chains is not None:
+        first = jax.tree.map(lambda x: x[0], given)
+        _, transforms = latent_values(model, gibbs_sites, first, key[0], model_args,
+                                      model_kwargs)
+        args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
+        latent = jax.jit(jax.vmap(lambda k, g: latent_values(model, gibbs_sites, g, k, args,
+                                                             kwargs)[0]))(key, given)
+        return latent, transforms
+    trace = handlers.trace(handlers.seed(handlers.substitute(model, data=given), key)).get_trace(
+        *model_args, **model_kwargs)
+    latent = {name for name, site in trace.items()
+              if site["type"] == "sample" and not site["is_observed"]}
+    missing = [s for s in gibbs_sites if s not in latent]
+    if missing:
+        raise ValueError(
+            f"The Gibbs site {missing[0]!r} is not a latent sample site of the model (its "
+            f"latent sites: {sorted(latent)}).")
+    return ({s: trace[s]["value"] for s in latent},
+            {s: biject_to(trace[s]["fn"].support) for s in latent})
+
+
+def decentred_sites(model, gibbs_sites, model_args, model_kwargs):
+    """:func:`~numpyro_sgrld.sampler.decentring.gaussian_children`, or none (with a warning)
+    where NumPyro cannot trace the model's dependencies."""
+    try:
+        return decentring.gaussian_children(model, gibbs_sites, model_args, model_kwargs)
+    except Exception as e:  # noqa: BLE001  (NumPyro's dependency tracing of this model)
+        warnings.warn(
+            f"SGGibbs could not trace which sites depend on the Gibbs sites ({type(e).__name__}:"
+            f" {e}), so the SG kernel moves every site as the model writes it.", UserWarning,
+            stacklevel=3)
+        return ()
