@@ -247,9 +247,10 @@ class SGGibbs(MCMCKernel):
         self._num_warmup = int(num_warmup)
         self.inner_kernel.chain_kwargs = (GIBBS_SITES_KWARG, decentring.CURVATURE_KWARG,
                                           gibbs_cv.CV_KWARG)
+        at_centre = self.control_variates and init_params is None  # values found below
         latent, transforms = gibbs_start.latent_values(
-            plain, self.gibbs_sites, init_params, chains_key_trace, model_args, model_kwargs,
-            num_chains)
+            plain, self.gibbs_sites, init_params, key_trace if at_centre else chains_key_trace,
+            model_args, model_kwargs, None if at_centre else num_chains)
         if self.interwoven_sites is None:
             self._set_up_interweaving(transforms, model_args, model_kwargs)
         centre = None
