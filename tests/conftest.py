@@ -38,6 +38,12 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 #: the default run.
 SLOW = frozenset(
     [
+        "tests/test_composition.py::test_step_size_none_applies_one_rule_to_a_users_metric_and_a_presets",
+        "tests/test_composition.py::test_auxiliary_sites_do_nothing_outside_the_kernels",
+        "tests/test_step_cost.py::test_the_sampling_loop_adds_at_most_two_percent_to_a_step",
+        "tests/test_docs.py::test_code_blocks_run[docs/composition.md]",
+        "tests/test_equipartition.py::test_minibatch_noise_is_read_as_the_discretised_chains_exact_law",
+        "tests/test_metrics.py::test_shampoo_warm_start_is_the_curvatures_statistic_with_roots_at_once",
         "tests/test_sharded_data.py::test_two_processes_each_holding_half_the_rows_sample_the_discretised_law",
         "tests/test_warmup.py::test_the_adapted_step_its_inflation_and_the_preconditioner_reach_inference_data",
         "tests/test_performance.py::test_other_run_lengths_and_kernels_compile_their_own_loop",

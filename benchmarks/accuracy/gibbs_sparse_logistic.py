@@ -2,14 +2,15 @@
 Gamma(1/2, 1/2) global and local scales), centred, with SG-MCMC within Gibbs at its defaults:
 ``SGGibbs(K(model))`` finds the scales (their conditional involves no data), slice-samples
 them each step, moves the weights in partially non-centred coordinates, and corrects the
-minibatch gradient with control variates centred at each chain's mode. 4 sequential
-chains of ``num_warmup=2000``, ``num_samples=20000`` (the default run of
-``benchmarks/accuracy/defaults.py``), minibatch 100.
+minibatch gradient with control variates centred at a mode, where the chains start. 4 chains
+(``--chain-method``: sequential, or vectorized) of ``num_warmup=2000``, ``num_samples=20000``
+(the default run of ``benchmarks/accuracy/defaults.py``), minibatch 100, once per seed of
+``--seeds``.
 
 The reference is NUTS on the full data, non-centred (NumPyro's NUTS mixes it: the gym's own
 parametrisation), 4 chains x 20,000 draws, cached in ``--cache``; the weights
 ``w = tau * lam * beta``. Reported per kernel: the largest |mean error| in reference sds and
-the sd ratios of ``log tau``, ``log lam`` and ``w`` (75 coordinates), each with the
+the sd ratios of ``log tau``, ``log lam`` and ``w`` (51 coordinates), each with the
 reference's own Monte Carlo error; the smallest bulk ESS and largest split R-hat; whether the
 verdict warned; the wall time. And NUTS's own time to the same accuracy: NUTS runs of
 increasing length (4 chains, 1000 warm-up) until its errors against the reference are
@@ -18,7 +19,10 @@ is not used).
 
     python benchmarks/record.py docs/results/gibbs_sparse_logistic_cv.json -- \\
         python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels SGLD SGHMC BADODAB \\
-        --nuts-lengths
+        --nuts-lengths 500 1000
+    python benchmarks/record.py docs/results/gibbs_sparse_logistic_seeds_interweave.json -- \\
+        python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels SGLD \\
+        --chain-method vectorized --interweave-every 10 --seeds 0 1 2 3 --nuts-lengths
     python benchmarks/record.py docs/results/gibbs_sparse_logistic.json -- \\
         python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels SGLD SGHMC BADODAB \\
         --control-variate none
@@ -137,6 +141,8 @@ def main():
                         help="SGGibbs's control_variate ('none': None; default: its default)")
     parser.add_argument("--interweave-every", type=int, default=None,
                         help="SGGibbs's interweave_every (default: its default, off)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0],
+                        help="the default runs' seeds (each kernel once per seed)")
     parser.add_argument("--chain-method", choices=["sequential", "vectorized"],
                         default="sequential", help="MCMC's chain_method for SGGibbs")
     parser.add_argument("--sg-lengths", type=int, nargs="*", default=[],
@@ -161,7 +167,7 @@ def main():
                        if a.control_variate != "auto" else "",
                        f", interweave_every={a.interweave_every}" if a.interweave_every else "",
                        "; vectorized" if a.chain_method == "vectorized" else ""])
-    runs = [(name, a.num_warmup, a.num_samples, 0) for name in a.kernels]
+    runs = [(name, a.num_warmup, a.num_samples, seed) for name in a.kernels for seed in a.seeds]
     runs += [(a.kernels[0], length, length, 2) for length in a.sg_lengths]
     for name, num_warmup, num_samples, seed in runs:
         draws, seconds, warned, kernel = sg_gibbs(
@@ -170,14 +176,16 @@ def main():
             seed, a.chain_method)
         err = errors(draws, ref)
         ess, rhat = mixing(draws)
-        print(f"| SGGibbs({name}{options}) | {num_warmup + num_samples:,} "
+        print(f"| SGGibbs({name}{options}){f' seed {seed}' if len(a.seeds) > 1 else ''} "
+              f"| {num_warmup + num_samples:,} "
               f"| {', '.join(kernel.gibbs_sites)} | {', '.join(kernel.decentred_sites)} "
               f"| {err[0]:.3f} | {err[1]:.2f}–{err[2]:.2f} | {ess:.0f} | {rhat:.3f} "
               f"| {'yes' if accurate(err) else 'no'} | {'warned' if warned else 'quiet'} "
               f"| {seconds:.0f} |", flush=True)
         for w in warned:
             print(f"  verdict: {w[:400]}")
-        if seed == 2 and accurate(err) and ess >= 100 and not warned:
+        if (num_warmup, num_samples) != (a.num_warmup, a.num_samples) and accurate(err) \
+                and ess >= 100 and not warned:
             break
     for length in a.nuts_lengths:
         draws, seconds = nuts(X, y, length, seed=2)
