@@ -272,13 +272,13 @@ class SGMCMC(MCMCKernel):
             rng_key, key_init = jnp.swapaxes(jax.vmap(random.split)(rng_key), 0, 1)
         else:
             rng_key, key_init = random.split(rng_key)
-        chain_kwargs = self.chain_kwargs if vectorized else ()  # the first chain's, once:
-        one_kwargs = parts.first_chain_kwargs(model_kwargs, chain_kwargs)
+        chain_kwargs = self.chain_kwargs if vectorized else ()
+        first_kwargs = parts.first_chain_kwargs(model_kwargs, chain_kwargs)
         if self.model is not None:
-            self.model_args = (model_args, one_kwargs)
+            self.model_args = (model_args, first_kwargs)
             self.setup, init_params = model_host.start_model(
                 self.model, self.metric, self._init_strategy, self._once, key_init,
-                init_params, model_args, one_kwargs)
+                init_params, model_args, first_kwargs)
         elif init_params is None:
             raise ValueError(
                 "`init_params` must be given when the kernel is built from `potential_fn`: "
@@ -312,7 +312,7 @@ class SGMCMC(MCMCKernel):
         state = init_one(init_params, rng_key, model_args, model_kwargs,
                          jnp.asarray(num_warmup, jnp.int32), self.settings)
         _setup.check_initial_density(state, vectorized, self.setup.prepared, model_args,
-                                     one_kwargs)
+                                     first_kwargs)
         if self.gradient.check is not None:
             self.gradient.check(state.gradient_state)
         return run_verdict.arm(self, state, num_warmup, vectorized, model_args, model_kwargs)
