@@ -643,3 +643,27 @@ def test_the_control_variates_centre_is_searched_with_the_children_non_centred()
     lam = np.asarray(found.mode["lam"])
     assert np.all(lam[1:] > 0.1), lam
     assert np.all(np.isfinite(np.asarray(found.grad["w"])))
+
+
+def test_the_data_curvature_is_learnt_exactly_where_a_scale_collapses():
+    """Hutchinson's estimate of ``F`` for a child whose prior sd is 1e-6 (its prior curvature
+    1e12): on a likelihood of independent coordinates the estimate is exact, ``F`` to single
+    precision's relative error of ``F`` itself, not of ``1/sigma^2 + F`` (subtracting the
+    prior's curvature from the whole Hessian's diagonal leaves an error of up to that
+    number's resolution, 65,536: it gave 0 here)."""
+
+    from numpyro_sgrld.sampler import decentring
+
+    data = np.asarray(jax.random.normal(jax.random.PRNGKey(4), (40, 3)), np.float32)
+
+    def collapsed(y):
+        s = numpyro.sample("s", dist.HalfNormal(1.0))
+        w = numpyro.sample("w", dist.Normal(0.0, s).expand([3]).to_event(1))
+        with numpyro.plate("data", y.shape[0], subsample_size=10):
+            numpyro.sample("y", dist.Normal(w, 0.5).to_event(1), obs=y[:10])
+
+    values = {"s": jnp.float32(1e-6), "w": jnp.array([1e-6, -2e-6, 0.0], jnp.float32)}
+    estimate = decentring.curvature_estimate(collapsed, ("w",), values,
+                                             jax.random.PRNGKey(0), (data,), {})
+    # 40 rows (10 scaled by 4) of N(w, 0.5^2): F = 40 / 0.25 per coordinate
+    np.testing.assert_allclose(estimate["w"], np.full(3, 160.0), rtol=1e-5)

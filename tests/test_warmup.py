@@ -15,7 +15,13 @@ import numpyro_sgrld as ns
 from numpyro_sgrld.core.equipartition import Temperatures
 from numpyro_sgrld.core.gradients import Target, activate_control_variates, warmup_control_variates
 from numpyro_sgrld.core.metrics.constant import DENSE_MAX_DIM
-from numpyro_sgrld.verdict.judge import MAX_RHAT, MAX_STEP_SPREAD, MIN_ESS, verdict
+from numpyro_sgrld.verdict.judge import (
+    MAX_RHAT,
+    MAX_STEP_SPREAD,
+    MIN_ESS,
+    RUNAWAY_READING,
+    verdict,
+)
 from numpyro_sgrld.warmup import (
     final_window_start,
     first_window_start,
@@ -455,3 +461,16 @@ def test_a_warmup_step_is_rejected_for_its_curvature_not_its_minibatch_slope():
     curved = lambda x: 0.5e6 * x**2  # noqa: E731
     assert lands(curved, 0.1, 0.1 - 0.5e-6 * 1e5)  # half the stability limit
     assert not lands(curved, 0.1, 0.1 - 3e-6 * 1e5)  # past it: overshoots to -0.2
+
+
+def test_a_run_away_is_named_before_the_mixing_it_spoils():
+    """Chains that have not mixed and read far above 1 (a law 3x too wide or more) are told
+    about their law first: more steps do not mix a chain that ran away. A reading just
+    outside the band comes after the mixing problem, whose steps may settle it."""
+    model, X, y = _logistic(2000, 20)
+    apart = np.random.default_rng(0).normal(size=(4, 1000)) + np.arange(4)[:, None]
+    for value, first in ((RUNAWAY_READING * 1.01, "equipartition"),
+                         (1.6, "num_samples of at least")):
+        v = verdict({"x": apart}, num_steps=1000, kernel=ns.SGLD(model), step_size=[1e-3] * 4,
+                    temperatures=_readings(value))
+        assert not v.trusted and len(v.problems) == 2 and first in v.problems[0], v.problems

@@ -470,7 +470,7 @@ class SGGibbs(MCMCKernel):
                                       model_kwargs)
         key, rng_key = random.split(state.rng_key)
         estimate = decentring.curvature_estimate(
-            conditioned(self._plain_model), self.decentred_sites, sites, params, key,
+            conditioned(self._plain_model), self.decentred_sites, sites, key,
             model_args, with_conditioning(model_kwargs or {}, gibbs))
         rate = jnp.maximum(decentring.CURVATURE_RATE, 1.0 / sg_state.i)
         curvature = {s: jnp.maximum((1 - rate) * f + rate * estimate[s], 0.0)

@@ -25,6 +25,8 @@ to do where they fail:
   that mixes well but samples a law too wide or too narrow (a step too large, an adaptive
   metric's uncorrected Γ, a thermostat) fails here, whatever the kernel, and the advice fits
   the kernel. No kernel is warned about for what it is: only for what its run measured.
+  A reading of :data:`RUNAWAY_READING` or more is the first problem named, before the
+  chains' mixing.
 - **the stationary bias accepted** (a note, not a warning): the adapted step's predicted
   inflation of the worst direction's variance, ``target_bias`` to first order
   (:mod:`numpyro_sgrld.warmup.adaptation`).
@@ -59,7 +61,8 @@ from numpyro_sgrld.verdict.advice import (
 from numpyro_sgrld.verdict.run import describe
 from numpyro_sgrld.verdict.step_rejections import step_rejection_problem
 
-__all__ = ["temperatures_of", "MAX_RHAT", "MAX_STEP_SPREAD", "MEAN_ERROR", "MIN_ESS", "Verdict",
+__all__ = ["temperatures_of", "MAX_RHAT", "MAX_STEP_SPREAD", "MEAN_ERROR", "MIN_ESS",
+           "RUNAWAY_READING", "Verdict",
            "capped_ess", "check", "judgement", "leaves_by_chain", "max_rhat", "rhat_noise",
            "thermostat_of", "thermostat_relaxation", "verdict"]
 
@@ -84,6 +87,11 @@ MAX_STEP_SPREAD = 4.0
 #: ESS of each costs an FFT over the draws, which for a network of 10^5 weights would take
 #: longer than the run.
 MAX_COORDINATES = 2000
+
+#: An equipartition reading at least this far above 1 (draws about 3.2x the posterior's sd or
+#: wider) leads the verdict's problems, before the chains' mixing: chains whose law is that
+#: far off (a run away, a step far too large) are not mixed by more steps.
+RUNAWAY_READING = 10.0
 
 
 class Verdict(NamedTuple):
@@ -314,8 +322,12 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
             "smaller common step_size."
         )
     if departed:
-        problems.append(temperature_problem(departed, temperatures, run,
-                                             _duration(step_size, num_steps), thermostat))
+        problem = temperature_problem(departed, temperatures, run,
+                                      _duration(step_size, num_steps), thermostat)
+        if max(value for _, value, _ in departed) >= RUNAWAY_READING:
+            problems.insert(0, problem)  # more steps do not mix chains that ran away
+        else:
+            problems.append(problem)
     if run.given:
         notes.extend(kernel_notes(run, step_size))
     trusted = not problems and (bool(columns) or bool(network))
