@@ -651,7 +651,6 @@ def test_the_data_curvature_is_learnt_exactly_where_a_scale_collapses():
     precision's relative error of ``F`` itself, not of ``1/sigma^2 + F`` (subtracting the
     prior's curvature from the whole Hessian's diagonal leaves an error of up to that
     number's resolution, 65,536: it gave 0 here)."""
-
     from numpyro_sgrld.sampler import decentring
 
     data = np.asarray(jax.random.normal(jax.random.PRNGKey(4), (40, 3)), np.float32)
