@@ -92,6 +92,11 @@ def nuts(X, y, num_samples, seed):
     return judged(mcmc.get_samples(group_by_chain=True)), time.perf_counter() - start
 
 
+def nuts_arrays(X, y, num_samples, seed):
+    """:func:`nuts` given NumPy arrays (picklable arguments)."""
+    return nuts(jnp.asarray(X), jnp.asarray(y), num_samples, seed)
+
+
 def reference(X, y, cache):
     """NUTS, 4 x 20,000 draws (:func:`reference_moments.cached_reference`)."""
     return cached_reference(cache / "gibbs_sparse_logistic_reference.npz",
@@ -125,6 +130,22 @@ def sg_gibbs(kernel_name, X, y, num_warmup, num_samples, decentre=True, gibbs_ev
     return judged(mcmc.get_samples(group_by_chain=True)), seconds, warned, kernel
 
 
+def in_fresh_process(fn, *args):
+    """``fn(*args)`` run in a new Python process (``spawn``): timed from a cold start, nothing
+    compiled by an earlier run of the same process, as a user's script runs it."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(fn, *args).result()
+
+
+def sg_gibbs_sites(name, X, y, *args):
+    """:func:`sg_gibbs`, the kernel replaced by its Gibbs and decentred sites (picklable)."""
+    draws, seconds, warned, kernel = sg_gibbs(name, jnp.asarray(X), jnp.asarray(y), *args)
+    return draws, seconds, warned, (kernel.gibbs_sites, kernel.decentred_sites)
+
+
 def main():
     from numpyro_sgrld.models import logistic_regression as lr
 
@@ -145,6 +166,10 @@ def main():
                         help="the default runs' seeds (each kernel once per seed)")
     parser.add_argument("--chain-method", choices=["sequential", "vectorized"],
                         default="sequential", help="MCMC's chain_method for SGGibbs")
+    parser.add_argument("--cold", action="store_true",
+                        help="time each run of the --sg-lengths and --nuts-lengths ladders in "
+                             "a fresh Python process (compilation included, nothing cached "
+                             "by an earlier run), as a user's script starts")
     parser.add_argument("--sg-lengths", type=int, nargs="*", default=[],
                         help="after the default runs: SGGibbs(K) of the first kernel at "
                              "num_warmup = num_samples = each length (another seed) until "
@@ -170,25 +195,28 @@ def main():
     runs = [(name, a.num_warmup, a.num_samples, seed) for name in a.kernels for seed in a.seeds]
     runs += [(a.kernels[0], length, length, 2) for length in a.sg_lengths]
     for name, num_warmup, num_samples, seed in runs:
-        draws, seconds, warned, kernel = sg_gibbs(
-            name, X, y, num_warmup, num_samples, not a.no_decentre, a.gibbs_every,
+        ladder = (num_warmup, num_samples) != (a.num_warmup, a.num_samples)
+        draws, seconds, warned, (gibbs_sites, decentred_sites) = (
+            in_fresh_process if ladder and a.cold else lambda f, *r: f(*r))(
+            sg_gibbs_sites, name, np.asarray(X), np.asarray(y), num_warmup, num_samples,
+            not a.no_decentre, a.gibbs_every,
             None if a.control_variate == "none" else a.control_variate, a.interweave_every,
             seed, a.chain_method)
         err = errors(draws, ref)
         ess, rhat = mixing(draws)
         print(f"| SGGibbs({name}{options}){f' seed {seed}' if len(a.seeds) > 1 else ''} "
               f"| {num_warmup + num_samples:,} "
-              f"| {', '.join(kernel.gibbs_sites)} | {', '.join(kernel.decentred_sites)} "
+              f"| {', '.join(gibbs_sites)} | {', '.join(decentred_sites)} "
               f"| {err[0]:.3f} | {err[1]:.2f}–{err[2]:.2f} | {ess:.0f} | {rhat:.3f} "
               f"| {'yes' if accurate(err) else 'no'} | {'warned' if warned else 'quiet'} "
               f"| {seconds:.0f} |", flush=True)
         for w in warned:
             print(f"  verdict: {w[:400]}")
-        if (num_warmup, num_samples) != (a.num_warmup, a.num_samples) and accurate(err) \
-                and ess >= 100 and not warned:
+        if ladder and accurate(err) and ess >= 100 and not warned:
             break
     for length in a.nuts_lengths:
-        draws, seconds = nuts(X, y, length, seed=2)
+        draws, seconds = (in_fresh_process if a.cold else lambda f, *r: f(*r))(
+            nuts_arrays, np.asarray(X), np.asarray(y), length, 2)
         err = errors(draws, ref)
         ess, rhat = mixing(draws)
         print(f"| NUTS (full data, non-centred) | {1000 + length:,} | – | – | {err[0]:.3f} "

@@ -9,6 +9,8 @@ model for NUTS, ``Predictive`` and ``log_likelihood``.
 """
 
 import math
+from contextlib import nullcontext
+from functools import partial, wraps
 from typing import NamedTuple
 
 import jax
@@ -48,6 +50,46 @@ class _FullBatch(Messenger):
             msg["args"] = (size, None)
             idx = jnp.arange(size)
             msg["value"] = jax.lax.optimization_barrier(idx) if self.opaque else idx
+
+
+class _CompiledSubsample(Messenger):
+    """Handler that draws a subsample plate's indices by NumPyro's own rule
+    (``numpyro.primitives._subsample_fn``) compiled once per ``(size, subsample_size)``: the same
+    indices from the same key. Run eagerly, NumPyro's rule compiles a fresh ``lax.scan`` on
+    every call (its loop body is a new closure each time), a fraction of a second per trace of
+    the model; a kernel's set-up traces the model a dozen times and more. Plates whose indices
+    are given, or that have no key, are left to NumPyro."""
+
+    def process_message(self, msg):
+        if (msg["type"] == "plate" and msg.get("value") is None
+                and msg["kwargs"].get("rng_key") is not None):
+            size, subsample_size = msg["args"]
+            if subsample_size is not None and subsample_size < size:
+                msg["value"] = _compiled_subsample_fn(size, subsample_size,
+                                                      msg["kwargs"]["rng_key"])
+
+
+@partial(jax.jit, static_argnums=(0, 1))
+def _compiled_subsample_fn(size, subsample_size, rng_key):
+    """NumPyro's subsample indices (``numpyro.primitives._subsample_fn``), compiled."""
+    from numpyro.primitives import _subsample_fn
+
+    return _subsample_fn(size, subsample_size, rng_key)
+
+
+def compiled_subsampling(init):
+    """``init`` (a kernel's set-up) run where the models' subsample plates draw their indices by
+    NumPyro's rule compiled once (:class:`_CompiledSubsample`), for its eager traces of the
+    model; as it is without NumPyro's private ``_subsample_fn`` (another version)."""
+    import numpyro.primitives as primitives
+
+    @wraps(init)
+    def wrapped(*args, **kwargs):
+        handler = _CompiledSubsample() if hasattr(primitives, "_subsample_fn") else nullcontext()
+        with handler:
+            return init(*args, **kwargs)
+
+    return wrapped
 
 
 def as_jax_array(x):

@@ -26,7 +26,7 @@ model (the likelihood's forward pass) is dead code that XLA removes: the update 
 
 import warnings
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -35,7 +35,7 @@ from jax.flatten_util import ravel_pytree
 from numpyro import handlers
 from numpyro.distributions import biject_to
 
-from numpyro_sgrld.data.subsample import as_jax_array
+from numpyro_sgrld.data.subsample import as_jax_array, placeholder_plates
 
 __all__ = ["CONDITIONAL", "Conditional", "DataFreeSite", "automatic_conditionals",
            "check_gibbs_values", "data_free_sites", "declared_conditionals", "declared_sweep",
@@ -74,6 +74,21 @@ class DataFreeSite(NamedTuple):
     transform: Callable
 
 
+class _Slice(NamedTuple):
+    """The state of :func:`slice_step`'s loop."""
+
+    phase: Any
+    left: Any
+    right: Any
+    left_steps: Any
+    right_steps: Any
+    level: Any
+    proposal: Any
+    accepted: Any
+    shrinks: Any
+    key: Any
+
+
 def slice_step(key, logp, x, width=1.0):
     r"""One univariate slice-sampling update of ``x`` for the log density ``logp`` (Neal
     2003): a level :math:`\log p(x) - E`, :math:`E \sim \mathrm{Exp}(1)`; an interval of
@@ -83,48 +98,56 @@ def slice_step(key, logp, x, width=1.0):
     invariant; a non-finite ``logp`` counts as below every level, and where ``logp(x)`` itself
     is not finite (a state outside the law's support) ``x`` is kept."""
 
-    def density(v):
-        value = logp(v)
-        return jnp.where(jnp.isfinite(value), value, -jnp.inf)
-
+    dtype = jnp.result_type(x)
     k_level, k_place, k_split, k_shrink = random.split(key, 4)
-    current = density(x)
-    level = current - random.exponential(k_level, dtype=jnp.result_type(x))
-    left = x - width * random.uniform(k_place, dtype=jnp.result_type(x))
-    right = left + width
+    exp = random.exponential(k_level, dtype=dtype)
+    left = x - width * random.uniform(k_place, dtype=dtype)
     left_steps = jnp.floor(MAX_STEPS * random.uniform(k_split)).astype(jnp.int32)
-    right_steps = MAX_STEPS - 1 - left_steps
+    # one loop, one evaluation of logp a turn (the program holds one copy of it): the current
+    # point (phase 0), the left end stepped out (1), the right end (2), the proposals (3)
+    start_ = _Slice(jnp.int32(0), left, left + width, left_steps, MAX_STEPS - 1 - left_steps,
+                    jnp.zeros((), dtype), x, jnp.array(False), jnp.int32(0), k_shrink)
 
-    def out(direction):
-        def cond(c):
-            end, steps = c
-            return (steps > 0) & (density(end) > level)
+    def point(c):
+        return jnp.select([c.phase == 0, c.phase == 1, c.phase == 2],
+                          [x, c.left, c.right], c.proposal)
 
-        def body(c):
-            end, steps = c
-            return end + direction * width, steps - 1
+    def cond(c):
+        return (c.phase < 3) | (~c.accepted & (c.shrinks < MAX_SHRINKS))
 
-        return cond, body
+    def body(c):
+        value = logp(point(c))
+        value = jnp.where(jnp.isfinite(value), value, -jnp.inf)
+        above = value > c.level
+        # phase 0: the level below the current density; phases 1, 2: step an end out while
+        # it lies above the level and steps remain
+        level = jnp.where(c.phase == 0, value - exp, c.level)
+        step_left = (c.phase == 1) & above
+        step_right = (c.phase == 2) & above
+        after_left = jnp.where(c.right_steps > 0, 2, 3)
+        phase = jnp.where(c.phase == 0, jnp.where(c.left_steps > 0, 1, after_left), c.phase)
+        phase = jnp.where((c.phase == 1) & ~(above & (c.left_steps > 1)), after_left, phase)
+        phase = jnp.where((c.phase == 2) & ~(above & (c.right_steps > 1)), 3, phase)
+        left = jnp.where(step_left, c.left - width, c.left)
+        right = jnp.where(step_right, c.right + width, c.right)
+        # phase 3: the proposal was evaluated; accept it or shrink towards x
+        shrinking = c.phase == 3
+        accepted = shrinking & above
+        rejected = shrinking & ~above
+        left = jnp.where(rejected & (c.proposal < x), c.proposal, left)
+        right = jnp.where(rejected & (c.proposal >= x), c.proposal, right)
+        # the next proposal, drawn on the (possibly shrunk) interval once phase 3 is reached
+        key, k = random.split(c.key)
+        drawn = left + (right - left) * random.uniform(k, dtype=dtype)
+        proposal = jnp.where((phase == 3) & ~accepted, drawn, c.proposal)
+        key = jnp.where(phase == 3, key, c.key)
+        return _Slice(phase, left, right, jnp.where(step_left, c.left_steps - 1, c.left_steps),
+                      jnp.where(step_right, c.right_steps - 1, c.right_steps),
+                      level, proposal, accepted, c.shrinks + shrinking, key)
 
-    left, _ = lax.while_loop(*out(-1.0), (left, left_steps))
-    right, _ = lax.while_loop(*out(1.0), (right, right_steps))
-
-    def shrink_cond(c):
-        _, _, _, accepted, n, _ = c
-        return ~accepted & (n < MAX_SHRINKS)
-
-    def shrink_body(c):
-        left, right, _, _, n, key = c
-        key, k = random.split(key)
-        proposal = left + (right - left) * random.uniform(k, dtype=jnp.result_type(x))
-        accepted = density(proposal) > level
-        left = jnp.where(~accepted & (proposal < x), proposal, left)
-        right = jnp.where(~accepted & (proposal >= x), proposal, right)
-        return left, right, proposal, accepted, n + 1, key
-
-    _, _, proposal, accepted, _, _ = lax.while_loop(
-        shrink_cond, shrink_body, (left, right, x, jnp.array(False), 0, k_shrink))
-    return jnp.where(accepted & jnp.isfinite(current), proposal, x)
+    end = lax.while_loop(cond, body, start_)
+    # x is kept where logp(x) is not finite (its level is -inf: nothing lies above it)
+    return jnp.where(end.accepted & jnp.isfinite(end.level), end.proposal, x)
 
 
 def data_free_sites(model, model_args, model_kwargs, exclude=()):
@@ -165,7 +188,9 @@ def log_conditional(model, name, site, values, model_args, model_kwargs):
     def logp(u):
         unconstrained = unravel(u)
         x = site.transform(unconstrained)
-        substituted = handlers.substitute(handlers.seed(model, 0), data={**values, name: x})
+        # placeholder indices: the site's factors read no data, so no minibatch is drawn
+        substituted = handlers.substitute(handlers.seed(placeholder_plates(model), 0),
+                                          data={**values, name: x})
         trace = handlers.trace(substituted).get_trace(*model_args, **model_kwargs)
         total = jnp.sum(site.transform.log_abs_det_jacobian(unconstrained, x))
         for factor in site.factors:

@@ -36,7 +36,7 @@ import numpyro.distributions as dist
 from numpyro import handlers
 from numpyro.infer.reparam import LocScaleReparam, Reparam
 
-from numpyro_sgrld.data.subsample import as_jax_array
+from numpyro_sgrld.data.subsample import as_jax_array, placeholder_plates
 
 __all__ = ["CURVATURE_KWARG", "CURVATURE_RATE", "SUFFIX", "PartialDecentring", "centred",
            "curvature_estimate", "decentred", "fully_non_centred", "gaussian_children",
@@ -119,7 +119,8 @@ def loc_scale(model, sites, values, model_args, model_kwargs):
     ``sites`` (broadcast to the site's shape) with the other sites at ``values`` (constrained;
     a missing one is drawn, which only the sites' own values may be)."""
     model_args, model_kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
-    substituted = handlers.substitute(handlers.seed(model, 0), data=values)
+    # placeholder indices: no minibatch is drawn for a trace that reads only priors
+    substituted = handlers.substitute(handlers.seed(placeholder_plates(model), 0), data=values)
     trace = handlers.trace(substituted).get_trace(*model_args, **model_kwargs)
     out = {}
     for s in sites:

@@ -44,7 +44,7 @@ from numpyro.infer.util import constrain_fn, transform_fn
 from numpyro.util import is_prng_key
 
 from numpyro_sgrld.core.gradients import minibatch
-from numpyro_sgrld.data.subsample import as_jax_array, find_subsample_plates, full_batch
+from numpyro_sgrld.data.subsample import as_jax_array, compiled_subsampling, full_batch
 from numpyro_sgrld.sampler import conditionals, decentring, gibbs_start, interweaving
 from numpyro_sgrld.sampler import gibbs_control_variates as gibbs_cv
 from numpyro_sgrld.sampler.kernel import SGMCMC
@@ -174,8 +174,7 @@ class SGGibbs(MCMCKernel):
         #: The stochastic-gradient kernel (its model conditioned on the Gibbs sites).
         self.inner_kernel = inner_kernel
         self._gibbs_fn = gibbs_fn
-        #: The sites the Gibbs sweep updates (with the automatic updates, known after
-        #: :meth:`init`).
+        #: The sites the Gibbs sweep updates (the automatic ones known after :meth:`init`).
         self.gibbs_sites = None if gibbs_sites is None else tuple(gibbs_sites)
         if isinstance(gibbs_every, bool) or not isinstance(gibbs_every, int) or gibbs_every < 1:
             raise ValueError(
@@ -218,6 +217,7 @@ class SGGibbs(MCMCKernel):
     def default_fields(self):
         return ("z",)
 
+    @compiled_subsampling
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
         model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
         self._vectorized = not is_prng_key(rng_key)
@@ -334,8 +334,7 @@ class SGGibbs(MCMCKernel):
         self._sg_sites = tuple(n for n, s in trace.items() if s["type"] == "sample"
                                and not s["is_observed"] and n not in self.gibbs_sites)
         self._transforms = {n: biject_to(trace[n]["fn"].support) for n in self._sg_sites}
-        plates = find_subsample_plates(plain, args, kwargs)
-        return gibbs_cv.corrected(inner, plain, self._sg_sites, plates)
+        return gibbs_cv.corrected(inner, plain, self._sg_sites, args, kwargs)
 
     def _mode_start(self, centre, num_chains=None):
         """The centre's mode as ``init_params``: the Gibbs sites constrained (as ``init``

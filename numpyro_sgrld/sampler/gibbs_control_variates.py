@@ -131,13 +131,13 @@ def check_likelihood_free_of(model, gibbs_sites, model_args, model_kwargs):
                     "control_variate=None, or leave those sites to the SG kernel.")
 
 
-def corrected(model, plain, sg_sites, plates):
+def corrected(model, plain, sg_sites, model_args, model_kwargs):
     """The SG kernel's ``model`` with the correction factor (module docstring) where its
     keyword arguments carry a :class:`ModelCentre` under :data:`CV_KWARG`; ``plain`` is the
-    user's model (the log-likelihood at the centre is evaluated on it), ``plates`` its
-    subsample plates (:class:`~numpyro_sgrld.data.subsample.SubsamplePlate`). Where the
-    kernel evaluates the model on all the rows (its data checks), the correction is 0."""
-    subsampled = {p.name: p for p in plates}
+    user's model (the log-likelihood at the centre is evaluated on it; its subsample plates
+    found at ``model_args``, ``model_kwargs``). Where the kernel evaluates the model on all
+    the rows (its data checks), the correction is 0."""
+    subsampled = {p.name: p for p in find_subsample_plates(plain, model_args, model_kwargs)}
 
     def with_correction(*args, **kwargs):
         cv = kwargs.pop(CV_KWARG, None)

@@ -23,7 +23,12 @@ from numpyro_sgrld.data.checks import (
 )
 from numpyro_sgrld.data.host_data import host_leaves
 from numpyro_sgrld.data.sharded_data import sharded_leaves
-from numpyro_sgrld.data.subsample import as_jax_array, placeholder_plates, trace_model
+from numpyro_sgrld.data.subsample import (
+    as_jax_array,
+    compiled_subsampling,
+    placeholder_plates,
+    trace_model,
+)
 from numpyro_sgrld.sampler.loop import under_transform
 from numpyro_sgrld.sampler.setup import (
     ModelSetupError,
@@ -114,6 +119,7 @@ def set_up(model, metric, init_strategy, model_args, model_kwargs):
                       loglik_fn(prepared, plates) if networks else None)
 
 
+@compiled_subsampling
 def start_model(model, metric, init_strategy, once, rng_key, init_params, model_args,
                 model_kwargs):
     """``(setup, init_params)`` of a kernel on ``model``: its :func:`set_up`, its data checked
