@@ -17,6 +17,10 @@ increasing length (4 chains, 1000 warm-up) until its errors against the referenc
 within the tolerance (means 0.15 sd, sds 15 %; a NUTS run of the same seed as the reference's
 is not used).
 
+    python benchmarks/record.py docs/results/gibbs_sparse_logistic_cold.json -- \\
+        python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels SGLD \\
+        --chain-method vectorized --sg-lengths 1000 2000 4000 --nuts-lengths 250 500 1000 \\
+        --cold --race 4000 500 --repeats 5
     python benchmarks/record.py docs/results/gibbs_sparse_logistic_cv.json -- \\
         python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels SGLD SGHMC BADODAB \\
         --nuts-lengths 500 1000
@@ -170,6 +174,12 @@ def main():
                         help="time each run of the --sg-lengths and --nuts-lengths ladders in "
                              "a fresh Python process (compilation included, nothing cached "
                              "by an earlier run), as a user's script starts")
+    parser.add_argument("--race", type=int, nargs=2, metavar=("SG_LENGTH", "NUTS_LENGTH"),
+                        help="after the ladders: SGGibbs at num_warmup = num_samples = "
+                             "SG_LENGTH (seed 2) and NUTS at 1000 + NUTS_LENGTH (seed 2), "
+                             "each --repeats times, alternating, each in a fresh process: the "
+                             "median and range of their wall times")
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--sg-lengths", type=int, nargs="*", default=[],
                         help="after the default runs: SGGibbs(K) of the first kernel at "
                              "num_warmup = num_samples = each length (another seed) until "
@@ -222,6 +232,34 @@ def main():
         print(f"| NUTS (full data, non-centred) | {1000 + length:,} | – | – | {err[0]:.3f} "
               f"| {err[1]:.2f}–{err[2]:.2f} | {ess:.0f} | {rhat:.3f} "
               f"| {'yes' if accurate(err) else 'no'} | – | {seconds:.0f} |", flush=True)
+    if a.race:
+        race(a, X, y, ref, *a.race)
+
+
+def race(a, X, y, ref, sg_length, nuts_length):
+    """SGGibbs and NUTS at the given lengths, ``a.repeats`` times each, alternating, each in a
+    fresh process (the same seed each time: the same draws, only the time varies)."""
+    times = {"sg": [], "nuts": []}
+    for _ in range(a.repeats):
+        draws, seconds, warned, _ = in_fresh_process(
+            sg_gibbs_sites, a.kernels[0], np.asarray(X), np.asarray(y), sg_length, sg_length,
+            not a.no_decentre, a.gibbs_every,
+            None if a.control_variate == "none" else a.control_variate, a.interweave_every, 2,
+            a.chain_method)
+        times["sg"].append(seconds)
+        sg_right = accurate(errors(draws, ref)) and mixing(draws)[0] >= 100 and not warned
+        draws, seconds = in_fresh_process(nuts_arrays, np.asarray(X), np.asarray(y),
+                                          nuts_length, 2)
+        times["nuts"].append(seconds)
+        nuts_right = accurate(errors(draws, ref))
+    sg, nuts_ = np.median(times["sg"]), np.median(times["nuts"])
+    print(f"\nrace, {a.repeats} fresh processes each, alternating: SGGibbs({a.kernels[0]}) "
+          f"{2 * sg_length:,} steps (accurate, quiet, ESS >= 100: "
+          f"{'yes' if sg_right else 'no'}) median {sg:.1f} s (range "
+          f"{min(times['sg']):.1f}-{max(times['sg']):.1f}); NUTS {1000 + nuts_length:,} steps "
+          f"(accurate: {'yes' if nuts_right else 'no'}) median {nuts_:.1f} s (range "
+          f"{min(times['nuts']):.1f}-{max(times['nuts']):.1f}); NUTS / SGGibbs "
+          f"{nuts_ / sg:.2f}")
 
 
 if __name__ == "__main__":
