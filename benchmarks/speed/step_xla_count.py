@@ -8,10 +8,13 @@ time on a busy machine.
     python benchmarks/speed/step_xla_count.py
     python benchmarks/speed/step_xla_count.py --all --save before.json  # every preset
     python benchmarks/speed/step_xla_count.py --all --check before.json  # after a change
+    python benchmarks/speed/step_xla_count.py --gibbs  # and SGGibbs(SGLD), 4 vectorised chains
 
-``--all`` counts every preset but the networks'; ``--save`` writes the counts to a JSON file,
-``--check`` compares them with a saved file and exits with status 1 where a step's flops or
-bytes accessed grew.
+``--all`` counts every preset but the networks'; ``--gibbs`` adds ``SGGibbs(SGLD)`` on the
+centred sparse logistic regression (``benchmarks/accuracy/gibbs_sparse_logistic.py``), one
+transition of 4 vectorised chains, at a fixed step (1e-3) and adapted; ``--save`` writes the
+counts to a JSON file, ``--check`` compares them with a saved file and exits with status 1
+where a step's flops or bytes accessed grew.
 
 Results: docs/benchmarks.md ("The main job", "The step after warm-up").
 """
@@ -80,9 +83,37 @@ def counts(names):
     return out
 
 
+def gibbs_counts():
+    """``{"SGGibbs(SGLD)": {step: count}}``: one transition of 4 vectorised chains of
+    ``SGGibbs(SGLD)`` on the centred sparse logistic regression."""
+    from functools import partial
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "accuracy"))
+    from gibbs_sparse_logistic import centred
+    from numpyro_sgrld.models import logistic_regression
+
+    import numpyro_sgrld as ns
+
+    X, y = logistic_regression.load_german_credit()
+    args = (jnp.asarray(X), jnp.asarray(y))
+    model = partial(centred, subsample_size=100)
+    rows = {}
+    for label, options in (("fixed (1e-3)", {"step_size": 1e-3}), ("adapted (default)", {})):
+        kernel = ns.SGGibbs(ns.SGLD(model, **options))
+        state = kernel.init(random.split(random.PRNGKey(2), 4), 4000, None, args, {})
+        rows[label] = count(kernel.sample, state, args)
+        flops, nbytes, lines, conds = rows[label]
+        print(f"| SGGibbs(SGLD) | {label} | {flops:,.0f} | {nbytes:,.0f} | {lines:,} | {conds} |",
+              flush=True)
+    return {"SGGibbs(SGLD)": rows}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--all", action="store_true", help="every preset but the networks'")
+    parser.add_argument("--gibbs", action="store_true",
+                        help="also SGGibbs(SGLD) on the centred sparse logistic regression")
     parser.add_argument("--save", help="write the counts to this JSON file")
     parser.add_argument("--check", help="compare the counts with this JSON file")
     a = parser.parse_args()
@@ -92,6 +123,8 @@ def main():
     print("| kernel | step | flops | bytes accessed | optimized HLO lines | conditionals |\n"
           "|---|---|---|---|---|---|")
     out = counts(names)
+    if a.gibbs:
+        out.update(gibbs_counts())
     if a.save:
         with open(a.save, "w") as f:
             json.dump(out, f, indent=1)
