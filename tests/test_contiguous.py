@@ -213,3 +213,37 @@ def test_defaults_on_rows_sorted_by_a_covariate_agree_with_nuts_or_warn():
                      + exact.var(0) / effective_sample_size(exact[None]))
         z = (draws.mean(0) - exact.mean(0)) / se
         assert np.all(np.abs(z) < 4), z
+
+
+def test_a_set_up_draws_numpyros_subsample_indices_with_one_compilation():
+    """Within a kernel's set-up (``compiled_subsampling``) a subsample plate gets the very
+    indices NumPyro's own rule draws from the same key, from one compilation per plate size
+    (NumPyro's eager rule compiles a new loop on every trace), and an error leaves no handler
+    behind."""
+    from numpyro import handlers
+    from numpyro.primitives import _PYRO_STACK
+
+    from numpyro_sgrld.data import subsample
+
+    def model():
+        with numpyro.plate("rows", 1000, subsample_size=100):
+            pass
+
+    def indices(keys):
+        return [handlers.trace(handlers.seed(model, k)).get_trace()["rows"]["value"]
+                for k in keys]
+
+    keys = random.split(random.PRNGKey(0), 3)
+    numpyros = indices(keys)
+    ours = subsample.compiled_subsampling(indices)(keys)
+    assert all(np.array_equal(a, b) for a, b in zip(numpyros, ours))
+    assert len({tuple(np.asarray(i)) for i in ours}) == 3
+    assert subsample._compiled_subsample_fn._cache_size() == 1
+
+    def fails():
+        indices(keys[:1])
+        raise ValueError("in the set-up")
+
+    with pytest.raises(ValueError, match="in the set-up"):
+        subsample.compiled_subsampling(fails)()
+    assert not _PYRO_STACK
