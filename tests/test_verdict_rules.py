@@ -58,3 +58,51 @@ def test_the_rhat_bound_follows_the_ess_the_chains_and_the_coordinates():
     assert rhat_noise(100, 1, 25) > rhat_noise(1000, 1, 25) > 1.0
     assert rhat_noise(400, 4, 25) < rhat_noise(100, 4, 25)
     assert 1.0 < rhat_noise(400, 4, 1) < rhat_noise(400, 4, 25)
+
+
+def test_chains_that_stopped_are_named_instead_of_their_mixing():
+    """Where the draws do not change within a chain at some coordinates (split R-hat not
+    finite: no spread within a chain), the verdict leads with that, names the coordinates and
+    the step, and does not ask for more steps, which would not move them; chains that move
+    but have not mixed are told to run more steps, as before."""
+    sites = [("x", j) for j in range(4)]
+    stopped = judgement(np.array([1.0, np.inf, np.nan, 1.001]),
+                        np.array([500.0, 0.0, 0.0, 450.0]), sites, num_chains=4,
+                        step_size=np.full(4, 3e-33))
+    assert not stopped.trusted
+    assert stopped.problems[0].startswith("The chains stopped")
+    assert "'x'[1] and 1 more coordinate " in stopped.problems[0]
+    assert "3e-33" in stopped.problems[0]
+    assert not any("as many steps" in p for p in stopped.problems)
+    slow = judgement(np.array([1.0, 1.5]), np.array([500.0, 10.0]), sites[:2], num_chains=4)
+    assert slow.problems[0].startswith("The chains have not mixed")
+    assert not any("stopped" in p for p in slow.problems)
+
+
+def test_a_given_step_too_small_to_move_the_chains_is_named():
+    """SGLD at a given step of 1e-30 leaves single-precision values where they are: the
+    run's verdict says the chains stopped and asks for a larger step, not more steps."""
+    import warnings
+
+    import jax
+    import numpyro
+    import numpyro.distributions as dist
+    from numpyro.infer import MCMC
+
+    import numpyro_sgrld as ns
+
+    x = jax.random.normal(jax.random.PRNGKey(0), (500,))
+
+    def model(x):
+        m = numpyro.sample("m", dist.Normal(0.0, 10.0))
+        with numpyro.plate("n", 500, subsample_size=50) as idx:
+            numpyro.sample("x", dist.Normal(m, 1.0), obs=x[idx])
+
+    mcmc = MCMC(ns.SGLD(model, step_size=1e-30), num_warmup=0, num_samples=200, num_chains=2,
+                chain_method="vectorized", progress_bar=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mcmc.run(jax.random.PRNGKey(1), x)
+    said = [str(w.message) for w in caught if "cannot be trusted" in str(w.message)]
+    assert len(said) == 1 and "The chains stopped" in said[0]
+    assert "Give a larger step_size" in said[0] and "as many steps" not in said[0]

@@ -121,7 +121,13 @@ def interweave(key, draws, loc_scale, gibbs, sites):
 def mixing_hint(gibbs_sites, interwoven, children):
     """What the verdict advises where the chains within Gibbs may not mix with more steps."""
     names = ", ".join(map(repr, gibbs_sites))
-    if interwoven or not children:
+    if interwoven:
+        return (f"Within Gibbs (the Gibbs sites {names} drawn exactly, also given their "
+                "children's non-centred values and all the data), leave interweave_every=None "
+                "where those draws take a scale far out (a network's saturating units: "
+                "docs/gibbs.md), or give a gibbs_fn that draws the slow sites jointly with what "
+                "they depend on")
+    if not children:
         return (f"Within Gibbs (the Gibbs sites {names} drawn exactly), give a gibbs_fn that "
                 "draws the slow sites jointly with what they depend on")
     return (f"Within Gibbs, the sites {names} drawn given their Gaussian children alone cross "

@@ -13,7 +13,9 @@ to do where they fail:
   :math:`\max(\mathrm{MIN\_ESS}/\mathrm{ESS}, (\hat R - 1)/(\text{bound} - 1))` times as
   many steps (the ESS of a chain in stationarity grows linearly with its length, and
   :math:`\hat R - 1` shrinks about as its inverse; the prediction is a lower bound where the
-  chains have not yet reached the posterior's bulk).
+  chains have not yet reached the posterior's bulk). Where the draws do not change within a
+  chain at some coordinates (:math:`\hat R` not finite), the chains stopped: that is named
+  instead (:func:`stopped_problem`), since more steps do not move them.
 - **rejections after warm-up**: steps whose potential, gradient or state was not finite
   (``num_rejected``); a chain that rejects steps is not sampling the target.
 - **chains that adapted different steps**: a ratio of the chains' adapted steps above
@@ -62,7 +64,7 @@ from numpyro_sgrld.verdict.run import describe
 from numpyro_sgrld.verdict.step_rejections import step_rejection_problem
 
 __all__ = ["temperatures_of", "MAX_RHAT", "MAX_STEP_SPREAD", "MEAN_ERROR", "MIN_ESS",
-           "RUNAWAY_READING", "Verdict",
+           "RUNAWAY_READING", "Verdict", "stopped_problem",
            "capped_ess", "check", "judgement", "leaves_by_chain", "max_rhat", "rhat_noise",
            "thermostat_of", "thermostat_relaxation", "verdict"]
 
@@ -279,6 +281,10 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
             f"Run about {more:.1f}x as many steps{steps}, or use more chains. "
             + (network_mixing_advice(num_chains, run) if network else mixing_advice(run))
         )
+    stopped = [(r, site) for r, site in zip(rhats, sites) if not np.isfinite(r)]
+    if columns and stopped:  # named instead of their mixing: more steps do not move them
+        problems[:] = [stopped_problem(stopped, step_size, run)] + [
+            p for p in problems if not p.startswith("The chains have not mixed")]
     if rejected:
         # a chosen step that froze the chains is named instead of their mixing: more steps
         # of a chain that does not move do not mix it
@@ -335,6 +341,30 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
         problems.append("No floating-point draws to judge.")
     return Verdict(trusted, max_rhat_, min_ess, rhat_site, ess_site, rejected, more,
                    tuple(problems), tuple(notes), temperatures)
+
+
+def stopped_problem(stopped, step_size, run):
+    """The problem where the chains' draws do not change at all after warm-up at some
+    coordinates (``stopped``: ``(split R-hat, site)`` of each, the R-hat not finite: no
+    spread within a chain), with the chains' adapted ``step_size``."""
+    r, site = stopped[0]
+    others = (f" and {len(stopped) - 1:,} more coordinate{'s' if len(stopped) > 2 else ''}"
+              if len(stopped) > 1 else "")
+    h = np.asarray(step_size if step_size is not None else np.nan, np.float64).ravel()
+    h = h[np.isfinite(h)]
+    at = f" at a step of {float(np.median(h)):.3g}" if h.size else ""
+    hint = f" {run.mixing_hint}." if run.mixing_hint else ""
+    lead = (f"The chains stopped: after warm-up the draws at {site_name(site)}{others} do not "
+            f"change within a chain (split R-hat {r:.3g}){at}. More steps do not move a chain "
+            "that stopped: ")
+    if run.adapts_step_size is False:  # a given step, or learnt settings' step
+        return (f"{lead}its step moves nothing where it stands (a step too small for the "
+                "values, or values beyond single precision). Give a larger step_size, or leave "
+                f"step_size=None (the step is chosen in warm-up).{hint}")
+    return (f"{lead}warm-up left it where its step moves nothing (a scale or weights run far "
+            "from the posterior's bulk, saturated units, values beyond single precision). "
+            "Look at the warm-up's draws (MCMC.warmup(..., collect_warmup=True)) for where it "
+            f"went, and change what took it there or start it elsewhere (init_params).{hint}")
 
 
 def _centring(centring, esss, num_chains, mixed):
