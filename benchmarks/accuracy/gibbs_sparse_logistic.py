@@ -21,6 +21,9 @@ is not used).
         python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels SGLD \\
         --chain-method vectorized --sg-lengths 1000 2000 4000 --nuts-lengths 250 500 1000 \\
         --cold --race 4000 500 --repeats 5
+    python benchmarks/record.py docs/results/gibbs_sparse_logistic_badodab_seeds.json -- \\
+        python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels BADODAB \\
+        --chain-method vectorized --seeds 0 1 2 3 --nuts-lengths --per-chain
     python benchmarks/record.py docs/results/gibbs_sparse_logistic_cv.json -- \\
         python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels SGLD SGHMC BADODAB \\
         --nuts-lengths 500 1000
@@ -134,6 +137,21 @@ def sg_gibbs(kernel_name, X, y, num_warmup, num_samples, decentre=True, gibbs_ev
     return judged(mcmc.get_samples(group_by_chain=True)), seconds, warned, kernel
 
 
+def worst_by_chain(draws, ref):
+    """The coordinate whose mean is furthest from the reference's (in its sds): its name,
+    index, error, each chain's mean and the reference's mean and sd."""
+    rows = []
+    for k, r in ref.items():
+        by_chain = draws[k].reshape(draws[k].shape[:2] + (-1,))
+        err = (by_chain.reshape(-1, by_chain.shape[-1]).mean(0) - r["mean"]) / r["sd"]
+        j = int(np.argmax(np.abs(err)))
+        rows.append((abs(float(err[j])), k, j, float(err[j]), by_chain[:, :, j].mean(1),
+                     float(r["mean"][j]), float(r["sd"][j])))
+    _, name, j, err, chains, mean, sd = max(rows, key=lambda row: row[0])
+    return (f"  worst: {name}[{j}] {err:+.3f} sd; chain means "
+            f"{', '.join(f'{m:.3f}' for m in chains)}; reference {mean:.3f} (sd {sd:.3f})")
+
+
 def in_fresh_process(fn, *args):
     """``fn(*args)`` run in a new Python process (``spawn``): timed from a cold start, nothing
     compiled by an earlier run of the same process, as a user's script runs it."""
@@ -170,6 +188,8 @@ def main():
                         help="the default runs' seeds (each kernel once per seed)")
     parser.add_argument("--chain-method", choices=["sequential", "vectorized"],
                         default="sequential", help="MCMC's chain_method for SGGibbs")
+    parser.add_argument("--per-chain", action="store_true",
+                        help="print each run's worst coordinate with its chains' means")
     parser.add_argument("--cold", action="store_true",
                         help="time each run of the --sg-lengths and --nuts-lengths ladders in "
                              "a fresh Python process (compilation included, nothing cached "
@@ -220,6 +240,8 @@ def main():
               f"| {err[0]:.3f} | {err[1]:.2f}–{err[2]:.2f} | {ess:.0f} | {rhat:.3f} "
               f"| {'yes' if accurate(err) else 'no'} | {'warned' if warned else 'quiet'} "
               f"| {seconds:.0f} |", flush=True)
+        if a.per_chain:
+            print(worst_by_chain(draws, ref))
         for w in warned:
             print(f"  verdict: {w[:400]}")
         if ladder and accurate(err) and ess >= 100 and not warned:
