@@ -139,7 +139,8 @@ def sg_gibbs(kernel_name, X, y, num_warmup, num_samples, decentre=True, gibbs_ev
 
 def worst_by_chain(draws, ref):
     """The coordinate whose mean is furthest from the reference's (in its sds): its name,
-    index, error, each chain's mean and the reference's mean and sd."""
+    index, error, each chain's mean and the reference's mean and sd; and each site's sd ratio
+    to the reference's, averaged over its coordinates."""
     rows = []
     for k, r in ref.items():
         by_chain = draws[k].reshape(draws[k].shape[:2] + (-1,))
@@ -148,8 +149,11 @@ def worst_by_chain(draws, ref):
         rows.append((abs(float(err[j])), k, j, float(err[j]), by_chain[:, :, j].mean(1),
                      float(r["mean"][j]), float(r["sd"][j])))
     _, name, j, err, chains, mean, sd = max(rows, key=lambda row: row[0])
+    spread = {k: float(np.mean(draws[k].reshape(-1, draws[k].shape[-1]).std(0) / r["sd"]))
+              for k, r in ref.items()}
     return (f"  worst: {name}[{j}] {err:+.3f} sd; chain means "
-            f"{', '.join(f'{m:.3f}' for m in chains)}; reference {mean:.3f} (sd {sd:.3f})")
+            f"{', '.join(f'{m:.3f}' for m in chains)}; reference {mean:.3f} (sd {sd:.3f}); "
+            f"mean sd ratio {', '.join(f'{k} {v:.3f}' for k, v in spread.items())}")
 
 
 def in_fresh_process(fn, *args):
