@@ -166,6 +166,15 @@ def in_fresh_process(fn, *args):
         return pool.submit(fn, *args).result()
 
 
+def sg_run(a, X, y, name, num_warmup, num_samples, seed, fresh):
+    """:func:`sg_gibbs_sites` with the options ``a``, in a fresh process where ``fresh``."""
+    run = in_fresh_process if fresh else (lambda f, *r: f(*r))
+    return run(sg_gibbs_sites, name, np.asarray(X), np.asarray(y), num_warmup, num_samples,
+               not a.no_decentre, a.gibbs_every,
+               None if a.control_variate == "none" else a.control_variate, a.interweave_every,
+               seed, a.chain_method)
+
+
 def sg_gibbs_sites(name, X, y, *args):
     """:func:`sg_gibbs`, the kernel replaced by its Gibbs and decentred sites (picklable)."""
     draws, seconds, warned, kernel = sg_gibbs(name, jnp.asarray(X), jnp.asarray(y), *args)
@@ -230,12 +239,8 @@ def main():
     runs += [(a.kernels[0], length, length, 2) for length in a.sg_lengths]
     for name, num_warmup, num_samples, seed in runs:
         ladder = (num_warmup, num_samples) != (a.num_warmup, a.num_samples)
-        draws, seconds, warned, (gibbs_sites, decentred_sites) = (
-            in_fresh_process if ladder and a.cold else lambda f, *r: f(*r))(
-            sg_gibbs_sites, name, np.asarray(X), np.asarray(y), num_warmup, num_samples,
-            not a.no_decentre, a.gibbs_every,
-            None if a.control_variate == "none" else a.control_variate, a.interweave_every,
-            seed, a.chain_method)
+        draws, seconds, warned, (gibbs_sites, decentred_sites) = sg_run(
+            a, X, y, name, num_warmup, num_samples, seed, fresh=ladder and a.cold)
         err = errors(draws, ref)
         ess, rhat = mixing(draws)
         print(f"| SGGibbs({name}{options}){f' seed {seed}' if len(a.seeds) > 1 else ''} "
@@ -267,11 +272,8 @@ def race(a, X, y, ref, sg_length, nuts_length):
     fresh process (the same seed each time: the same draws, only the time varies)."""
     times = {"sg": [], "nuts": []}
     for _ in range(a.repeats):
-        draws, seconds, warned, _ = in_fresh_process(
-            sg_gibbs_sites, a.kernels[0], np.asarray(X), np.asarray(y), sg_length, sg_length,
-            not a.no_decentre, a.gibbs_every,
-            None if a.control_variate == "none" else a.control_variate, a.interweave_every, 2,
-            a.chain_method)
+        draws, seconds, warned, _ = sg_run(a, X, y, a.kernels[0], sg_length, sg_length, 2,
+                                           fresh=True)
         times["sg"].append(seconds)
         sg_right = accurate(errors(draws, ref)) and mixing(draws)[0] >= 100 and not warned
         draws, seconds = in_fresh_process(nuts_arrays, np.asarray(X), np.asarray(y),
