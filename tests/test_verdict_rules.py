@@ -63,8 +63,9 @@ def test_the_rhat_bound_follows_the_ess_the_chains_and_the_coordinates():
 def test_chains_that_stopped_are_named_instead_of_their_mixing():
     """Where the draws do not change within a chain at some coordinates (split R-hat not
     finite: no spread within a chain), the verdict leads with that, names the coordinates and
-    the step, and does not ask for more steps, which would not move them; chains that move
-    but have not mixed are told to run more steps, as before."""
+    the step, and does not ask for more steps, which would not move them; where steps were
+    rejected, the rejections speak instead; chains that move but have not mixed are told to
+    run more steps, as before."""
     sites = [("x", j) for j in range(4)]
     stopped = judgement(np.array([1.0, np.inf, np.nan, 1.001]),
                         np.array([500.0, 0.0, 0.0, 450.0]), sites, num_chains=4,
@@ -74,6 +75,9 @@ def test_chains_that_stopped_are_named_instead_of_their_mixing():
     assert "'x'[1] and 1 more coordinate " in stopped.problems[0]
     assert "3e-33" in stopped.problems[0]
     assert not any("as many steps" in p for p in stopped.problems)
+    rejected = judgement(np.array([np.inf] * 4), np.zeros(4), sites, 990, 1000, num_chains=4,
+                         step_size=np.full(4, 1e-3))
+    assert not any("stopped" in p for p in rejected.problems)  # the rejections are why
     slow = judgement(np.array([1.0, 1.5]), np.array([500.0, 10.0]), sites[:2], num_chains=4)
     assert slow.problems[0].startswith("The chains have not mixed")
     assert not any("stopped" in p for p in slow.problems)

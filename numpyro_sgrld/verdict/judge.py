@@ -282,7 +282,9 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
             + (network_mixing_advice(num_chains, run) if network else mixing_advice(run))
         )
     stopped = [(r, site) for r, site in zip(rhats, sites) if not np.isfinite(r)]
-    if columns and stopped:  # named instead of their mixing: more steps do not move them
+    if columns and stopped and not rejected:
+        # named instead of their mixing: more steps do not move them (where steps were
+        # rejected, the rejections below are why)
         problems[:] = [stopped_problem(stopped, step_size, run)] + [
             p for p in problems if not p.startswith("The chains have not mixed")]
     if rejected:
