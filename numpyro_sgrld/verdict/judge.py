@@ -61,7 +61,7 @@ from numpyro_sgrld.verdict.advice import (
     thermostat_relaxation,
 )
 from numpyro_sgrld.verdict.run import describe
-from numpyro_sgrld.verdict.step_rejections import step_rejection_problem
+from numpyro_sgrld.verdict.step_rejections import median_step, step_rejection_problem
 
 __all__ = ["temperatures_of", "MAX_RHAT", "MAX_STEP_SPREAD", "MEAN_ERROR", "MIN_ESS",
            "RUNAWAY_READING", "Verdict", "stopped_problem",
@@ -276,17 +276,15 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
         if worst_e:
             failed.append(f"bulk ESS {np.floor(worst_e[0]):.0f} at {site_name(worst_e[1])} "
                           f"(trusted: >= {MIN_ESS})")
+        # chains that stopped are named instead of their mixing: more steps do not move
+        # them (where steps were rejected, the rejections below are why)
+        stopped = [(r, site) for r, site in zip(rhats, sites) if not np.isfinite(r)]
         problems.append(
+            stopped_problem(stopped, step_size, run) if stopped and not rejected else
             f"The chains have not mixed: {' and '.join(failed)}. "
             f"Run about {more:.1f}x as many steps{steps}, or use more chains. "
             + (network_mixing_advice(num_chains, run) if network else mixing_advice(run))
         )
-    stopped = [(r, site) for r, site in zip(rhats, sites) if not np.isfinite(r)]
-    if columns and stopped and not rejected:
-        # named instead of their mixing: more steps do not move them (where steps were
-        # rejected, the rejections below are why)
-        problems[:] = [stopped_problem(stopped, step_size, run)] + [
-            p for p in problems if not p.startswith("The chains have not mixed")]
     if rejected:
         # a chosen step that froze the chains is named instead of their mixing: more steps
         # of a chain that does not move do not mix it
@@ -352,9 +350,8 @@ def stopped_problem(stopped, step_size, run):
     r, site = stopped[0]
     others = (f" and {len(stopped) - 1:,} more coordinate{'s' if len(stopped) > 2 else ''}"
               if len(stopped) > 1 else "")
-    h = np.asarray(step_size if step_size is not None else np.nan, np.float64).ravel()
-    h = h[np.isfinite(h)]
-    at = f" at a step of {float(np.median(h)):.3g}" if h.size else ""
+    h = median_step(step_size)
+    at = "" if h is None else f" at a step of {h:.3g}"
     hint = f" {run.mixing_hint}." if run.mixing_hint else ""
     lead = (f"The chains stopped: after warm-up the draws at {site_name(site)}{others} do not "
             f"change within a chain (split R-hat {r:.3g}){at}. More steps do not move a chain "

@@ -7,12 +7,19 @@ import numpy as np
 
 from numpyro_sgrld.verdict.run import describe
 
-__all__ = ["MOSTLY_REJECTED", "rejected_share", "step_rejection_problem"]
+__all__ = ["MOSTLY_REJECTED", "median_step", "rejected_share", "step_rejection_problem"]
 
 #: The share of the proposals after warm-up, rejected, from which a chosen step is named as
 #: the cause: a step too large at times rejects a few, a step unstable in a direction the
 #: chain always has rejects nearly all, and the chain stays where it started.
 MOSTLY_REJECTED = 0.5
+
+
+def median_step(step_size):
+    """The median of the chains' finite steps ``step_size`` (``None``: none known)."""
+    h = np.asarray(step_size if step_size is not None else np.nan, np.float64).ravel()
+    h = h[np.isfinite(h)]
+    return float(np.median(h)) if h.size else None
 
 
 def rejected_share(rejected, num_steps, kernel=None):
@@ -41,9 +48,8 @@ def step_rejection_problem(kernel, step_size, rejected, num_steps, num_chains=1)
     share = rejected_share(int(rejected), steps, run)
     if share < MOSTLY_REJECTED:
         return None
-    h = np.asarray(step_size if step_size is not None else np.nan, np.float64).ravel()
-    h = h[np.isfinite(h)]
-    value = f"step_size={float(np.median(h)):.3g}" if h.size else "step_size"
+    h = median_step(step_size)
+    value = "step_size" if h is None else f"step_size={h:.3g}"
     name = run.name
     lead = (f"{share:.0%} of the proposals after warm-up were rejected ({int(rejected)} of "
             f"{steps} steps): the chains stayed where they were, and their draws say nothing "
