@@ -122,8 +122,10 @@ def mixing(draws):
 
 
 def sg_gibbs(kernel_name, X, y, num_warmup, num_samples, decentre=True, gibbs_every=1,
-             control_variate="auto", interweave_every=None, seed=0, chain_method="sequential"):
-    kernel = ns.SGGibbs(getattr(ns, kernel_name)(partial(centred, subsample_size=100)),
+             control_variate="auto", interweave_every=None, seed=0, chain_method="sequential",
+             target_bias=None):
+    own = {} if target_bias is None else {"target_bias": target_bias}
+    kernel = ns.SGGibbs(getattr(ns, kernel_name)(partial(centred, subsample_size=100), **own),
                         decentre=decentre, gibbs_every=gibbs_every,
                         control_variate=control_variate, interweave_every=interweave_every)
     mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=4,
@@ -138,9 +140,10 @@ def sg_gibbs(kernel_name, X, y, num_warmup, num_samples, decentre=True, gibbs_ev
 
 
 def worst_by_chain(draws, ref):
-    """The coordinate whose mean is furthest from the reference's (in its sds): its name,
-    index, error, each chain's mean and the reference's mean and sd; and each site's sd ratio
-    to the reference's, averaged over its coordinates."""
+    """The global scale's mean error (``log tau``, in the reference's sds; and each chain's);
+    the coordinate whose mean is furthest from the reference's: its name, index, error, each
+    chain's mean and the reference's mean and sd; and each site's sd ratio to the
+    reference's, averaged over its coordinates."""
     rows = []
     for k, r in ref.items():
         by_chain = draws[k].reshape(draws[k].shape[:2] + (-1,))
@@ -151,7 +154,11 @@ def worst_by_chain(draws, ref):
     _, name, j, err, chains, mean, sd = max(rows, key=lambda row: row[0])
     spread = {k: float(np.mean(draws[k].reshape(-1, draws[k].shape[-1]).std(0) / r["sd"]))
               for k, r in ref.items()}
-    return (f"  worst: {name}[{j}] {err:+.3f} sd; chain means "
+    r = ref["log_tau"]
+    tau = (draws["log_tau"][..., 0].mean(1) - r["mean"][0]) / r["sd"][0]
+    return (f"  log tau {float(tau.mean()):+.3f} sd (chains "
+            f"{', '.join(f'{t:+.3f}' for t in tau)}); worst: {name}[{j}] {err:+.3f} sd; "
+            f"chain means "
             f"{', '.join(f'{m:.3f}' for m in chains)}; reference {mean:.3f} (sd {sd:.3f}); "
             f"mean sd ratio {', '.join(f'{k} {v:.3f}' for k, v in spread.items())}")
 
@@ -172,7 +179,7 @@ def sg_run(a, X, y, name, num_warmup, num_samples, seed, fresh):
     return run(sg_gibbs_sites, name, np.asarray(X), np.asarray(y), num_warmup, num_samples,
                not a.no_decentre, a.gibbs_every,
                None if a.control_variate == "none" else a.control_variate, a.interweave_every,
-               seed, a.chain_method)
+               seed, a.chain_method, a.target_bias)
 
 
 def sg_gibbs_sites(name, X, y, *args):
@@ -197,6 +204,9 @@ def main():
                         help="SGGibbs's control_variate ('none': None; default: its default)")
     parser.add_argument("--interweave-every", type=int, default=None,
                         help="SGGibbs's interweave_every (default: its default, off)")
+    parser.add_argument("--target-bias", type=float, default=None,
+                        help="the SG kernel's target_bias (default: its default; within Gibbs "
+                             "its step aims at GIBBS_BIAS_SHARE of it)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0],
                         help="the default runs' seeds (each kernel once per seed)")
     parser.add_argument("--chain-method", choices=["sequential", "vectorized"],
@@ -234,6 +244,7 @@ def main():
                        f", control_variate={a.control_variate!r}"
                        if a.control_variate != "auto" else "",
                        f", interweave_every={a.interweave_every}" if a.interweave_every else "",
+                       f", target_bias={a.target_bias}" if a.target_bias is not None else "",
                        "; vectorized" if a.chain_method == "vectorized" else ""])
     runs = [(name, a.num_warmup, a.num_samples, seed) for name in a.kernels for seed in a.seeds]
     runs += [(a.kernels[0], length, length, 2) for length in a.sg_lengths]

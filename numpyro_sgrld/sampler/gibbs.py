@@ -49,7 +49,12 @@ from numpyro_sgrld.sampler import conditionals, decentring, gibbs_start, interwe
 from numpyro_sgrld.sampler import gibbs_control_variates as gibbs_cv
 from numpyro_sgrld.sampler.kernel import SGMCMC
 
-__all__ = ["SGGibbs", "SGGibbsState"]
+__all__ = ["GIBBS_BIAS_SHARE", "SGGibbs", "SGGibbsState"]
+
+#: Within Gibbs an adapted SG step aims at this share of ``target_bias``: a Gibbs site drawn
+#: given many children reads their spread's bias every sweep and keeps it over its correlation
+#: time, amplified (``docs/gibbs.md``: 0.19 of its sd at the whole share, 0.05 at half).
+GIBBS_BIAS_SHARE = 0.5
 
 class SGGibbsState(NamedTuple):
     """The state of :class:`SGGibbs`.
@@ -88,7 +93,8 @@ class SGGibbs(MCMCKernel):
 
     :param inner_kernel: an :class:`~numpyro_sgrld.SGMCMC` (any preset) built on the model;
         it moves every latent site but the Gibbs sites. Its model is conditioned on them in
-        place.
+        place; an adapted step (``step_size=None``) aims at :data:`GIBBS_BIAS_SHARE` of its
+        ``target_bias`` (``inner_kernel.target_bias`` is set to that share).
     :param gibbs_fn: ``gibbs_fn(rng_key, gibbs_sites, hmc_sites) -> gibbs_sites``, a draw of
         the Gibbs sites (a dict of constrained values) from their conditional given the other
         sites' constrained values, as for NumPyro's ``HMCGibbs``; ``None`` (default): the
@@ -169,6 +175,8 @@ class SGGibbs(MCMCKernel):
         if gradient.activate is not None:  # step_size=None's default: the plain minibatch
             algorithm = inner_kernel.algorithm._replace(gradient=minibatch())
             inner_kernel.algorithm, inner_kernel.gradient = algorithm, algorithm.gradient
+        if inner_kernel.adapts_step_size:
+            inner_kernel.target_bias = inner_kernel.target_bias * GIBBS_BIAS_SHARE
         self._plain_model = inner_kernel.model
         inner_kernel.model = conditioned(inner_kernel.model)
         #: The stochastic-gradient kernel (its model conditioned on the Gibbs sites).
@@ -195,12 +203,7 @@ class SGGibbs(MCMCKernel):
         #: (known after :meth:`init`; :mod:`numpyro_sgrld.sampler.decentring`).
         self.decentred_sites = None
         self._num_warmup = 0
-        if interweave_every is not None and (isinstance(interweave_every, bool) or not
-                                             isinstance(interweave_every, int)
-                                             or interweave_every < 1):
-            raise ValueError(
-                "`interweave_every` must be None (no interweaving) or a whole number of SG "
-                f"steps >= 1, got {interweave_every!r}.")
+        interweaving.check_every(interweave_every)
         #: The SG steps between non-centred draws of the Gibbs sites (``None``: none).
         self.interweave_every = interweave_every
         #: The Gibbs sites also drawn non-centred (known after :meth:`init`;
@@ -288,8 +291,7 @@ class SGGibbs(MCMCKernel):
         return state._replace(z=self._record(state, gibbs, model_args, model_kwargs))
 
     def _per_chain(self, fn):
-        """``fn`` of one chain's values, over the chains (``vmap``) when they are
-        vectorised."""
+        """``fn`` of one chain's values, mapped over the chains when they are vectorised."""
         return jax.vmap(fn) if self._vectorized else fn
 
     def _decentred_start(self, sg_params, latent, curvature, model_args, model_kwargs):
@@ -383,8 +385,7 @@ class SGGibbs(MCMCKernel):
         return {**z, **{name: t.inv(gibbs[name]) for name, t in transforms.items()}}
 
     def _recorded(self, state, gibbs, model_args, model_kwargs):
-        """What ``MCMC`` records: the Gibbs sites, the SG sites (unconstrained), the decentred
-        ones centred."""
+        """What ``MCMC`` records: Gibbs sites, SG sites unconstrained, decentred ones centred."""
         z = state.sg_state.z
         if self.decentred_sites:
             sites = transform_fn(self.inner_kernel.setup.inv_transforms, z)

@@ -39,8 +39,17 @@ from numpyro_sgrld.data.subsample import as_jax_array, full_batch
 from numpyro_sgrld.sampler.conditionals import slice_step
 from numpyro_sgrld.sampler.decentring import SUFFIX, fully_non_centred
 
-__all__ = ["interweave", "interwoven_sites", "mixing_hint", "non_centred",
+__all__ = ["check_every", "interweave", "interwoven_sites", "mixing_hint", "non_centred",
            "non_centred_model", "non_centred_update", "set_up"]
+
+
+def check_every(interweave_every):
+    """Refuse an ``interweave_every`` that is neither ``None`` nor a whole number >= 1."""
+    if interweave_every is not None and (isinstance(interweave_every, bool) or not isinstance(
+            interweave_every, int) or interweave_every < 1):
+        raise ValueError(
+            "`interweave_every` must be None (no interweaving) or a whole number of SG steps "
+            f">= 1, got {interweave_every!r}.")
 
 
 def interwoven_sites(model, gibbs_sites, children, model_args, model_kwargs):
