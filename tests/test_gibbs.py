@@ -133,6 +133,21 @@ def test_bad_input_is_refused_with_the_fix():
 
 
 
+def test_an_adapted_step_within_gibbs_aims_at_a_share_of_its_target_bias():
+    """The SG kernel's adapted step aims at GIBBS_BIAS_SHARE of its target_bias within Gibbs
+    (the default's and a given one alike); a given step is left as it is."""
+    from numpyro_sgrld.sampler.gibbs import GIBBS_BIAS_SHARE
+
+    assert 0 < GIBBS_BIAS_SHARE < 1
+    default = ns.SGLD(model).target_bias
+    assert ns.SGGibbs(ns.SGLD(model), gibbs_fn, ["mu"]).inner_kernel.target_bias == (
+        default * GIBBS_BIAS_SHARE)
+    assert ns.SGGibbs(ns.SGHMC(model, target_bias=0.2), gibbs_fn,
+                      ["mu"]).inner_kernel.target_bias == 0.2 * GIBBS_BIAS_SHARE
+    given = ns.SGGibbs(ns.SGLD(model, step_size=1e-3), gibbs_fn, ["mu"]).inner_kernel
+    assert not given.adapts_step_size and given.target_bias == default
+
+
 def test_the_horseshoe_scale_update_leaves_its_conditional_invariant():
     """The layer-wise horseshoe scale's declared update (Makalic & Schmidt's auxiliary, drawn
     afresh) against ``p(s | w)`` on a log-scale grid: the mean and sd of ``log s`` over 4

@@ -21,11 +21,15 @@ is not used).
         python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels SGLD \\
         --chain-method vectorized --sg-lengths 1000 2000 4000 --nuts-lengths 250 500 1000 \\
         --cold --race 4000 500 --repeats 5
-    python benchmarks/record.py docs/results/gibbs_sparse_logistic_badodab_seeds.json -- \\
-        python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels BADODAB \\
-        --chain-method vectorized --seeds 0 1 2 3 --nuts-lengths --per-chain
-    python benchmarks/record.py docs/results/gibbs_sparse_logistic_cv.json -- \\
+    python benchmarks/record.py docs/results/gibbs_sparse_logistic_step_bias.json -- \\
         python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels SGLD SGHMC BADODAB \\
+        --chain-method vectorized --seeds 0 1 2 --nuts-lengths --per-chain
+    python benchmarks/record.py docs/results/gibbs_sparse_logistic_step_bias_whole.json -- \\
+        python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels SGLD SGHMC BADODAB \\
+        --chain-method vectorized --seeds 0 1 2 --nuts-lengths --per-chain --target-bias 0.2
+    python benchmarks/record.py docs/results/gibbs_sparse_logistic_seeds.json -- \\
+        python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels SGLD \\
+        --chain-method vectorized --seeds 0 1 2 3 --sg-lengths 1000 2000 4000 8000 \\
         --nuts-lengths 500 1000
     python benchmarks/record.py docs/results/gibbs_sparse_logistic_seeds_interweave.json -- \\
         python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels SGLD \\
