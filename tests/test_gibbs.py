@@ -148,6 +148,24 @@ def test_an_adapted_step_within_gibbs_aims_at_a_share_of_its_target_bias():
     assert not given.adapts_step_size and given.target_bias == default
 
 
+def test_the_verdict_notes_what_it_cannot_see_within_gibbs():
+    """The verdict of a run within Gibbs notes that the Gibbs sites read the SG step's bias
+    amplified, which no check measures, and how to check it (the given step's form); the
+    adapted step's form names the target_bias."""
+    from numpyro_sgrld.sampler.interweaving import bias_hint
+
+    mcmc = MCMC(ns.SGGibbs(ns.SGLD(model, step_size=1e-2), gibbs_fn, ["mu"],
+                           control_variate=None),
+                num_warmup=10, num_samples=50, num_chains=2, chain_method="vectorized",
+                progress_bar=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcmc.run(jax.random.PRNGKey(0), Y)
+    notes = " ".join(ns.check(mcmc, warn=False).notes)
+    assert "Within Gibbs the sites 'mu'" in notes and "half the step_size" in notes
+    assert "half the target_bias" in bias_hint(("tau", "lam"), True)
+
+
 def test_the_horseshoe_scale_update_leaves_its_conditional_invariant():
     """The layer-wise horseshoe scale's declared update (Makalic & Schmidt's auxiliary, drawn
     afresh) against ``p(s | w)`` on a log-scale grid: the mean and sd of ``log s`` over 4

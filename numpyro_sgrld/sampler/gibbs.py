@@ -220,6 +220,12 @@ class SGGibbs(MCMCKernel):
     def default_fields(self):
         return ("z",)
 
+    @property
+    def judged_kernel(self):
+        """The SG kernel, whose step's choices the verdict reads
+        (:func:`~numpyro_sgrld.verdict.run.describe`)."""
+        return self.inner_kernel
+
     @compiled_subsampling
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
         model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
@@ -243,7 +249,8 @@ class SGGibbs(MCMCKernel):
                 plain, self.gibbs_sites, model_args, model_kwargs) if self._decentre else ()
             inner = conditioned(decentring.reparametrised(plain, self.decentred_sites)
                                 if self.decentred_sites else plain)
-            self.control_variates = self._cv_applies(model_args, model_kwargs)
+            self.control_variates = gibbs_cv.applies(self._control_variate, plain,
+                                                     self.gibbs_sites, model_args, model_kwargs)
             if self.control_variates:
                 inner = self._with_correction(inner, key_trace, model_args, model_kwargs)
             self.inner_kernel.model = inner
@@ -274,6 +281,8 @@ class SGGibbs(MCMCKernel):
             self._judged, {k: transforms[k] for k in self.gibbs_sites})
         self.inner_kernel.mixing_hint = interweaving.mixing_hint(
             self.gibbs_sites, self.interwoven_sites, self.decentred_sites)
+        self.inner_kernel.bias_hint = interweaving.bias_hint(self.gibbs_sites,
+                                                              self.inner_kernel.adapts_step_size)
         curvature = {s: jnp.zeros(jnp.shape(latent[s]), jnp.result_type(latent[s]))
                      for s in self.decentred_sites}
         sg_params = None
@@ -291,7 +300,8 @@ class SGGibbs(MCMCKernel):
         return state._replace(z=self._record(state, gibbs, model_args, model_kwargs))
 
     def _per_chain(self, fn):
-        """``fn`` of one chain's values, mapped over the chains when they are vectorised."""
+        """``fn`` of one chain's values, over the chains (``vmap``) when they are
+        vectorised."""
         return jax.vmap(fn) if self._vectorized else fn
 
     def _decentred_start(self, sg_params, latent, curvature, model_args, model_kwargs):
@@ -312,21 +322,6 @@ class SGGibbs(MCMCKernel):
             self.interwoven_sites, self._non_centred_draws = interweaving.set_up(
                 self._plain_model, self.gibbs_sites, self.decentred_sites, transforms,
                 model_args, model_kwargs)
-
-    def _cv_applies(self, model_args, model_kwargs):
-        """Whether the SG kernel's gradient gets control variates: ``"mode"`` requires a
-        likelihood that reads no Gibbs site (refused otherwise), ``"auto"`` takes them where
-        that holds."""
-        if self._control_variate is None:
-            return False
-        try:
-            gibbs_cv.check_likelihood_free_of(self._plain_model, self.gibbs_sites, model_args,
-                                              model_kwargs)
-        except Exception:  # noqa: BLE001  (a Gibbs site in the likelihood, or no tracing)
-            if self._control_variate == "mode":
-                raise
-            return False
-        return True
 
     def _with_correction(self, inner, key, model_args, model_kwargs):
         """``inner`` with the control variates' correction."""
@@ -385,7 +380,8 @@ class SGGibbs(MCMCKernel):
         return {**z, **{name: t.inv(gibbs[name]) for name, t in transforms.items()}}
 
     def _recorded(self, state, gibbs, model_args, model_kwargs):
-        """What ``MCMC`` records: Gibbs sites, SG sites unconstrained, decentred ones centred."""
+        """What ``MCMC`` records: the Gibbs sites, the SG sites (unconstrained), the decentred
+        ones centred."""
         z = state.sg_state.z
         if self.decentred_sites:
             sites = transform_fn(self.inner_kernel.setup.inv_transforms, z)

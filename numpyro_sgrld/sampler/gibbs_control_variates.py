@@ -45,8 +45,8 @@ from numpyro_sgrld.data.subsample import (
 from numpyro_sgrld.sampler.decentring import CURVATURE_KWARG, SUFFIX, fully_non_centred
 from numpyro_sgrld.sampler.potentials import minibatch_potential
 
-__all__ = ["CV_KWARG", "FACTOR", "ModelCentre", "centre", "check_likelihood_free_of",
-           "corrected", "data_loglik"]
+__all__ = ["CV_KWARG", "FACTOR", "ModelCentre", "applies", "centre",
+           "check_likelihood_free_of", "corrected", "data_loglik"]
 
 #: The keyword argument that carries the :class:`ModelCentre` to the SG kernel's model.
 CV_KWARG = "_sgrld_model_centre"
@@ -111,6 +111,22 @@ def centre(model, sg_sites, key, model_args, model_kwargs, num_steps=1000, child
     grad = jax.jit(jax.grad(lambda t: data_loglik(full_batch(model), {**rest, **t}, args,
                                                   kwargs)))(theta)
     return ModelCentre(theta, grad, values)
+
+
+def applies(control_variate, model, gibbs_sites, model_args, model_kwargs):
+    """Whether the SG kernel's gradient gets control variates (``SGGibbs``'s
+    ``control_variate``): ``"mode"`` requires a likelihood that reads no Gibbs site (refused
+    otherwise, :func:`check_likelihood_free_of`), ``"auto"`` takes them where that holds,
+    ``None`` never."""
+    if control_variate is None:
+        return False
+    try:
+        check_likelihood_free_of(model, gibbs_sites, model_args, model_kwargs)
+    except Exception:  # noqa: BLE001  (a Gibbs site in the likelihood, or no tracing)
+        if control_variate == "mode":
+            raise
+        return False
+    return True
 
 
 def check_likelihood_free_of(model, gibbs_sites, model_args, model_kwargs):

@@ -277,7 +277,8 @@ def temperature_advice(kernel, wide, duration=None, thermostat=None):
 
 
 def kernel_notes(kernel, step_size):
-    """The notes on the kernel's own choices: the bias its adapted step allows."""
+    """The notes on the kernel's own choices: the bias its adapted step allows, and what a
+    kernel composing it adds (:attr:`~numpyro_sgrld.verdict.run.Run.bias_hint`)."""
     run = describe(kernel)
     notes = []
     if run.adapts_step_size and step_size is not None:
@@ -288,4 +289,6 @@ def kernel_notes(kernel, step_size):
                 f"worst direction's variance by about {100 * bias:.0f} % (target_bias="
                 f"{bias}); a smaller target_bias is more exact and mixes more slowly."
             )
+    if run.bias_hint:
+        notes.append(run.bias_hint)
     return notes

@@ -6,7 +6,7 @@ kernel's attributes."""
 
 from typing import Any, NamedTuple
 
-__all__ = ["Run", "describe"]
+__all__ = ["INNER_CHOICES", "Run", "describe"]
 
 
 class Run(NamedTuple):
@@ -27,6 +27,8 @@ class Run(NamedTuple):
       settings the kernel started from, a cyclical kernel's cycles.
     - **mixing_hint** – what to advise where more steps may not mix, given by a kernel that
       composes this one (:class:`~numpyro_sgrld.SGGibbs`), in place of a reparametrisation.
+    - **bias_hint** – a note on the step's bias that such a kernel adds (what no check
+      measures within Gibbs, and how to check it).
     """
 
     given: bool = False
@@ -47,11 +49,20 @@ class Run(NamedTuple):
     settings: Any = None
     cycles: Any = None
     mixing_hint: Any = None
+    bias_hint: Any = None
+
+
+#: The fields a composing kernel's :class:`Run` takes from the kernel it runs (its
+#: ``judged_kernel``): the step's choices and the hints the composition gives it.
+INNER_CHOICES = ("algorithm", "metric", "integrator", "correction", "temperature",
+                 "adapts_step_size", "target_bias", "settings", "cycles", "mixing_hint",
+                 "bias_hint")
 
 
 def describe(kernel):
     """The :class:`Run` of ``kernel`` (any ``MCMCKernel``, ``None``, or a :class:`Run`, returned
-    as it is)."""
+    as it is); a kernel with a ``judged_kernel`` (the SG kernel within
+    :class:`~numpyro_sgrld.SGGibbs`) has that kernel's :data:`INNER_CHOICES`, its own model."""
     if isinstance(kernel, Run):
         return kernel
     if kernel is None:
@@ -59,5 +70,9 @@ def describe(kernel):
     fields = {name: getattr(kernel, name, default)
               for name, default in Run._field_defaults.items()
               if name not in ("given", "name")}
+    inner = getattr(kernel, "judged_kernel", None)
+    if inner is not None:  # a composing kernel's choices are those of the kernel it runs
+        fields.update({name: getattr(inner, name, Run._field_defaults[name])
+                       for name in INNER_CHOICES})
     fields["subsample_plates"] = fields["subsample_plates"] or ()
     return Run(given=True, name=type(kernel).__name__, **fields)
