@@ -130,6 +130,10 @@ def test_bad_input_is_refused_with_the_fix():
         ns.SGGibbs(ns.SGLD(model), gibbs_fn, ["mu"], gibbs_every=0)
     with pytest.raises(ValueError, match="`interweave_every` must be None"):
         ns.SGGibbs(ns.SGLD(model), gibbs_fn, ["mu"], interweave_every=0.5)
+    inner = ns.SGLD(model)
+    ns.SGGibbs(inner, gibbs_fn, ["mu"])
+    with pytest.raises(ValueError, match="already inside an SGGibbs"):
+        ns.SGGibbs(inner, gibbs_fn, ["mu"])
 
 
 

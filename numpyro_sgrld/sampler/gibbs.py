@@ -156,6 +156,10 @@ class SGGibbs(MCMCKernel):
             raise ValueError(
                 "SGGibbs needs a kernel built on a model (the Gibbs sites are sites of it), "
                 "not on `potential_fn`.")
+        if getattr(inner_kernel, "bias_hint", None) is not None:
+            raise ValueError(
+                "This kernel is already inside an SGGibbs, which conditioned its model and set "
+                "its step's bias target: build a new kernel for each SGGibbs.")
         if gibbs_fn is not None and not callable(gibbs_fn):
             raise TypeError(f"`gibbs_fn` must be callable, got {gibbs_fn!r}.")
         if gibbs_fn is not None and gibbs_sites is None:
@@ -179,6 +183,7 @@ class SGGibbs(MCMCKernel):
             inner_kernel.target_bias = inner_kernel.target_bias * GIBBS_BIAS_SHARE
         self._plain_model = inner_kernel.model
         inner_kernel.model = conditioned(inner_kernel.model)
+        inner_kernel.bias_hint = ""  # the verdict's note, made when the Gibbs sites are known
         #: The stochastic-gradient kernel (its model conditioned on the Gibbs sites).
         self.inner_kernel = inner_kernel
         self._gibbs_fn = gibbs_fn
