@@ -13,7 +13,9 @@ scale's mean error in reference sds and sd ratio, with the Monte Carlo errors of
 (``benchmarks/references/networks.py --problems cancer_unit_horseshoe``)::
 
     python benchmarks/record.py docs/results/gibbs_network.json -- \\
-        python benchmarks/accuracy/gibbs_network.py --kernels SGLD
+        python benchmarks/accuracy/gibbs_network.py --kernels SGLD SGHMC
+    python benchmarks/record.py docs/results/gibbs_network_quarter.json -- \\
+        python benchmarks/accuracy/gibbs_network.py --kernels SGLD --target-bias 0.05
 """
 
 import argparse
@@ -67,6 +69,9 @@ def main():
     parser.add_argument("--num-samples", type=int, default=20000)
     parser.add_argument("--interweave-every", type=int, default=None,
                         help="SGGibbs's interweave_every (default: its default, off)")
+    parser.add_argument("--target-bias", type=float, default=None,
+                        help="the SG kernel's target_bias (default: its default; within Gibbs "
+                             "its step aims at half of it)")
     a = parser.parse_args()
     problem = P.PROBLEMS[NAME]()
     ref, meta = reference(NAME)
@@ -83,9 +88,11 @@ def main():
     chains = 4
     thinning = max(1, a.num_samples * chains // (meta["chains"] * meta["draws"]))
     for name in a.kernels:
-        kernel = ns.SGGibbs(getattr(ns, name)(problem["gibbs_model"]),
+        own = {} if a.target_bias is None else {"target_bias": a.target_bias}
+        kernel = ns.SGGibbs(getattr(ns, name)(problem["gibbs_model"], **own),
                             interweave_every=a.interweave_every)
-        option = f", interweave_every={a.interweave_every}" if a.interweave_every else ""
+        option = (f", interweave_every={a.interweave_every}" if a.interweave_every else "") + (
+            f", target_bias={a.target_bias}" if a.target_bias is not None else "")
         mcmc = MCMC(kernel, num_warmup=a.num_warmup, num_samples=a.num_samples,
                     num_chains=chains, thinning=thinning, chain_method="sequential",
                     progress_bar=False)
