@@ -183,7 +183,7 @@ class SGGibbs(MCMCKernel):
             inner_kernel.target_bias = inner_kernel.target_bias * GIBBS_BIAS_SHARE
         self._plain_model = inner_kernel.model
         inner_kernel.model = conditioned(inner_kernel.model)
-        inner_kernel.bias_hint = ""  # the verdict's note, made when the Gibbs sites are known
+        inner_kernel.bias_hint = interweaving.bias_hint(inner_kernel.adapts_step_size)
         #: The stochastic-gradient kernel (its model conditioned on the Gibbs sites).
         self.inner_kernel = inner_kernel
         self._gibbs_fn = gibbs_fn
@@ -286,8 +286,6 @@ class SGGibbs(MCMCKernel):
             self._judged, {k: transforms[k] for k in self.gibbs_sites})
         self.inner_kernel.mixing_hint = interweaving.mixing_hint(
             self.gibbs_sites, self.interwoven_sites, self.decentred_sites)
-        self.inner_kernel.bias_hint = interweaving.bias_hint(self.gibbs_sites,
-                                                              self.inner_kernel.adapts_step_size)
         curvature = {s: jnp.zeros(jnp.shape(latent[s]), jnp.result_type(latent[s]))
                      for s in self.decentred_sites}
         sg_params = None

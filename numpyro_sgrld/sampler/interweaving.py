@@ -128,11 +128,10 @@ def interweave(key, draws, loc_scale, gibbs, sites):
     return gibbs, {**sites, **moved}
 
 
-def bias_hint(gibbs_sites, adapts_step_size):
+def bias_hint(adapts_step_size):
     """The verdict's note within Gibbs: what no check measures, and how to check it."""
-    names = ", ".join(map(repr, gibbs_sites))
     smaller = "half the target_bias" if adapts_step_size else "half the step_size"
-    return (f"Within Gibbs the sites {names} are drawn given the SG sites, so they read the "
+    return ("Within Gibbs the Gibbs sites are drawn given the SG sites, so they read the "
             "step's bias in their children's spread, amplified by their own correlation time, "
             "which no check here measures (docs/gibbs.md); to check a Gibbs site's mean, "
             f"compare a run at {smaller}.")
