@@ -137,26 +137,70 @@ def test_bad_input_is_refused_with_the_fix():
 
 
 
-def test_an_adapted_step_within_gibbs_aims_at_a_share_of_its_target_bias():
-    """The SG kernel's adapted step aims at GIBBS_BIAS_SHARE of its target_bias within Gibbs
-    (the default's and a given one alike); a given step is left as it is."""
-    from numpyro_sgrld.sampler.gibbs import GIBBS_BIAS_SHARE
+def test_the_share_of_target_bias_falls_with_the_weakly_informed_children():
+    """The count and the share on hand values: a child the data do not touch counts 1, one
+    whose prior sd and curvature give sigma^2 F = 1 counts 1/2; the share is 1.5/sqrt(n),
+    at most 1."""
+    from numpyro_sgrld.sampler import gibbs_bias
 
-    assert 0 < GIBBS_BIAS_SHARE < 1
-    default = ns.SGLD(model).target_bias
-    assert ns.SGGibbs(ns.SGLD(model), gibbs_fn, ["mu"]).inner_kernel.target_bias == (
-        default * GIBBS_BIAS_SHARE)
-    assert ns.SGGibbs(ns.SGHMC(model, target_bias=0.2), gibbs_fn,
-                      ["mu"]).inner_kernel.target_bias == 0.2 * GIBBS_BIAS_SHARE
-    given = ns.SGGibbs(ns.SGLD(model, step_size=1e-3), gibbs_fn, ["mu"]).inner_kernel
-    assert not given.adapts_step_size and given.target_bias == default
+    params = {"w": (jnp.zeros(4), jnp.array([1.0, 1.0, 1e3, jnp.inf]))}
+    n = gibbs_bias.weakly_informed(params, {"w": jnp.array([0.0, 1.0, 1.0, 0.0])})
+    np.testing.assert_allclose(n, 2.5, rtol=1e-5)
+    np.testing.assert_allclose(gibbs_bias.share(jnp.array([1.0, 9.0, 36.0])),
+                               [1.0, 0.5, 0.25], rtol=1e-6)
+
+
+def wide(y):
+    """``mu`` with 37 Gaussian children, the data on the first alone."""
+    mu = numpyro.sample("mu", dist.Normal(0.0, 1.0))
+    x = numpyro.sample("x", dist.Normal(mu, 1.0).expand([37]).to_event(1))
+    with numpyro.plate("data", y.shape[0], subsample_size=10) as idx:
+        numpyro.sample("y", dist.Normal(x[0], 1.0), obs=y[idx])
+
+
+def wide_gibbs_fn(rng_key, gibbs_sites, hmc_sites):  # mu | x ~ N(sum(x) / 38, 1 / 38)
+    x = hmc_sites["x"]
+    return {"mu": jnp.sum(x) / 38 + jax.random.normal(rng_key) / jnp.sqrt(38.0)}
+
+
+@pytest.mark.parametrize("chain_method", ["sequential", "vectorized"])
+def test_an_adapted_step_within_gibbs_aims_at_the_share_its_children_set(chain_method):
+    """Within Gibbs an adapted step aims at ``share(n)`` of the kernel's own ``target_bias``
+    (which stays as given), ``n`` the children the data say little about: 36 untouched by
+    the data and one whose curvature is ``N`` exactly, so ``n = 36 + 1/(1 + N)`` from the
+    first step and the share 1.5/sqrt(n), about a quarter; the step frozen at the end of
+    warm-up is that share of the target over the final window's mean estimate. A given step
+    has no share; without decentred children the share is FIXED_SHARE."""
+    from numpyro_sgrld.sampler import gibbs_bias
+
+    kernel = ns.SGGibbs(ns.SGLD(wide), wide_gibbs_fn, ["mu"])
+    assert kernel.inner_kernel.target_bias == ns.SGLD(wide).target_bias
+    mcmc = MCMC(kernel, num_warmup=200, num_samples=10, num_chains=2,
+                chain_method=chain_method, progress_bar=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcmc.run(jax.random.PRNGKey(0), Y)
+    state = mcmc.last_state
+    children = 36 + 1 / (1 + N)
+    np.testing.assert_allclose(state.children, children, rtol=1e-5)
+    np.testing.assert_allclose(state.bias_share, 1.5 / np.sqrt(children), rtol=1e-5)
+    adaptation = state.sg_state.adaptation
+    estimate = np.asarray(adaptation.total) / np.asarray(adaptation.count)
+    np.testing.assert_allclose(np.asarray(state.step_size) * estimate,
+                               kernel.inner_kernel.target_bias * np.asarray(state.bias_share),
+                               rtol=1e-4)
+    given = ns.SGGibbs(ns.SGLD(wide, step_size=1e-3), wide_gibbs_fn, ["mu"])
+    assert given.init(jax.random.PRNGKey(0), 10, None, (Y,), {}).bias_share is None
+    plain = ns.SGGibbs(ns.SGLD(wide), wide_gibbs_fn, ["mu"], decentre=False)
+    assert plain.init(jax.random.PRNGKey(0), 200, None, (Y,), {}).bias_share == (
+        gibbs_bias.FIXED_SHARE)
 
 
 def test_the_verdict_notes_what_it_cannot_see_within_gibbs():
     """The verdict of a run within Gibbs notes that the Gibbs sites read the SG step's bias
     amplified, which no check measures, and how to check it (the given step's form); the
     adapted step's form names the target_bias."""
-    from numpyro_sgrld.sampler.interweaving import bias_hint
+    from numpyro_sgrld.sampler.gibbs_bias import bias_hint
 
     mcmc = MCMC(ns.SGGibbs(ns.SGLD(model, step_size=1e-2), gibbs_fn, ["mu"],
                            control_variate=None),

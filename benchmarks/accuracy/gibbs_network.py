@@ -71,7 +71,7 @@ def main():
                         help="SGGibbs's interweave_every (default: its default, off)")
     parser.add_argument("--target-bias", type=float, default=None,
                         help="the SG kernel's target_bias (default: its default; within Gibbs "
-                             "its step aims at half of it)")
+                             "its step aims at a share of it)")
     a = parser.parse_args()
     problem = P.PROBLEMS[NAME]()
     ref, meta = reference(NAME)
@@ -122,6 +122,8 @@ def main():
               f"| {ratios.min():.2f}–{ratios.max():.2f} "
               f"({floor_ratios.min():.2f}–{floor_ratios.max():.2f}) | {ess:.0f} "
               f"| {'warned' if warned else 'quiet'} | {seconds:.0f} |", flush=True)
+        print(f"  the step's share of target_bias {float(np.mean(mcmc.last_state.bias_share)):.3f} "
+              f"(weakly informed children {float(np.mean(mcmc.last_state.children)):.1f})")
         for w in warned:
             print(f"  verdict: {w[:400]}")
 

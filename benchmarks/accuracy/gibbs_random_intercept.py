@@ -85,7 +85,14 @@ def run(kernel, args, num_warmup, num_samples, seed, chain_method="sequential"):
         mcmc.run(jax.random.PRNGKey(seed), *args)
     seconds = time.perf_counter() - start
     warned = [str(c.message) for c in caught if "cannot be trusted" in str(c.message)]
-    return judged(mcmc.get_samples(group_by_chain=True)), seconds, warned
+    return judged(mcmc.get_samples(group_by_chain=True)), seconds, warned, mcmc.last_state
+
+
+def share_line(state):
+    """Within Gibbs: the share of ``target_bias`` the step aimed at and the weakly informed
+    children's count, averaged over the chains."""
+    return (f"  the step's share of target_bias {float(np.mean(state.bias_share)):.3f} "
+            f"(weakly informed children {float(np.mean(state.children)):.2f})")
 
 
 def reference(args, cache):
@@ -160,29 +167,32 @@ def main():
     for name in [] if a.sg_lengths else a.kernels:  # the default run, unless timing lengths
         kernel = ns.SGGibbs(getattr(ns, name)(partial(model, subsample_size=1000)),
                             control_variate=cv_option, interweave_every=a.interweave_every)
-        draws, seconds, warned = run(kernel, args, 2000, 20000, seed=0,
-                                     chain_method=a.chain_method)
+        draws, seconds, warned, state = run(kernel, args, 2000, 20000, seed=0,
+                                            chain_method=a.chain_method)
         cv = options(a)
         row(f"SGGibbs({name}{cv}) [{', '.join(kernel.gibbs_sites)}]", "22,000",
             errors(draws, ref), draws, seconds, warned)
+        print(share_line(state))
         for w in warned:
             print(f"  verdict: {w[:300]}")
     for length in a.sg_lengths:
         name = a.kernels[0]
         kernel = ns.SGGibbs(getattr(ns, name)(partial(model, subsample_size=1000)),
                             control_variate=cv_option, interweave_every=a.interweave_every)
-        draws, seconds, warned = run(kernel, args, length, length, seed=2,
-                                     chain_method=a.chain_method)
+        draws, seconds, warned, state = run(kernel, args, length, length, seed=2,
+                                            chain_method=a.chain_method)
         cv = options(a)
-        if row(f"SGGibbs({name}{cv})", f"{2 * length:,}", errors(draws, ref), draws, seconds,
-               warned):
+        accurate = row(f"SGGibbs({name}{cv})", f"{2 * length:,}", errors(draws, ref), draws,
+                       seconds, warned)
+        print(share_line(state))
+        if accurate:
             break
     for length in a.nuts_lengths:
-        draws, seconds, _ = run(NUTS(ns.full_batch(model)), args, length, length, seed=2)
+        draws, seconds, *_ = run(NUTS(ns.full_batch(model)), args, length, length, seed=2)
         if row("NUTS (full data)", f"{2 * length:,}", errors(draws, ref), draws, seconds, None):
             break
     for length in a.ecs_lengths:
-        draws, seconds, _ = run(ecs_kernel(args), args, length, length, seed=2)
+        draws, seconds, *_ = run(ecs_kernel(args), args, length, length, seed=2)
         if row("HMCECS (minibatch 1,000)", f"{2 * length:,}", errors(draws, ref), draws,
                seconds, None):
             break

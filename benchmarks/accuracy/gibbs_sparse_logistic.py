@@ -140,6 +140,8 @@ def sg_gibbs(kernel_name, X, y, num_warmup, num_samples, decentre=True, gibbs_ev
         mcmc.run(jax.random.PRNGKey(seed), X, y)
     seconds = time.perf_counter() - start
     warned = [str(c.message) for c in caught if "cannot be trusted" in str(c.message)]
+    kernel.last_share = (float(np.mean(mcmc.last_state.bias_share)),
+                         float(np.mean(mcmc.last_state.children)))
     return judged(mcmc.get_samples(group_by_chain=True)), seconds, warned, kernel
 
 
@@ -187,9 +189,12 @@ def sg_run(a, X, y, name, num_warmup, num_samples, seed, fresh):
 
 
 def sg_gibbs_sites(name, X, y, *args):
-    """:func:`sg_gibbs`, the kernel replaced by its Gibbs and decentred sites (picklable)."""
+    """:func:`sg_gibbs`, the kernel replaced by its Gibbs and decentred sites and the share
+    of ``target_bias`` its step aimed at with the weakly informed children's count, averaged
+    over the chains (picklable)."""
     draws, seconds, warned, kernel = sg_gibbs(name, jnp.asarray(X), jnp.asarray(y), *args)
-    return draws, seconds, warned, (kernel.gibbs_sites, kernel.decentred_sites)
+    return draws, seconds, warned, (kernel.gibbs_sites, kernel.decentred_sites,
+                                    kernel.last_share)
 
 
 def main():
@@ -210,7 +215,7 @@ def main():
                         help="SGGibbs's interweave_every (default: its default, off)")
     parser.add_argument("--target-bias", type=float, default=None,
                         help="the SG kernel's target_bias (default: its default; within Gibbs "
-                             "its step aims at GIBBS_BIAS_SHARE of it)")
+                             "its step aims at a share of it, printed with --per-chain)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0],
                         help="the default runs' seeds (each kernel once per seed)")
     parser.add_argument("--chain-method", choices=["sequential", "vectorized"],
@@ -254,7 +259,7 @@ def main():
     runs += [(a.kernels[0], length, length, 2) for length in a.sg_lengths]
     for name, num_warmup, num_samples, seed in runs:
         ladder = (num_warmup, num_samples) != (a.num_warmup, a.num_samples)
-        draws, seconds, warned, (gibbs_sites, decentred_sites) = sg_run(
+        draws, seconds, warned, (gibbs_sites, decentred_sites, (share, children)) = sg_run(
             a, X, y, name, num_warmup, num_samples, seed, fresh=ladder and a.cold)
         err = errors(draws, ref)
         ess, rhat = mixing(draws)
@@ -265,7 +270,8 @@ def main():
               f"| {'yes' if accurate(err) else 'no'} | {'warned' if warned else 'quiet'} "
               f"| {seconds:.0f} |", flush=True)
         if a.per_chain:
-            print(worst_by_chain(draws, ref))
+            print(f"  the step's share of target_bias {share:.3f} (weakly informed children "
+                  f"{children:.1f}); {worst_by_chain(draws, ref).strip()}")
         for w in warned:
             print(f"  verdict: {w[:400]}")
         if ladder and accurate(err) and ess >= 100 and not warned:

@@ -122,6 +122,13 @@ class SGState(NamedTuple):
         return None if self.warmup is None else self.warmup.step
 
     @property
+    def bias_share(self):
+        """The share of ``target_bias`` the adapted step aims at where a composition set one
+        (:mod:`~numpyro_sgrld.sampler.gibbs_bias`); ``None`` for the whole, or with a given
+        step size."""
+        return None if self.warmup is None else self.warmup.step.bias_share
+
+    @property
     def control_variate(self):
         """The :class:`~numpyro_sgrld.core.gradients.ControlVariate`, or ``None`` without one."""
         state = self.chain.gradient_state

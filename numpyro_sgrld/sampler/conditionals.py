@@ -38,7 +38,8 @@ from numpyro.distributions import biject_to
 from numpyro_sgrld.data.subsample import as_jax_array, placeholder_plates
 
 __all__ = ["CONDITIONAL", "Conditional", "DataFreeSite", "automatic_conditionals",
-           "check_gibbs_values", "data_free_sites", "declared_conditionals", "declared_sweep",
+           "check_gibbs_arguments", "check_gibbs_values", "data_free_sites",
+           "declared_conditionals", "declared_sweep",
            "finite_or_kept", "independent_elements", "log_conditional", "slice_step",
            "slice_update"]
 
@@ -323,6 +324,19 @@ def finite_or_kept(new, old):
     finite = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(new)
                                   if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]))
     return jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
+
+
+def check_gibbs_arguments(gibbs_fn, gibbs_sites):
+    """``SGGibbs``'s ``gibbs_fn`` and ``gibbs_sites``, checked."""
+    if gibbs_fn is not None and not callable(gibbs_fn):
+        raise TypeError(f"`gibbs_fn` must be callable, got {gibbs_fn!r}.")
+    if gibbs_fn is not None and gibbs_sites is None:
+        raise ValueError(
+            "Give `gibbs_sites` with `gibbs_fn`: the names of the sites it updates.")
+    if gibbs_sites is not None and (isinstance(gibbs_sites, str) or not gibbs_sites):
+        raise ValueError(
+            "`gibbs_sites` must be a non-empty list of site names, e.g. ['tau'], got "
+            f"{gibbs_sites!r}.")
 
 
 def check_gibbs_values(gibbs, gibbs_sites):

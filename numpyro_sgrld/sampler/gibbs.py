@@ -13,7 +13,9 @@ One transition of :class:`SGGibbs` is
    new values (NumPyro's ``conditioned`` model and ``with_conditioning`` keyword arguments),
    the Gibbs sites' Gaussian children moved partially non-centred
    (:mod:`numpyro_sgrld.sampler.decentring`);
-3. in warm-up, the children's data curvature learnt (:mod:`~numpyro_sgrld.sampler.decentring`).
+3. in warm-up, the children's data curvature learnt (:mod:`~numpyro_sgrld.sampler.decentring`),
+   and the share of ``target_bias`` the adapted step aims at
+   (:mod:`~numpyro_sgrld.sampler.gibbs_bias`).
 
 With ``interweave_every=k``, every ``k``-th sweep also draws the scales given their children's
 non-centred values and all the data (:mod:`~numpyro_sgrld.sampler.interweaving`).
@@ -45,16 +47,11 @@ from numpyro.util import is_prng_key
 
 from numpyro_sgrld.core.gradients import minibatch
 from numpyro_sgrld.data.subsample import as_jax_array, compiled_subsampling, full_batch
-from numpyro_sgrld.sampler import conditionals, decentring, gibbs_start, interweaving
+from numpyro_sgrld.sampler import conditionals, decentring, gibbs_bias, gibbs_start, interweaving
 from numpyro_sgrld.sampler import gibbs_control_variates as gibbs_cv
 from numpyro_sgrld.sampler.kernel import SGMCMC
 
-__all__ = ["GIBBS_BIAS_SHARE", "SGGibbs", "SGGibbsState"]
-
-#: Within Gibbs an adapted SG step aims at this share of ``target_bias``: a Gibbs site drawn
-#: given many children reads their spread's bias every sweep and keeps it over its correlation
-#: time, amplified (``docs/gibbs.md``: 0.19 of its sd at the whole share, 0.05 at half).
-GIBBS_BIAS_SHARE = 0.5
+__all__ = ["SGGibbs", "SGGibbsState"]
 
 class SGGibbsState(NamedTuple):
     """The state of :class:`SGGibbs`.
@@ -69,6 +66,9 @@ class SGGibbsState(NamedTuple):
       learnt in warm-up and frozen after it (``{}`` without decentred sites).
     - **centre** – the control variates' centre
       (:class:`~numpyro_sgrld.sampler.gibbs_control_variates.ModelCentre`), ``None`` without.
+    - **children** – the count of the decentred children the data say little about
+      (:func:`~numpyro_sgrld.sampler.gibbs_bias.weakly_informed`), averaged over warm-up
+      (``None`` without decentred sites); ``bias_share`` reads through (below).
 
     The SG state's fields read through it (``state.diverging``, ``state.step_size``, and in
     ``extra_fields``).
@@ -79,6 +79,7 @@ class SGGibbsState(NamedTuple):
     rng_key: Any
     curvature: Any = None
     centre: Any = None
+    children: Any = None
 
     def __getattr__(self, name):
         """The SG state's fields (``diverging``, ``step_size``, ...) read through, so that
@@ -93,8 +94,9 @@ class SGGibbs(MCMCKernel):
 
     :param inner_kernel: an :class:`~numpyro_sgrld.SGMCMC` (any preset) built on the model;
         it moves every latent site but the Gibbs sites. Its model is conditioned on them in
-        place; an adapted step (``step_size=None``) aims at :data:`GIBBS_BIAS_SHARE` of its
-        ``target_bias`` (``inner_kernel.target_bias`` is set to that share).
+        place; an adapted step (``step_size=None``) aims at a share of its ``target_bias``
+        that falls with the number of children the data say little about
+        (:mod:`~numpyro_sgrld.sampler.gibbs_bias`).
     :param gibbs_fn: ``gibbs_fn(rng_key, gibbs_sites, hmc_sites) -> gibbs_sites``, a draw of
         the Gibbs sites (a dict of constrained values) from their conditional given the other
         sites' constrained values, as for NumPyro's ``HMCGibbs``; ``None`` (default): the
@@ -158,17 +160,9 @@ class SGGibbs(MCMCKernel):
                 "not on `potential_fn`.")
         if getattr(inner_kernel, "bias_hint", None) is not None:
             raise ValueError(
-                "This kernel is already inside an SGGibbs, which conditioned its model and set "
-                "its step's bias target: build a new kernel for each SGGibbs.")
-        if gibbs_fn is not None and not callable(gibbs_fn):
-            raise TypeError(f"`gibbs_fn` must be callable, got {gibbs_fn!r}.")
-        if gibbs_fn is not None and gibbs_sites is None:
-            raise ValueError(
-                "Give `gibbs_sites` with `gibbs_fn`: the names of the sites it updates.")
-        if gibbs_sites is not None and (isinstance(gibbs_sites, str) or not gibbs_sites):
-            raise ValueError(
-                "`gibbs_sites` must be a non-empty list of site names, e.g. ['tau'], got "
-                f"{gibbs_sites!r}.")
+                "This kernel is already inside an SGGibbs, which conditioned its model: build a "
+                "new kernel for each SGGibbs.")
+        conditionals.check_gibbs_arguments(gibbs_fn, gibbs_sites)
         gradient = inner_kernel.gradient
         if gradient.needs_full_data and gradient.activate is None:
             raise ValueError(
@@ -179,11 +173,9 @@ class SGGibbs(MCMCKernel):
         if gradient.activate is not None:  # step_size=None's default: the plain minibatch
             algorithm = inner_kernel.algorithm._replace(gradient=minibatch())
             inner_kernel.algorithm, inner_kernel.gradient = algorithm, algorithm.gradient
-        if inner_kernel.adapts_step_size:
-            inner_kernel.target_bias = inner_kernel.target_bias * GIBBS_BIAS_SHARE
         self._plain_model = inner_kernel.model
         inner_kernel.model = conditioned(inner_kernel.model)
-        inner_kernel.bias_hint = interweaving.bias_hint(inner_kernel.adapts_step_size)
+        inner_kernel.bias_hint = gibbs_bias.bias_hint(inner_kernel.adapts_step_size)
         #: The stochastic-gradient kernel (its model conditioned on the Gibbs sites).
         self.inner_kernel = inner_kernel
         self._gibbs_fn = gibbs_fn
@@ -299,7 +291,8 @@ class SGGibbs(MCMCKernel):
         # model as written (the factor's gradient at the centre is no part of them)
         sg_state = self.inner_kernel.init(key_init, num_warmup, sg_params or None, model_args,
                                           self._inner_kwargs(model_kwargs, gibbs, curvature))
-        state = SGGibbsState(None, sg_state, rng_key, curvature, centre)
+        sg_state, children = gibbs_bias.start(sg_state, curvature, num_chains)
+        state = SGGibbsState(None, sg_state, rng_key, curvature, centre, children)
         return state._replace(z=self._record(state, gibbs, model_args, model_kwargs))
 
     def _per_chain(self, fn):
@@ -451,7 +444,8 @@ class SGGibbs(MCMCKernel):
             sg_state, model_args,
             self._inner_kwargs(model_kwargs, gibbs, state.curvature, state.centre))
         rng_key = self._per_chain(lambda k: random.split(k)[0])(state.rng_key)
-        state = SGGibbsState(None, sg_state, rng_key, state.curvature, state.centre)
+        state = SGGibbsState(None, sg_state, rng_key, state.curvature, state.centre,
+                             state.children)
         if self.decentred_sites and self._num_warmup > 0:
             learn = self._per_chain(
                 lambda s, g: self._learn_curvature(g, model_args, model_kwargs, s))
@@ -461,7 +455,9 @@ class SGGibbs(MCMCKernel):
 
     def _learn_curvature(self, gibbs, model_args, model_kwargs, state):
         """Warm-up: :math:`F` averaged with one more of Hutchinson's estimates at the chain's
-        position, clipped at 0, the decentred sites moved to hold the centred ones."""
+        position, clipped at 0, the decentred sites moved to hold the centred ones; the
+        weakly informed children's count averaged at the same rate, and the step's share of
+        ``target_bias`` set from it."""
         sg_state = state.sg_state
         chain = sg_state.chain
         position = chain.z if chain.proposal is None else chain.proposal
@@ -474,8 +470,11 @@ class SGGibbs(MCMCKernel):
         rate = jnp.maximum(decentring.CURVATURE_RATE, 1.0 / sg_state.i)
         curvature = {s: jnp.maximum((1 - rate) * f + rate * estimate[s], 0.0)
                      for s, f in state.curvature.items()}
-        return state._replace(sg_state=self._moved(sg_state, sites, params, curvature),
-                              rng_key=rng_key, curvature=curvature)
+        sg_state, children = gibbs_bias.learnt(
+            self._moved(sg_state, sites, params, curvature), state.children, rate, params,
+            curvature)
+        return state._replace(sg_state=sg_state, rng_key=rng_key, curvature=curvature,
+                              children=children)
 
     def postprocess_fn(self, model_args, model_kwargs):
         """Constrained values under the model's own names (and its deterministic sites,

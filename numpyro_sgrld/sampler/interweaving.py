@@ -39,7 +39,7 @@ from numpyro_sgrld.data.subsample import as_jax_array, full_batch
 from numpyro_sgrld.sampler.conditionals import slice_step
 from numpyro_sgrld.sampler.decentring import SUFFIX, fully_non_centred
 
-__all__ = ["bias_hint", "check_every", "interweave", "interwoven_sites", "mixing_hint",
+__all__ = ["check_every", "interweave", "interwoven_sites", "mixing_hint",
            "non_centred",
            "non_centred_model", "non_centred_update", "set_up"]
 
@@ -126,15 +126,6 @@ def interweave(key, draws, loc_scale, gibbs, sites):
     params = loc_scale({**sites, **gibbs})
     moved = {c: loc + scale * tilde[c + SUFFIX] for c, (loc, scale) in params.items()}
     return gibbs, {**sites, **moved}
-
-
-def bias_hint(adapts_step_size):
-    """The verdict's note within Gibbs: what no check measures, and how to check it."""
-    smaller = "half the target_bias" if adapts_step_size else "half the step_size"
-    return ("Within Gibbs the Gibbs sites are drawn given the SG sites, so they read the "
-            "step's bias in their children's spread, amplified by their own correlation time, "
-            "which no check here measures (docs/gibbs.md); to check a Gibbs site's mean, "
-            f"compare a run at {smaller}.")
 
 
 def mixing_hint(gibbs_sites, interwoven, children):

@@ -284,9 +284,10 @@ def kernel_notes(kernel, step_size):
     if run.adapts_step_size and step_size is not None:
         bias = run.target_bias
         if bias is not None:
+            share = " at most" if run.bias_hint else ""  # a composition's share of it, below
             notes.append(
                 f"The adapted step (median {float(np.median(step_size)):.3g}) inflates the "
-                f"worst direction's variance by about {100 * bias:.0f} % (target_bias="
+                f"worst direction's variance by{share} about {100 * bias:.0f} % (target_bias="
                 f"{bias}); a smaller target_bias is more exact and mixes more slowly."
             )
     if run.bias_hint:

@@ -150,6 +150,9 @@ class StepSizeState(NamedTuple):
       ``FAST_TARGET / stiffness``); **recent_stiffness**, its maximum decaying by
       ``1 - 1/SMOOTHING`` per step, caps the warm-up's steps the same way.
     - **num_warmup** – the warm-up length; the step freezes when ``i`` reaches it.
+    - **bias_share** – the share of ``target_bias`` the step aims at where a composition sets
+      one (:class:`~numpyro_sgrld.SGGibbs`, whose Gibbs sites read the step's bias
+      amplified); ``None``: the whole.
     """
 
     step_size: Any
@@ -160,6 +163,7 @@ class StepSizeState(NamedTuple):
     num_warmup: Any
     stiffness: Any = 0.0
     recent_stiffness: Any = 0.0
+    bias_share: Any = None
 
 
 def _scale_add(a, x, b, y):
@@ -408,4 +412,5 @@ def update_step_size(state, i, rho, y, stiffness, accepted, target_bias, key):
         num_warmup=state.num_warmup,
         stiffness=stiffness,
         recent_stiffness=recent,
+        bias_share=state.bias_share,
     )

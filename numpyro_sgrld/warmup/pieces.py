@@ -125,14 +125,25 @@ def _bias_weights(setting):
     return trait(setting.algorithm.sampler.integrator, BiasLaw).weights
 
 
+def target_bias(setting, adaptation):
+    """The bias the adapted step aims at: the setting's ``target_bias``, times the
+    adaptation's ``bias_share`` where it has one."""
+    if adaptation.bias_share is None:
+        return setting.target_bias
+    return setting.target_bias * adaptation.bias_share
+
+
 def capped(setting, adaptation):
     """The adaptation's state with its step at most the integrator's ``max_step``
-    (:class:`~numpyro_sgrld.core.integrators.Integrator`)."""
+    (:class:`~numpyro_sgrld.core.integrators.Integrator`) at ``target_bias``, times the
+    adaptation's ``bias_share`` where it has one."""
     law = trait(setting.algorithm.sampler.integrator, BiasLaw)
     if law.max_step is None:
         return adaptation
-    return adaptation._replace(
-        step_size=jnp.minimum(adaptation.step_size, law.max_step(setting.target_bias)))
+    largest = law.max_step(setting.target_bias)
+    if adaptation.bias_share is not None:
+        largest = largest * adaptation.bias_share
+    return adaptation._replace(step_size=jnp.minimum(adaptation.step_size, largest))
 
 
 # -- the step size -------------------------------------------------------------------------
@@ -169,11 +180,11 @@ def step_size_update(setting, moment, adaptation):
         hvp(target, moment.idx), moment.info.estimate.grad, grad2,
         _bias_weights(setting), algorithm.temperature,
         with_noise=phases(before.i, adaptation.num_warmup)[0],
-        target=stage_target(before.i, adaptation.num_warmup, setting.target_bias),
+        target=stage_target(before.i, adaptation.num_warmup, target_bias(setting, adaptation)),
     )
     return capped(setting, update_step_size(
         adaptation, before.i, rho, y, stiffness, moment.info.accepted,
-        setting.target_bias, key_direction,
+        target_bias(setting, adaptation), key_direction,
     ))
 
 
@@ -189,7 +200,8 @@ def step_size_final(setting, adaptation, z, preconditioner, gradient_state, targ
 
     return capped(setting, remeasure(
         adaptation, key, z, preconditioner, hvp(target, idx), gradient,
-        _bias_weights(setting), algorithm.temperature, setting.target_bias, target.step,
+        _bias_weights(setting), algorithm.temperature, target_bias(setting, adaptation),
+        target.step,
     ))
 
 
