@@ -19,8 +19,8 @@ is not used).
 
     python benchmarks/record.py docs/results/gibbs_sparse_logistic_cold.json -- \\
         python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels SGLD \\
-        --chain-method vectorized --sg-lengths 1000 2000 4000 --nuts-lengths 250 500 1000 \\
-        --cold --race 4000 500 --repeats 5
+        --chain-method vectorized --sg-lengths 2000 4000 8000 --nuts-lengths 250 500 1000 \\
+        --cold --race 8000 500 --repeats 5
     python benchmarks/record.py docs/results/gibbs_sparse_logistic_step_bias.json -- \\
         python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels SGLD SGHMC BADODAB \\
         --chain-method vectorized --seeds 0 1 2 --nuts-lengths --per-chain
