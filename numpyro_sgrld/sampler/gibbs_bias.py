@@ -29,6 +29,10 @@ step-size adaptation's state (``bias_share``) on every warm-up step; the step fr
 warm-up's end aims at the share then. It is a sum over every decentred site, an upper bound
 on any one Gibbs site's count. Without decentred children (a ``gibbs_fn`` whose sites have
 none) the step aims at :data:`FIXED_SHARE`.
+
+The count does not say how long the scale keeps each push: where nothing but its prior and
+weakly informed children hold a scale, its correlation time is long and the share is not
+enough (``docs/gibbs.md``: such a scale 0.25-0.44 of its sd off at the default).
 """
 import jax.numpy as jnp
 
