@@ -198,8 +198,8 @@ def test_an_adapted_step_within_gibbs_aims_at_the_share_its_children_set(chain_m
 
 def test_the_verdict_notes_what_it_cannot_see_within_gibbs():
     """The verdict of a run within Gibbs notes that the Gibbs sites read the SG step's bias
-    amplified, which no check measures, and how to check it (the given step's form); the
-    adapted step's form names the target_bias."""
+    amplified, what its prediction of their shift does not see, and how to check it (the
+    given step's form); the adapted step's form names the target_bias."""
     from numpyro_sgrld.sampler.gibbs_bias import bias_hint
 
     mcmc = MCMC(ns.SGGibbs(ns.SGLD(model, step_size=1e-2), gibbs_fn, ["mu"],

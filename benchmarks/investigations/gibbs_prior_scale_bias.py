@@ -32,27 +32,29 @@ A, B = 2.0, 2.0  # tau's Gamma prior
 ROWS, SCALE = 200, 0.02
 
 
-def model(X, y):
-    tau = numpyro.sample("tau", dist.Gamma(A, B))
+def model(X, y, prior=(A, B)):
+    tau = numpyro.sample("tau", dist.Gamma(*prior))
     w = numpyro.sample("w", dist.Normal(0.0, tau).expand([X.shape[1]]).to_event(1))
     with numpyro.plate("data", X.shape[0], subsample_size=20) as idx:
         numpyro.sample("y", dist.Normal(X[idx] @ w, 1.0), obs=y[idx])
 
 
-def data(children, seed=0):
+def data(children, seed=0, scale=SCALE):
     rng = np.random.default_rng(seed)
-    return SCALE * rng.normal(size=(ROWS, children)), rng.normal(size=ROWS)
+    return scale * rng.normal(size=(ROWS, children)), rng.normal(size=ROWS)
 
 
-def exact(X, y):
+def exact(X, y, prior=(A, B)):
     r"""``log tau``'s posterior mean and sd: :math:`p(\log\tau \mid y) \propto
-    \tau\,\mathrm{Gamma}(\tau; A, B)\,\mathcal N(y; 0, \tau^2 XX^\top + I)` on a grid."""
+    \tau\,\mathrm{Gamma}(\tau; a, b)\,\mathcal N(y; 0, \tau^2 XX^\top + I)` on a grid
+    (``prior``: :math:`(a, b)`)."""
+    a, b = prior
     log_tau = np.linspace(-6.0, 3.0, 3000)
     eigenvalues, vectors = np.linalg.eigh(X @ X.T)
     z = vectors.T @ y
     variances = np.exp(2 * log_tau)[:, None] * eigenvalues + 1.0
     log_lik = -0.5 * np.sum(np.log(variances) + z ** 2 / variances, axis=1)
-    log_p = log_lik + A * log_tau - B * np.exp(log_tau)
+    log_p = log_lik + a * log_tau - b * np.exp(log_tau)
     p = np.exp(log_p - log_p.max())
     p /= p.sum()
     mean = np.sum(p * log_tau)

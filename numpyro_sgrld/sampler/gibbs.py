@@ -48,6 +48,7 @@ from numpyro.util import is_prng_key
 from numpyro_sgrld.core.gradients import minibatch
 from numpyro_sgrld.data.subsample import as_jax_array, compiled_subsampling, full_batch
 from numpyro_sgrld.sampler import conditionals, decentring, gibbs_bias, gibbs_start, interweaving
+from numpyro_sgrld.sampler import gibbs_bias_check as bias_check
 from numpyro_sgrld.sampler import gibbs_control_variates as gibbs_cv
 from numpyro_sgrld.sampler.kernel import SGMCMC
 
@@ -274,8 +275,8 @@ class SGGibbs(MCMCKernel):
                     model_kwargs, num_chains)
             centre = gibbs_start.repeated(centre, num_chains)  # each chain's state holds it
         gibbs = {k: latent[k] for k in self.gibbs_sites}
-        self.inner_kernel.judged_values = partial(
-            self._judged, {k: transforms[k] for k in self.gibbs_sites})
+        self._transforms_gibbs = {k: transforms[k] for k in sorted(self.gibbs_sites)}
+        self.inner_kernel.judged_values = partial(self._judged, self._transforms_gibbs)
         self.inner_kernel.mixing_hint = interweaving.mixing_hint(
             self.gibbs_sites, self.interwoven_sites, self.decentred_sites)
         curvature = {s: jnp.zeros(jnp.shape(latent[s]), jnp.result_type(latent[s]))
@@ -292,12 +293,13 @@ class SGGibbs(MCMCKernel):
         sg_state = self.inner_kernel.init(key_init, num_warmup, sg_params or None, model_args,
                                           self._inner_kwargs(model_kwargs, gibbs, curvature))
         sg_state, children = gibbs_bias.start(sg_state, curvature, num_chains)
+        sg_state, self._bias_index, self.inner_kernel.composed_check = bias_check.arm(
+            sg_state, gibbs, self._transforms_gibbs, self.decentred_sites, num_chains)
         state = SGGibbsState(None, sg_state, rng_key, curvature, centre, children)
         return state._replace(z=self._record(state, gibbs, model_args, model_kwargs))
 
     def _per_chain(self, fn):
-        """``fn`` of one chain's values, over the chains (``vmap``) when they are
-        vectorised."""
+        """``fn`` of one chain's values, over the chains when they are vectorised."""
         return jax.vmap(fn) if self._vectorized else fn
 
     def _decentred_start(self, sg_params, latent, curvature, model_args, model_kwargs):
@@ -306,8 +308,7 @@ class SGGibbs(MCMCKernel):
         return {**{k: v for k, v in sg_params.items() if k not in params},
                 **decentring.decentred(sg_params, params, curvature)}
 
-    def _record(self, state, gibbs, model_args, model_kwargs):
-        """:meth:`_recorded`, per chain."""
+    def _record(self, state, gibbs, model_args, model_kwargs):  # _recorded, per chain
         return self._per_chain(lambda st, g: self._recorded(st, g, model_args, model_kwargs))(
             state, gibbs)
 
@@ -330,16 +331,14 @@ class SGGibbs(MCMCKernel):
         return gibbs_cv.corrected(inner, plain, self._sg_sites, args, kwargs)
 
     def _mode_start(self, centre, num_chains=None):
-        """The centre's mode as ``init_params``: the Gibbs sites constrained (as ``init``
-        reads them), the SG sites unconstrained (as the SG kernel does); repeated for
-        ``num_chains`` vectorised chains."""
+        """The centre's mode as ``init_params`` (the Gibbs sites constrained, the SG sites
+        unconstrained, as ``init`` reads them), for ``num_chains`` vectorised chains."""
         start = {k: v if k in self.gibbs_sites else self._transforms[k].inv(v)
                  for k, v in centre.mode.items()}
         return gibbs_start.repeated(start, num_chains)
 
     def _inner_kwargs(self, model_kwargs, gibbs, curvature, centre=None):
-        """The SG kernel's keyword arguments: the Gibbs sites' values, the curvature, the
-        control variates' centre."""
+        """The SG kernel's keyword arguments: Gibbs values, curvature, control variates' centre."""
         kwargs = with_conditioning(model_kwargs or {}, gibbs)
         if self.decentred_sites:
             kwargs[decentring.CURVATURE_KWARG] = curvature
@@ -440,6 +439,10 @@ class SGGibbs(MCMCKernel):
             gibbs, sg_state = lax.cond(
                 (i < self._num_warmup) | ((i - self._num_warmup) % self.gibbs_every == 0),
                 sweep, lambda s: ({k: s.z[k] for k in self.gibbs_sites}, s.sg_state), state)
+        sg_state = bias_check.kept(  # the verdict's moments of the Gibbs sites
+            sg_state, gibbs, state.curvature, self.inner_kernel.run_info, self._bias_index,
+            self._transforms_gibbs, self._per_chain, self._vectorized,
+            lambda p, g, f: self._centred(p, g, f, model_args, model_kwargs)[1])
         sg_state = self.inner_kernel.sample(
             sg_state, model_args,
             self._inner_kwargs(model_kwargs, gibbs, state.curvature, state.centre))

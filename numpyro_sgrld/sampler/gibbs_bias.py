@@ -96,12 +96,15 @@ def learnt(sg_state, children, rate, params, curvature):
 
 
 def bias_hint(adapts_step_size):
-    """The verdict's note within Gibbs: what no check measures, and how to check it."""
+    """The verdict's note within Gibbs: what its prediction of the Gibbs sites' shift does
+    not see, and how to check it."""
     smaller = "half the target_bias" if adapts_step_size else "half the step_size"
     share_note = (" (the step aims at a share of target_bias that shrinks as the children "
                   "the data say little about grow in number: mcmc.last_state.bias_share)"
                   if adapts_step_size else "")
     return ("Within Gibbs the Gibbs sites are drawn given the SG sites, so they read the "
-            "step's bias in their children's spread, amplified by their own correlation time, "
-            f"which no check here measures{share_note} (docs/gibbs.md); to check a Gibbs "
-            f"site's mean, compare a run at {smaller}.")
+            "step's bias in their children's spread, amplified by their own correlation time; "
+            "the verdict predicts each Gibbs site's shift from its children's equipartition "
+            "readings and names one beyond 0.15 of its sd, but a thermostat (BADODAB at a "
+            f"large step) moved Gibbs sites by paths that prediction does not see{share_note} "
+            f"(docs/gibbs.md); to check a Gibbs site's mean, compare a run at {smaller}.")

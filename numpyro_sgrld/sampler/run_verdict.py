@@ -159,7 +159,8 @@ def observe(kernel, state, new, model_args=(), model_kwargs=None):
         offset == run.num_samples - 1,
         lambda: jax.debug.callback(partial(report, kernel), moments.sums, moments.squares,
                                    moments.origin, new.num_rejected - moments.rejected,
-                                   new.step_size, new.equipartition, _thermostat(new)),
+                                   new.step_size, new.equipartition, _thermostat(new),
+                                   moments.composed),
         lambda: None,
     )
     return new._replace(monitor=moments)
@@ -171,10 +172,10 @@ def _thermostat(state):
 
 
 def report(kernel, sums, squares, origin, rejected, step_size, equipartition_sums=None,
-           thermostat=None):
-    """Host side: collect the chains' moments and equipartition sums; once every chain of
-    the run has reported, warn with the :func:`~numpyro_sgrld.verdict.judge.judgement` when the
-    draws cannot be trusted."""
+           thermostat=None, composed=None):
+    """Host side: collect the chains' moments, equipartition sums and what a composing kernel
+    kept (``composed``); once every chain of the run has reported, warn with the
+    :func:`~numpyro_sgrld.verdict.judge.judgement` when the draws cannot be trusted."""
     run = kernel.run_info
     if run is None:
         return
@@ -185,13 +186,16 @@ def report(kernel, sums, squares, origin, rejected, step_size, equipartition_sum
     if equipartition_sums is not None:
         equipartition_sums = jax.tree.map(
             lambda x: np.asarray(x)[None] if one else np.asarray(x), equipartition_sums)
+    if composed is not None:
+        composed = jax.tree.map(lambda x: np.asarray(x)[None] if one else np.asarray(x),
+                                composed)
     run.reports.append((sums, squares, origin, np.atleast_1d(rejected),
                         np.atleast_1d(step_size),
                         None if thermostat is None else np.atleast_1d(thermostat),
-                        equipartition_sums))
+                        equipartition_sums, composed))
     if sum(r[0].shape[0] for r in run.reports) < run.num_chains:
         return
-    *moments, thermostats, readings = zip(*run.reports)
+    *moments, thermostats, readings, kept = zip(*run.reports)
     sums, squares, origin, rejected, step = (np.concatenate(x) for x in moments)
     thermostat = (None if any(x is None for x in thermostats)
                   else np.concatenate(thermostats))
@@ -200,10 +204,12 @@ def report(kernel, sums, squares, origin, rejected, step_size, equipartition_sum
     if all(r is not None for r in readings):
         pooled = jax.tree.map(lambda *x: np.concatenate(x), *readings)
         temperatures = equipartition.summarize(pooled, describe(kernel).temperature)
+    composed = (None if any(x is None for x in kept)
+                else jax.tree.map(lambda *x: np.concatenate(x), *kept))
     rhat, ess = monitor.judge(sums, squares, origin, run.num_samples)
     v = judgement(rhat, ess, run.names, int(rejected.sum()), run.num_samples, kernel, step,
                   temperatures, sums.shape[0], thermostat, describe(kernel).network_sites,
-                  monitor.centring(sums, squares, origin, run.num_samples))
+                  monitor.centring(sums, squares, origin, run.num_samples), composed)
     if not v.trusted:
         # sent from XLA's host callback: no user frame to point at
         warnings.warn_explicit(str(v), UserWarning, "numpyro_sgrld verdict", 0)

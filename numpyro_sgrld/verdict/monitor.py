@@ -61,6 +61,9 @@ class RunMonitor(NamedTuple):
     - **held** – ``(H,)``: the last values of readings evaluated every few steps only (a
       network's :mod:`numpyro_sgrld.verdict.evaluation`), judged as the last ``H`` coordinates;
       ``None`` without such readings.
+    - **composed** – what a composing kernel keeps for its own check of the run
+      (:class:`~numpyro_sgrld.SGGibbs`:
+      :class:`~numpyro_sgrld.sampler.gibbs_bias_check.GibbsMoments`), ``None`` without.
     """
 
     sums: Any
@@ -69,6 +72,7 @@ class RunMonitor(NamedTuple):
     rejected: Any
     transitions: Any = 0
     held: Any = None
+    composed: Any = None
 
 
 def coordinates(size):
@@ -102,9 +106,10 @@ def update_monitor(monitor, x, offset, num_steps, rejected_before):
     weight = (offset >= 0).astype(x.dtype)
     batch = jnp.clip(offset, 0, num_steps - 1) * BATCHES // num_steps
     y = (x - origin) * weight
-    return RunMonitor(sums.at[batch].add(y), squares.at[batch].add(y * y), origin,
-                      jnp.where(first, rejected_before, monitor.rejected),
-                      monitor.transitions + 1, monitor.held)
+    return monitor._replace(sums=sums.at[batch].add(y), squares=squares.at[batch].add(y * y),
+                            origin=origin,
+                            rejected=jnp.where(first, rejected_before, monitor.rejected),
+                            transitions=monitor.transitions + 1)
 
 
 def batch_sizes(num_steps):

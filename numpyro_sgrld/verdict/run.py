@@ -27,8 +27,11 @@ class Run(NamedTuple):
       settings the kernel started from, a cyclical kernel's cycles.
     - **mixing_hint** – what to advise where more steps may not mix, given by a kernel that
       composes this one (:class:`~numpyro_sgrld.SGGibbs`), in place of a reparametrisation.
-    - **bias_hint** – a note on the step's bias that such a kernel adds (what no check
-      measures within Gibbs, and how to check it).
+    - **bias_hint** – a note on the step's bias that such a kernel adds (what the checks do
+      not see within Gibbs, and how to check it).
+    - **composed_check** – the check such a kernel makes of what it kept in the run monitor:
+      ``composed_check(kept, temperatures, run=..., bound=...)``, a list of problems
+      (:func:`numpyro_sgrld.sampler.gibbs_bias_check.problems`); ``None`` without.
     """
 
     given: bool = False
@@ -50,13 +53,14 @@ class Run(NamedTuple):
     cycles: Any = None
     mixing_hint: Any = None
     bias_hint: Any = None
+    composed_check: Any = None
 
 
 #: The fields a composing kernel's :class:`Run` takes from the kernel it runs (its
 #: ``judged_kernel``): the step's choices and the hints the composition gives it.
 INNER_CHOICES = ("algorithm", "metric", "integrator", "correction", "temperature",
                  "adapts_step_size", "target_bias", "settings", "cycles", "mixing_hint",
-                 "bias_hint")
+                 "bias_hint", "composed_check")
 
 
 def describe(kernel):

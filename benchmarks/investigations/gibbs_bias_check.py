@@ -1,0 +1,150 @@
+"""The verdict's check of the Gibbs sites' bias within ``SGGibbs``
+(``numpyro_sgrld.sampler.gibbs_bias_check``) as a classifier: for each run (4 vectorised chains
+of 2,000 + ``--num-samples`` steps, seed 0), the global scale's mean error in reference sds
+with its Monte Carlo error (ESS-based), the check's predicted shift of that coordinate with
+its error, the largest predicted shift over every Gibbs coordinate, and what the verdict
+said: ``bias`` where it named a Gibbs site's predicted shift, ``warned`` where it warned for
+another reason, ``quiet`` else.
+
+The runs: ``grid``, the eleven of ``gibbs_site_amplification.py`` (the prior-dominated
+Gaussian regression with 9 and 36 children, German credit's sparse logistic regression and
+its 60-predictor form, the random intercept); ``held-out``, runs the check was not built on:
+the prior-dominated regression with 18 children (SGLD, SGHMC, BADODAB), with a tighter prior
+on its scale (``Gamma(5, 5)``), with predictors five times as large (every child informed
+about as much as its prior), SGLD at four times the default's step target on German credit,
+the 200-predictor regression, the random intercept with SGHMC, and the 18-child regression
+with SGLD again at the ``target_bias`` its default run's warning advised. References:
+``tau``'s exact posterior by quadrature, NUTS on the full data for the others (cached in
+``docs/results``)::
+
+    python benchmarks/investigations/gibbs_bias_check.py --set grid held-out
+"""
+
+import argparse
+import re
+import sys
+import warnings
+from functools import partial
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+from numpyro.infer import MCMC
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks" / "accuracy"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "investigations"))
+import gibbs_prior_scale_bias as prior  # noqa: E402
+import gibbs_random_intercept as intercept  # noqa: E402
+import gibbs_scale_bias_width as width  # noqa: E402
+import gibbs_site_amplification as amplification  # noqa: E402
+import gibbs_sparse_logistic as sparse  # noqa: E402
+from numpyro_sgrld.models import logistic_regression as lr  # noqa: E402
+
+import numpyro_sgrld as ns  # noqa: E402
+from numpyro_sgrld.sampler import gibbs_bias_check  # noqa: E402
+
+
+def prior_run(name, children, kernel="SGLD", gamma=(prior.A, prior.B), scale=prior.SCALE,
+              **own):
+    X, y = prior.data(children, scale=scale)
+    model = partial(prior.model, prior=gamma)
+    return (name, ns.SGGibbs(getattr(ns, kernel)(model, **own)),
+            (jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32)), "tau",
+            prior.exact(X, y, gamma))
+
+
+def held_out(cache):
+    """``(name, kernel, args, scale site, (mean, sd) of its log)`` of the held-out runs."""
+    for kernel in ("SGLD", "SGHMC", "BADODAB"):
+        yield prior_run(f"prior, 18 children, {kernel}", 18, kernel)
+    yield prior_run("prior Gamma(5, 5), 9 children, SGLD", 9, gamma=(5.0, 5.0))
+    yield prior_run("prior, 9 informed children, SGLD", 9, scale=5 * prior.SCALE)
+    X, y = (jnp.asarray(x) for x in lr.load_german_credit())
+    ref = sparse.reference(X, y, cache)["log_tau"]
+    model = partial(sparse.centred, subsample_size=100)
+    yield ("German credit, SGLD, target_bias=0.4",
+           ns.SGGibbs(ns.SGLD(model, target_bias=0.4)), (X, y), "tau",
+           (float(ref["mean"][0]), float(ref["sd"][0])))
+    X, y = width.data(200, 6)
+    ref = width.reference(X, y, 4000, cache)["log_tau"]
+    for kernel in ("SGLD", "BADODAB"):
+        yield (f"200 predictors, {kernel}", ns.SGGibbs(getattr(ns, kernel)(model)), (X, y),
+               "tau", (float(ref["mean"][0]), float(ref["sd"][0])))
+    args = intercept.data()[:3]
+    ref = intercept.reference(args, cache)["log_sigma"]
+    yield ("random intercept, SGHMC",
+           ns.SGGibbs(ns.SGHMC(partial(intercept.model, subsample_size=1000))), args,
+           "sigma", (float(ref["mean"][0]), float(ref["sd"][0])))
+
+
+def grid(cache):
+    for name, kernel, args, scale, _, reference in amplification.configurations(cache):
+        yield name, kernel, args, scale, reference
+
+
+def advised(problem):
+    """The ``target_bias`` a warning advised, or ``None``."""
+    found = re.search(r"target_bias=([0-9.e-]+) \(the shift", problem)
+    return float(found.group(1)) if found else None
+
+
+def judged(name, kernel, args, scale, reference, num_samples):
+    """The row of one run, and the ``target_bias`` its warning advised (or ``None``)."""
+    mean, sd = reference
+    mcmc = MCMC(kernel, num_warmup=2000, num_samples=num_samples, num_chains=4,
+                chain_method="vectorized", progress_bar=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mcmc.run(jax.random.PRNGKey(0), *args)
+    said = " ".join(str(c.message) for c in caught if "cannot be trusted" in str(c.message))
+    v = ns.check(mcmc, warn=False)
+    names = kernel.inner_kernel.composed_check.keywords["gibbs_names"]
+    groups = kernel.inner_kernel.composed_check.keywords["groups"]
+    at = {n: k for k, n in enumerate(v.temperatures.names)}
+    k = [at[g] for g in groups]
+    shift, error = gibbs_bias_check.predicted_shifts(
+        mcmc.last_state.sg_state.monitor.composed, np.asarray(v.temperatures.estimate)[k],
+        np.asarray(v.temperatures.se)[k])
+    i = names.index((scale, 0))
+    draws = np.log(np.asarray(mcmc.get_samples(group_by_chain=True)[scale], np.float64))
+    draws = draws.reshape(draws.shape[:2] + (-1,))[..., 0]
+    ess = float(np.ravel(numpyro.diagnostics.effective_sample_size(draws))[0])
+    err, se = (draws.mean() - mean) / sd, draws.std() / np.sqrt(ess) / sd
+    verdict = ("bias" if "is predicted to sit" in said else "warned" if said else "quiet")
+    accurate = "yes" if abs(err) <= 0.15 else "no"
+    row = (f"| {name} | {err:+.3f} ± {se:.3f} | {accurate} | {shift[i]:+.3f} ± {error[i]:.3f} "
+           f"| {np.nanmax(np.abs(shift)):.3f} | {ess:.0f} | {verdict} |")
+    return row, advised(said)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--set", nargs="+", default=["grid", "held-out"],
+                        choices=["grid", "held-out"])
+    parser.add_argument("--num-samples", type=int, default=40_000)
+    parser.add_argument("--cache", type=Path, default=ROOT / "docs" / "results")
+    parser.add_argument("--only", default=None, help="the runs whose name holds it")
+    a = parser.parse_args()
+    print("| run | log scale error (sd) ± se | within 0.15 | predicted shift ± se "
+          "| largest predicted, any Gibbs coordinate | ESS log scale | verdict |")
+    print("|---|---|---|---|---|---|---|")
+    for which in a.set:
+        runs = grid(a.cache) if which == "grid" else held_out(a.cache)
+        for name, kernel, args, scale, reference in runs:
+            if a.only is not None and a.only not in name:
+                continue
+            row, target = judged(f"{which}: {name}", kernel, args, scale, reference,
+                                 a.num_samples)
+            print(row, flush=True)
+            if which == "held-out" and name.startswith("prior, 18 children, SGLD") and target:
+                again = prior_run(f"prior, 18 children, SGLD, target_bias={target:.2g} "
+                                  "(advised)", 18, target_bias=target)
+                print(judged(f"{which}: {again[0]}", *again[1:], a.num_samples)[0],
+                      flush=True)
+
+
+if __name__ == "__main__":
+    main()
