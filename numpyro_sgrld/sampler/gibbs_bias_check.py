@@ -31,10 +31,10 @@ and of their products with the Gibbs coordinates (:class:`GibbsMoments`, in the 
 the verdict combines them with the groups' readings (:func:`problems`). A coordinate is named
 where its predicted shift is beyond :data:`~numpyro_sgrld.verdict.judge.MEAN_ERROR` and beyond
 its error (the readings' errors, at :func:`~numpyro_sgrld.core.equipartition.critical_z` over
-the Gibbs coordinates). The prediction is first order: on the regressions of
-``docs/gibbs.md`` it is within 0.7-1.2x of the measured shifts where the children's spread
-carries the bias (SGLD, SGHMC); a thermostat's shifts on German credit at four times the
-default's step (BADODAB) come through another path and are not predicted.
+the Gibbs coordinates), on chains that have mixed. The prediction is first order: on the
+regressions of ``docs/gibbs.md`` it is 0.76-1.44 times the measured shift where the
+children's spread carries the bias (SGLD, SGHMC); BADODAB's shifts at four times the
+default's step target come by another path and are not predicted.
 """
 
 from functools import partial
