@@ -13,11 +13,14 @@ the prior-dominated regression with 18 children (SGLD, SGHMC, BADODAB), with a t
 on its scale (``Gamma(5, 5)``), with predictors five times as large (every child informed
 about as much as its prior), SGLD at four times the default's step target on German credit,
 the 200-predictor regression, the random intercept with SGHMC, and the 18-child regression
-with SGLD again at the ``target_bias`` its default run's warning advised. References:
+with SGLD again at the ``target_bias`` its default run's warning advised; ``momentum``: German
+credit at ``target_bias=0.4`` with BAOAB, SGNHT and SGHMC, and BAOAB and SGHMC sweeping the
+Gibbs sites every 4th (and BAOAB every 16th) step after warm-up. References:
 ``tau``'s exact posterior by quadrature, NUTS on the full data for the others (cached in
 ``docs/results``)::
 
     python benchmarks/investigations/gibbs_bias_check.py --set grid held-out
+    python benchmarks/investigations/gibbs_bias_check.py --set momentum
 """
 
 import argparse
@@ -80,6 +83,19 @@ def held_out(cache):
            "sigma", (float(ref["mean"][0]), float(ref["sd"][0])))
 
 
+def momentum(cache):
+    """German credit at ``target_bias=0.4`` with the momentum kernels, sweeping every
+    ``gibbs_every`` steps after warm-up."""
+    X, y = (jnp.asarray(x) for x in lr.load_german_credit())
+    ref = sparse.reference(X, y, cache)["log_tau"]
+    model = partial(sparse.centred, subsample_size=100)
+    for kernel, every in (("BAOAB", 1), ("BAOAB", 4), ("BAOAB", 16), ("SGNHT", 1),
+                          ("SGHMC", 1), ("SGHMC", 4)):
+        yield (f"German credit, {kernel}, target_bias=0.4, gibbs_every={every}",
+               ns.SGGibbs(getattr(ns, kernel)(model, target_bias=0.4), gibbs_every=every),
+               (X, y), "tau", (float(ref["mean"][0]), float(ref["sd"][0])))
+
+
 def grid(cache):
     for name, kernel, args, scale, _, reference in amplification.configurations(cache):
         yield name, kernel, args, scale, reference
@@ -123,7 +139,7 @@ def judged(name, kernel, args, scale, reference, num_samples):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--set", nargs="+", default=["grid", "held-out"],
-                        choices=["grid", "held-out"])
+                        choices=["grid", "held-out", "momentum"])
     parser.add_argument("--num-samples", type=int, default=40_000)
     parser.add_argument("--cache", type=Path, default=ROOT / "docs" / "results")
     parser.add_argument("--only", default=None, help="the runs whose name holds it")
@@ -132,7 +148,7 @@ def main():
           "| largest predicted, any Gibbs coordinate | ESS log scale | verdict |")
     print("|---|---|---|---|---|---|---|")
     for which in a.set:
-        runs = grid(a.cache) if which == "grid" else held_out(a.cache)
+        runs = {"grid": grid, "held-out": held_out, "momentum": momentum}[which](a.cache)
         for name, kernel, args, scale, reference in runs:
             if a.only is not None and a.only not in name:
                 continue
