@@ -33,8 +33,9 @@ where its predicted shift is beyond :data:`~numpyro_sgrld.verdict.judge.MEAN_ERR
 its error (the readings' errors, at :func:`~numpyro_sgrld.core.equipartition.critical_z` over
 the Gibbs coordinates), on chains that have mixed. The prediction is first order: on the
 regressions of ``docs/gibbs.md`` it is 0.76-1.44 times the measured shift where the
-children's spread carries the bias (SGLD, SGHMC); BADODAB's shifts at four times the
-default's step target come by another path and are not predicted.
+children's spread carries the bias (SGLD, SGHMC); at four times the default's step target
+the split integrators' shifts (BAOAB, BADODAB) come by another path, with each sweep, and are
+not predicted, and SGHMC's prediction overstates its shift (``docs/gibbs.md``).
 """
 
 from functools import partial
