@@ -358,3 +358,32 @@ def check_thermostat_absorbs_noise(kernel, A=1.0, h=2e-5, chains=100, steps=500_
     limit = bonferroni_z(2)
     assert abs(z_of_mean(xi, expected)) < limit, (xi.mean(), expected)
     assert abs(z_of_mean(xi, A)) > limit
+
+
+def weakly_informed_regression(X, y):
+    """``w_j ~ N(0, tau^2)``, ``tau ~ Gamma(2, 2)``, ``y ~ N(X w, 1)`` with a subsampled data
+    plate: with predictors small enough the data barely touch the weights, and ``tau``'s law is
+    its prior's and its children's alone (``test_gibbs.py``, ``test_gibbs_bias_check.py``)."""
+    import numpyro
+    import numpyro.distributions as dist
+
+    tau = numpyro.sample("tau", dist.Gamma(2.0, 2.0))
+    w = numpyro.sample("w", dist.Normal(0.0, tau).expand([X.shape[1]]).to_event(1))
+    with numpyro.plate("data", X.shape[0], subsample_size=20) as idx:
+        numpyro.sample("y", dist.Normal(X[idx] @ w, 1.0), obs=y[idx])
+
+
+def exact_log_tau(X, y):
+    """``log tau``'s posterior mean and sd under :func:`weakly_informed_regression` (given
+    ``tau``, ``y ~ N(0, tau^2 X X^T + I)``: a quadrature over ``log tau``)."""
+    import numpy as np
+
+    log_tau = np.linspace(-6.0, 3.0, 3000)
+    eigenvalues, vectors = np.linalg.eigh(X @ X.T)
+    variances = np.exp(2 * log_tau)[:, None] * eigenvalues + 1.0
+    log_p = (-0.5 * np.sum(np.log(variances) + (vectors.T @ y) ** 2 / variances, axis=1)
+             + 2.0 * log_tau - 2.0 * np.exp(log_tau))
+    p = np.exp(log_p - log_p.max())
+    p /= p.sum()
+    mean = np.sum(p * log_tau)
+    return mean, np.sqrt(np.sum(p * (log_tau - mean) ** 2))

@@ -18,7 +18,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 import pytest
-from conftest import bonferroni_z, moment_z_scores
+from conftest import bonferroni_z, exact_log_tau, moment_z_scores, weakly_informed_regression
 from numpyro.infer import MCMC, NUTS
 
 import numpyro_sgrld as ns
@@ -753,15 +753,6 @@ def test_the_data_curvature_is_learnt_exactly_where_a_scale_collapses():
     np.testing.assert_allclose(estimate["w"], np.full(3, 160.0), rtol=1e-5)
 
 
-def weakly_informed_regression(X, y):
-    """``w_j ~ N(0, tau^2)`` that the data barely touch: ``tau``'s law is its prior's and
-    its children's alone."""
-    tau = numpyro.sample("tau", dist.Gamma(2.0, 2.0))
-    w = numpyro.sample("w", dist.Normal(0.0, tau).expand([X.shape[1]]).to_event(1))
-    with numpyro.plate("data", X.shape[0], subsample_size=20) as idx:
-        numpyro.sample("y", dist.Normal(X[idx] @ w, 1.0), obs=y[idx])
-
-
 @pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="the SG step's bias moves a scale that only its prior "
                    "and weakly informed children hold by about 0.25 of its sd at the default "
@@ -772,15 +763,7 @@ def test_a_scale_held_by_its_prior_and_weakly_informed_children_matches_its_exac
     ESS-based errors."""
     rng = np.random.default_rng(0)
     X, y = 0.02 * rng.normal(size=(200, 9)), rng.normal(size=200)
-    log_tau = np.linspace(-6.0, 3.0, 3000)
-    eigenvalues, vectors = np.linalg.eigh(X @ X.T)
-    variances = np.exp(2 * log_tau)[:, None] * eigenvalues + 1.0
-    log_p = (-0.5 * np.sum(np.log(variances) + (vectors.T @ y) ** 2 / variances, axis=1)
-             + 2.0 * log_tau - 2.0 * np.exp(log_tau))
-    p = np.exp(log_p - log_p.max())
-    p /= p.sum()
-    mean = np.sum(p * log_tau)
-    sd = np.sqrt(np.sum(p * (log_tau - mean) ** 2))
+    mean, sd = exact_log_tau(X, y)
     mcmc = MCMC(ns.SGGibbs(ns.SGLD(weakly_informed_regression)), num_warmup=2000,
                 num_samples=20000, num_chains=4, chain_method="vectorized", progress_bar=False)
     with warnings.catch_warnings():

@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
-import numpyro.distributions as dist
 import pytest
+from conftest import exact_log_tau, weakly_informed_regression
 from numpyro.infer import MCMC
 
 import numpyro_sgrld as ns
@@ -97,29 +97,6 @@ def test_the_check_names_a_gibbs_site_beyond_the_bound_and_its_error_only():
     assert said(1.01, 0.001) == []  # about 0.09 sd: within the bound
     assert said(1.03, 0.02) == []  # about 0.27 +- 0.18 sd: within its error
     assert "narrows" in said(0.97, 0.001)[0]
-
-
-def weakly_informed_regression(X, y):
-    """``w_j ~ N(0, tau^2)`` that the data barely touch: ``tau``'s law is its prior's and
-    its children's alone."""
-    tau = numpyro.sample("tau", dist.Gamma(2.0, 2.0))
-    w = numpyro.sample("w", dist.Normal(0.0, tau).expand([X.shape[1]]).to_event(1))
-    with numpyro.plate("data", X.shape[0], subsample_size=20) as idx:
-        numpyro.sample("y", dist.Normal(X[idx] @ w, 1.0), obs=y[idx])
-
-
-def exact_log_tau(X, y):
-    """``log tau``'s posterior mean and sd (given ``tau``, ``y ~ N(0, tau^2 X X^T + I)``; a
-    quadrature over ``log tau``)."""
-    log_tau = np.linspace(-6.0, 3.0, 3000)
-    eigenvalues, vectors = np.linalg.eigh(X @ X.T)
-    variances = np.exp(2 * log_tau)[:, None] * eigenvalues + 1.0
-    log_p = (-0.5 * np.sum(np.log(variances) + (vectors.T @ y) ** 2 / variances, axis=1)
-             + 2.0 * log_tau - 2.0 * np.exp(log_tau))
-    p = np.exp(log_p - log_p.max())
-    p /= p.sum()
-    mean = np.sum(p * log_tau)
-    return mean, np.sqrt(np.sum(p * (log_tau - mean) ** 2))
 
 
 def judged_run(children, predictor_sd, num_samples, chain_method="vectorized", **own):
