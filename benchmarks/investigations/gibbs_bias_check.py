@@ -18,7 +18,8 @@ credit at ``target_bias=0.4`` with BAOAB, SGNHT and SGHMC, and BAOAB and SGHMC s
 Gibbs sites every 4th (and BAOAB every 16th) step after warm-up; ``small-groups``: the random
 intercept with 5 rows a group (500 rows, minibatch 50), where the data say little about each
 intercept, at the defaults of SGLD, SGHMC and BADODAB, with the worst coordinate's error over
-every site (``mu``, ``log sigma``, the intercepts, the slopes) against NUTS as well. References:
+every site (``mu``, ``log sigma``, the intercepts, the slopes) against NUTS (on the
+intercepts non-centred) as well. References:
 ``tau``'s exact posterior by quadrature, NUTS on the full data for the others (cached in
 ``docs/results``)::
 
@@ -48,7 +49,9 @@ import gibbs_random_intercept as intercept  # noqa: E402
 import gibbs_scale_bias_width as width  # noqa: E402
 import gibbs_site_amplification as amplification  # noqa: E402
 import gibbs_sparse_logistic as sparse  # noqa: E402
+from numpyro.handlers import reparam  # noqa: E402
 from numpyro.infer import NUTS  # noqa: E402
+from numpyro.infer.reparam import LocScaleReparam  # noqa: E402
 from numpyro_sgrld.models import logistic_regression as lr  # noqa: E402
 from reference_moments import cached_reference, errors  # noqa: E402
 
@@ -111,9 +114,12 @@ def small_groups(cache):
     keep = np.flatnonzero(np.arange(x.shape[0]) % (x.shape[0] // intercept.GROUPS)
                           < SMALL_ROWS)
     args = (group[keep], x[keep], y[keep])
+    # NUTS on the intercepts non-centred: on the centred funnel it reads log sigma's sd 15 %
+    # narrow with no divergence (0.240 against 0.284)
+    non_centred = reparam(intercept.model, config={"alpha": LocScaleReparam(0)})
     path = cache / f"gibbs_bias_check_intercept_{SMALL_ROWS}_rows_reference.npz"
     ref = cached_reference(
-        path, lambda: intercept.run(NUTS(ns.full_batch(intercept.model)), args, 1000, 4000,
+        path, lambda: intercept.run(NUTS(ns.full_batch(non_centred)), args, 1000, 4000,
                                     seed=1)[0], ("mu", "log_sigma", "alpha", "beta"))
     model = partial(intercept.model, subsample_size=50)
     for kernel in ("SGLD", "SGHMC", "BADODAB"):
