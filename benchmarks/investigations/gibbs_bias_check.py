@@ -25,7 +25,10 @@ intercepts non-centred) as well. References:
 
     python benchmarks/investigations/gibbs_bias_check.py --set grid held-out
     python benchmarks/investigations/gibbs_bias_check.py --set momentum
-    python benchmarks/investigations/gibbs_bias_check.py --set small-groups
+    python benchmarks/investigations/gibbs_bias_check.py --set small-groups --with-means
+
+``--with-means`` adds the prediction with the children's mean shifts as well (not in the
+verdict; :func:`mean_part`).
 """
 
 import argparse
@@ -139,9 +142,34 @@ def advised(problem):
     return float(found.group(1)) if found else None
 
 
-def judged(name, kernel, args, scale, reference, num_samples, every_site=None):
+def mean_part(mcmc, kernel, groups):
+    r"""Per decentred group, :math:`2\bar u_j \bar g_j` averaged over its elements: a
+    child's mean shift :math:`\delta_j` (the mean of its gradient :math:`\bar g_j`, zero under
+    the posterior, over its curvature, 1 in the decentred coordinates) times twice its mean
+    :math:`\bar u_j`, the first-order growth of its reading :math:`u_j^2` beside the
+    spread's :math:`\varepsilon_j`; :math:`\bar u` and :math:`\bar g` from different chains
+    (their product's own noise has no mean then). Not in the verdict."""
+    eq = jax.device_get(mcmc.last_state.sg_state.equipartition)
+    count = np.asarray(eq.count, np.float64)[:, None]
+    parts = []
+    for site in (s + "_decentered" for s in kernel.decentred_sites):
+        chains = count.shape[0]
+        g = np.asarray(eq.gradient[site], np.float64).reshape(chains, -1) / count
+        u = (np.asarray(eq.shift[site], np.float64).reshape(chains, -1) / count
+             + np.asarray(eq.centre[site], np.float64).reshape(chains, -1))
+        cross = (u.sum(0) * g.sum(0) - (u * g).sum(0)) / (chains * (chains - 1))
+        parts.append(2 * cross)
+    per_element = np.concatenate(parts)
+    return per_element if len(groups) == per_element.size else np.array(
+        [p.mean() for p in parts])
+
+
+def judged(name, kernel, args, scale, reference, num_samples, every_site=None,
+           with_means=False):
     """The row of one run, and the ``target_bias`` its warning advised (or ``None``);
-    ``every_site``: a reference of every site, whose worst coordinate is added to the name."""
+    ``every_site``: a reference of every site, whose worst coordinate is added to the name;
+    ``with_means``: the prediction with the children's mean shifts too (:func:`mean_part`:
+    the scale's and the largest over the Gibbs coordinates) in a last column."""
     mean, sd = reference
     mcmc = MCMC(kernel, num_warmup=2000, num_samples=num_samples, num_chains=4,
                 chain_method="vectorized", progress_bar=False)
@@ -169,6 +197,12 @@ def judged(name, kernel, args, scale, reference, num_samples, every_site=None):
     accurate = "yes" if abs(err) <= 0.15 else "no"
     row = (f"| {name} | {err:+.3f} ± {se:.3f} | {accurate} | {shift[i]:+.3f} ± {error[i]:.3f} "
            f"| {np.nanmax(np.abs(shift)):.3f} | {ess:.0f} | {verdict} |")
+    if with_means:
+        readings = np.asarray(v.temperatures.estimate)[k] + mean_part(mcmc, kernel, groups)
+        both = gibbs_bias_check.predicted_shifts(
+            mcmc.last_state.sg_state.monitor.composed, readings,
+            np.asarray(v.temperatures.se)[k])[0]
+        row += f" {both[i]:+.3f}, {np.nanmax(np.abs(both)):.3f} |"
     return row, advised(said)
 
 
@@ -179,10 +213,13 @@ def main():
     parser.add_argument("--num-samples", type=int, default=40_000)
     parser.add_argument("--cache", type=Path, default=ROOT / "docs" / "results")
     parser.add_argument("--only", default=None, help="the runs whose name holds it")
+    parser.add_argument("--with-means", action="store_true",
+                        help="a last column: the prediction with the children's mean shifts")
     a = parser.parse_args()
     print("| run | log scale error (sd) ± se | within 0.15 | predicted shift ± se "
-          "| largest predicted, any Gibbs coordinate | ESS log scale | verdict |")
-    print("|---|---|---|---|---|---|---|")
+          "| largest predicted, any Gibbs coordinate | ESS log scale | verdict |"
+          + (" with mean shifts: the scale, the largest |" if a.with_means else ""))
+    print("|---|---|---|---|---|---|---|" + ("---|" if a.with_means else ""))
     for which in a.set:
         runs = {"grid": grid, "held-out": held_out, "momentum": momentum,
                 "small-groups": small_groups}[which](a.cache)
@@ -190,7 +227,7 @@ def main():
             if a.only is not None and a.only not in name:
                 continue
             row, target = judged(f"{which}: {name}", kernel, args, scale, reference,
-                                 a.num_samples, *every_site)
+                                 a.num_samples, *(every_site or [None]), a.with_means)
             print(row, flush=True)
             if which == "held-out" and name.startswith("prior, 18 children, SGLD") and target:
                 again = prior_run(f"prior, 18 children, SGLD, target_bias={target:.2g} "
