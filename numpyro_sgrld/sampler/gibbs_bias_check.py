@@ -35,7 +35,9 @@ the Gibbs coordinates), on chains that have mixed. The prediction is first order
 regressions of ``docs/gibbs.md`` it is 0.76-1.44 times the measured shift where the
 children's spread carries the bias (SGLD, SGHMC); at four times the default's step target
 the split integrators' shifts (BAOAB, BADODAB) come by another path, with each sweep, and are
-not predicted, and SGHMC's prediction overstates its shift (``docs/gibbs.md``).
+not predicted, and SGHMC's prediction overstates its shift; the children's mean shifts are
+not carried (a random intercept of a few rows a group moves its scale through them;
+``docs/gibbs.md``).
 """
 
 from functools import partial
