@@ -75,36 +75,6 @@ def test_the_log_spreads_are_summed_over_each_equipartition_group():
                                rtol=1e-5)
 
 
-def test_the_mean_shifts_pair_each_childs_mean_with_its_gradient_from_other_chains():
-    """``2 ubar_j gbar_j`` over pairs of different chains (``ubar`` the child's mean position,
-    ``gbar`` its mean gradient), per coordinate or averaged over a site, with each chain left
-    out in turn for the jackknife; nothing with fewer than 3 chains."""
-    from numpyro_sgrld.core.equipartition import Equipartition
-
-    rng = np.random.default_rng(2)
-    chains, d = 4, 3
-    count = np.array([100.0, 80.0, 120.0, 100.0])
-    centre = {"w_decentered": rng.normal(size=(chains, d))}
-    shift = {"w_decentered": rng.normal(size=(chains, d)) * count[:, None]}
-    gradient = {"w_decentered": rng.normal(size=(chains, d)) * count[:, None]}
-    acc = Equipartition(None, centre, shift, gradient, count, None, None, None, None)
-    u = shift["w_decentered"] / count[:, None] + centre["w_decentered"]
-    g = gradient["w_decentered"] / count[:, None]
-
-    def pairs(kept):
-        return 2 * np.mean([u[a] * g[b] for a in kept for b in kept if a != b], axis=0)
-
-    m, jackknife = check.mean_shifts(acc, ("w_decentered",), per_coordinate=True)
-    np.testing.assert_allclose(m, pairs(range(chains)), rtol=1e-12)
-    for c in range(chains):
-        np.testing.assert_allclose(jackknife[c], pairs([k for k in range(chains) if k != c]),
-                                   rtol=1e-12)
-    m, _ = check.mean_shifts(acc, ("w_decentered",), per_coordinate=False)
-    np.testing.assert_allclose(m, [pairs(range(chains)).mean()], rtol=1e-12)
-    two = jax.tree.map(lambda x: x[:2], acc)
-    assert check.mean_shifts(two, ("w_decentered",), per_coordinate=True) is None
-
-
 def test_the_check_names_a_gibbs_site_beyond_the_bound_and_its_error_only():
     """A shift beyond ``MEAN_ERROR`` and its error is named with the target_bias that
     brings it to half the bound; one within the bound, or within its error, is not."""

@@ -51,7 +51,7 @@ from numpyro_sgrld.core import equipartition
 from numpyro_sgrld.sampler import decentring, gibbs_start
 
 __all__ = ["GibbsMoments", "arm", "coordinates", "group_names", "init", "kept", "log_spreads",
-           "mean_shifts", "predicted_shifts", "problems", "update"]
+           "predicted_shifts", "problems", "update"]
 
 
 class GibbsMoments(NamedTuple):
@@ -146,53 +146,12 @@ def predicted_shifts(moments, readings, readings_se):
     return per_sd @ eps, np.sqrt((per_sd ** 2) @ se ** 2)
 
 
-def mean_shifts(acc, leaves, per_coordinate):
-    r"""The children's mean shifts as their readings would carry them: per decentred group,
-    :math:`2\bar u_j \delta_j` (averaged over the group's elements where the equipartition
-    check reads whole sites), :math:`\delta_j` a child's mean gradient over the run (zero
-    under the posterior, by Stein's identity; its mean shift over its curvature, 1 in the
-    decentred coordinates) and :math:`\bar u_j` its mean, each from a different chain (the
-    mean over pairs of chains), so that the two means' own errors add no mean to their
-    product: the first-order growth of the reading :math:`u_j^2` beside :math:`\varepsilon_j`.
-    ``(m, jackknife)``: ``(J,)``, and ``(C, J)`` with each chain left out in turn; ``None``
-    with fewer than 3 chains (a pair is needed with one left out) or no sums. ``acc``: the
-    chains' :class:`~numpyro_sgrld.core.equipartition.Equipartition` sums, stacked;
-    ``leaves``: the decentred sites' names in the position."""
-    count = None if acc is None else np.asarray(acc.count, np.float64)
-    if count is None or count.ndim == 0 or count.shape[0] < 3 or not np.all(count > 0):
-        return None
-    chains = count.shape[0]
-
-    def means(tree, leaf):
-        return np.asarray(tree[leaf], np.float64).reshape(chains, -1)
-
-    parts = [(means(acc.shift, leaf) / count[:, None] + means(acc.centre, leaf),
-              means(acc.gradient, leaf) / count[:, None]) for leaf in leaves]
-
-    def grouped(kept):
-        out = []
-        for u, g in parts:
-            u, g = u[kept], g[kept]
-            n = u.shape[0]
-            pairs = 2 * (u.sum(0) * g.sum(0) - (u * g).sum(0)) / (n * (n - 1))
-            out.append(pairs if per_coordinate else np.atleast_1d(pairs.mean()))
-        return np.concatenate(out)
-
-    every = np.arange(chains)
-    return grouped(every), np.stack([grouped(np.delete(every, c)) for c in every])
-
-
-def problems(moments, temperatures, groups, gibbs_names, run, bound, leaves=(),
-             per_coordinate=True, sums=None):
+def problems(moments, temperatures, groups, gibbs_names, run, bound):
     """The verdict's problem (a one-item list) where a Gibbs coordinate's predicted shift
-    (:func:`predicted_shifts`, the children's readings with their mean shifts,
-    :func:`mean_shifts`, where ``sums`` holds the equipartition sums of at least 3 chains)
-    is beyond ``bound`` sds and beyond its error (the readings' errors and the mean shifts'
-    jackknife error over the chains); ``[]`` where none is or nothing was kept. ``groups``:
-    the decentred groups' names among the ``temperatures``' (:func:`group_names`);
-    ``gibbs_names``: the Gibbs coordinates' ``(site, index)``; ``run``: the
-    :class:`~numpyro_sgrld.verdict.run.Run`; ``leaves``, ``per_coordinate``: the decentred
-    sites' names in the position and whether the groups are its coordinates."""
+    (:func:`predicted_shifts`) is beyond ``bound`` sds and beyond its error; ``[]`` where
+    none is or nothing was kept. ``groups``: the decentred groups' names among the
+    ``temperatures``' (:func:`group_names`); ``gibbs_names``: the Gibbs coordinates'
+    ``(site, index)``; ``run``: the :class:`~numpyro_sgrld.verdict.run.Run`."""
     if moments is None or temperatures is None or not groups:
         return []
     at = {n: k for k, n in enumerate(temperatures.names)}
@@ -201,14 +160,6 @@ def problems(moments, temperatures, groups, gibbs_names, run, bound, leaves=(),
     k = [at[g] for g in groups]
     estimate, se = np.asarray(temperatures.estimate)[k], np.asarray(temperatures.se)[k]
     shift, error = predicted_shifts(moments, estimate, se)
-    shifted = mean_shifts(sums, leaves, per_coordinate)
-    if shifted is not None and shifted[0].shape == estimate.shape:
-        m, jackknife = shifted
-        shift = predicted_shifts(moments, estimate + m, se)[0]
-        left_out = np.stack([predicted_shifts(moments, estimate + x, se)[0] for x in jackknife])
-        c = left_out.shape[0]
-        spread = np.sqrt((c - 1) / c * np.sum((left_out - left_out.mean(0)) ** 2, 0))
-        error = np.hypot(error, spread)
     z = equipartition.critical_z(len(gibbs_names), temperatures.batches or None)
     beyond = [i for i in range(len(shift))
               if abs(shift[i]) > bound and abs(shift[i]) > z * error[i]]
@@ -230,8 +181,8 @@ def problems(moments, temperatures, groups, gibbs_names, run, bound, leaves=(),
         f"The Gibbs site {name!r}[{j}] (unconstrained) is predicted to sit {shift[worst]:+.2f}"
         f" ± {error[worst]:.2f} of its posterior sd off{others}: the SG step "
         f"{'widens' if widest > 0 else 'narrows'} its children's spread (by up to "
-        f"{abs(widest):.1%}) or moves their means, and a Gibbs site reads that from every "
-        f"child on every sweep (docs/gibbs.md). {fix}, and compare the Gibbs sites' means."]
+        f"{abs(widest):.1%}), and a Gibbs site reads that from every child on every sweep "
+        f"(docs/gibbs.md). {fix}, and compare the Gibbs sites' means."]
 
 
 def coordinates(gibbs, transforms):
@@ -255,9 +206,7 @@ def arm(sg_state, gibbs, transforms, decentred_sites, num_chains=None):
              for j in range(int(jnp.size(t.inv(first[k]))))]
     theta = coordinates(first, transforms)
     fresh = gibbs_start.repeated(init(theta.size, len(groups), theta.dtype), num_chains)
-    check = partial(problems, groups=groups, gibbs_names=names,
-                    leaves=tuple(s + decentring.SUFFIX for s in decentred_sites),
-                    per_coordinate=equipartition.per_coordinate(jax.tree.map(one, sg_state.z)))
+    check = partial(problems, groups=groups, gibbs_names=names)
     return sg_state._replace(monitor=monitor._replace(composed=fresh)), index, check
 
 

@@ -200,7 +200,7 @@ def report(kernel, sums, squares, origin, rejected, step_size, equipartition_sum
     thermostat = (None if any(x is None for x in thermostats)
                   else np.concatenate(thermostats))
     run.reports.clear()
-    temperatures = pooled = None
+    temperatures = None
     if all(r is not None for r in readings):
         pooled = jax.tree.map(lambda *x: np.concatenate(x), *readings)
         temperatures = equipartition.summarize(pooled, describe(kernel).temperature)
@@ -209,7 +209,7 @@ def report(kernel, sums, squares, origin, rejected, step_size, equipartition_sum
     rhat, ess = monitor.judge(sums, squares, origin, run.num_samples)
     v = judgement(rhat, ess, run.names, int(rejected.sum()), run.num_samples, kernel, step,
                   temperatures, sums.shape[0], thermostat, describe(kernel).network_sites,
-                  monitor.centring(sums, squares, origin, run.num_samples), composed, pooled)
+                  monitor.centring(sums, squares, origin, run.num_samples), composed)
     if not v.trusted:
         # sent from XLA's host callback: no user frame to point at
         warnings.warn_explicit(str(v), UserWarning, "numpyro_sgrld verdict", 0)

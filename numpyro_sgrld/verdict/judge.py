@@ -153,8 +153,7 @@ def _coordinates(draws_by_chain):
 
 
 def verdict(draws_by_chain, rejected=None, num_steps=None, kernel=None, step_size=None,
-            temperatures=None, thermostat=None, network_sites=None, composed=None,
-            equipartition_sums=None):
+            temperatures=None, thermostat=None, network_sites=None, composed=None):
     """The :class:`Verdict` of draws grouped by chain (a dict of arrays ``(chains, draws,
     ...)``, as ``mcmc.get_samples(group_by_chain=True)``); ``rejected``, the steps rejected
     after warm-up; ``num_steps``, the steps the draws came from (for the advice); ``kernel``
@@ -164,8 +163,7 @@ def verdict(draws_by_chain, rejected=None, num_steps=None, kernel=None, step_siz
     bridge sampled (judged in function space: their R-hat is information, and a site
     :data:`numpyro_sgrld.verdict.evaluation.NAME` of the draws, the log-likelihood of a fixed
     evaluation batch, is judged instead); ``composed``, what a composing kernel kept for its
-    own check (:attr:`~numpyro_sgrld.verdict.run.Run.composed_check`), which also reads the
-    chains' ``equipartition_sums`` (stacked)."""
+    own check (:attr:`~numpyro_sgrld.verdict.run.Run.composed_check`)."""
     columns = _coordinates(draws_by_chain)
     rhats, esss, centring = [], [], []
     for _, _, x in columns:
@@ -182,7 +180,7 @@ def verdict(draws_by_chain, rejected=None, num_steps=None, kernel=None, step_siz
     chains = columns[0][2].shape[0] if columns else 1
     return judgement(rhats, esss, [(name, j) for name, j, _ in columns], rejected,
                      num_steps, kernel, step_size, temperatures, chains, thermostat,
-                     network_sites, centring, composed, equipartition_sums)
+                     network_sites, centring, composed)
 
 
 def max_rhat(num_chains=1):
@@ -226,12 +224,11 @@ def rhat_noise(ess, num_chains=1, num_tests=1):
 
 def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
               step_size=None, temperatures=None, num_chains=1, thermostat=None,
-              network_sites=None, centring=None, composed=None, equipartition_sums=None):
+              network_sites=None, centring=None, composed=None):
     """The :class:`Verdict` from each judged coordinate's split R-hat and bulk ESS, with its
     ``sites`` (``(name, flat index)`` each); ``centring``, each coordinate's
     :func:`~numpyro_sgrld.core.equipartition.centring_factor` (several chains); ``composed``,
-    what a composing kernel kept, judged by its ``composed_check`` with the readings and the
-    chains' ``equipartition_sums``; the other
+    what a composing kernel kept, judged by its ``composed_check`` with the readings; the other
     arguments as :func:`verdict`'s (``kernel`` a kernel or its
     :class:`~numpyro_sgrld.verdict.run.Run`)."""
     run = describe(kernel)
@@ -341,8 +338,7 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
             problems.append(problem)
     if run.composed_check is not None and composed is not None and not (rhat_fail or ess_fail):
         # judged on mixed chains only: unmixed moments say little, and more steps come first
-        problems.extend(run.composed_check(composed, temperatures, run=run, bound=MEAN_ERROR,
-                                           sums=equipartition_sums))
+        problems.extend(run.composed_check(composed, temperatures, run=run, bound=MEAN_ERROR))
     if run.given:
         notes.extend(kernel_notes(run, step_size))
     trusted = not problems and (bool(columns) or bool(network))
@@ -433,8 +429,7 @@ def check(mcmc, warn=True):
     v = verdict(draws, rejected, mcmc.num_samples, run,
                 getattr(state, "step_size", None), temperatures_of(state, run),
                 thermostat_of(state), run.network_sites,
-                getattr(getattr(state, "monitor", None), "composed", None),
-                jax.device_get(getattr(state, "equipartition", None)))
+                getattr(getattr(state, "monitor", None), "composed", None))
     if warn and not v.trusted:
         warnings.warn(str(v), UserWarning, stacklevel=2)
     return v

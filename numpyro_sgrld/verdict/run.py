@@ -30,8 +30,7 @@ class Run(NamedTuple):
     - **bias_hint** – a note on the step's bias that such a kernel adds (what the checks do
       not see within Gibbs, and how to check it).
     - **composed_check** – the check such a kernel makes of what it kept in the run monitor:
-      ``composed_check(kept, temperatures, run=..., bound=..., sums=...)`` (the
-      chains' equipartition sums, stacked), a list of problems
+      ``composed_check(kept, temperatures, run=..., bound=...)``, a list of problems
       (:func:`numpyro_sgrld.sampler.gibbs_bias_check.problems`); ``None`` without.
     """
 
