@@ -36,6 +36,8 @@ enough (``docs/gibbs.md``: such a scale 0.25-0.44 of its sd off at the default).
 """
 import jax.numpy as jnp
 
+from numpyro_sgrld.verdict.judge import MEAN_ERROR
+
 __all__ = ["BIAS_SHARE_SCALE", "FIXED_SHARE", "bias_hint", "learnt", "share", "start",
            "weakly_informed", "with_share"]
 
@@ -105,8 +107,8 @@ def bias_hint(adapts_step_size):
     return ("Within Gibbs the Gibbs sites are drawn given the SG sites, so they read the "
             "step's bias in their children's spread, amplified by their own correlation time; "
             "the verdict predicts each Gibbs site's shift from its children's equipartition "
-            "readings and names one beyond 0.15 of its sd, but it does not see the children's "
-            "mean shifts (groups with few rows each), nor the path by which the split "
+            f"readings and names one beyond {MEAN_ERROR} of its sd, but it does not see the "
+            "children's mean shifts (groups with few rows each), nor the path by which the split "
             "integrators (BAOAB, BADODAB) move Gibbs sites at large steps, and it can "
             f"overstate SGHMC's{share_note} "
             f"(docs/gibbs.md); to check a Gibbs site's mean, compare a run at {smaller}.")
