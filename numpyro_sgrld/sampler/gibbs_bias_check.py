@@ -229,5 +229,7 @@ def kept(sg_state, gibbs, curvature, run_info, index, transforms, per_chain, vec
         spread = log_spreads(position, loc_scale(position, g, f), f, index)
         return update(sg.monitor.composed, coordinates(g, transforms), spread, offset)
 
-    composed = per_chain(one)(sg_state, gibbs, curvature)
+    # a branch, not a select (the offset is the same for vectorised chains): no work in warm-up
+    composed = jax.lax.cond(offset >= 0, lambda: per_chain(one)(sg_state, gibbs, curvature),
+                            lambda: monitor.composed)
     return sg_state._replace(monitor=monitor._replace(composed=composed))
