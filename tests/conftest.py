@@ -19,14 +19,17 @@ import pytest
 from numpyro_sgrld.models._data import DataNotFoundError
 
 jax.config.update("jax_platform_name", "cpu")
-# A compilation cache for the run (per process, or shared where the variable is inherited):
+# A compilation cache for the run (shared with the processes that inherit the variable):
 # tests that build the same program (the same kernel on the same model and shapes) compile it
 # once. A fresh directory per run, removed at its end by the process that made it: nothing
-# carries over between runs.
+# carries over between runs. Each pytest-xdist worker keeps its own folder in it: workers
+# reading and writing one folder at once crashed the reader (a segmentation fault in
+# ``jax/_src/compilation_cache.py``).
 if "NUMPYRO_SGRLD_TEST_JAX_CACHE" not in os.environ:
     os.environ["NUMPYRO_SGRLD_TEST_JAX_CACHE"] = tempfile.mkdtemp(prefix="jax-cache-")
     atexit.register(shutil.rmtree, os.environ["NUMPYRO_SGRLD_TEST_JAX_CACHE"], True)
-jax.config.update("jax_compilation_cache_dir", os.environ["NUMPYRO_SGRLD_TEST_JAX_CACHE"])
+jax.config.update("jax_compilation_cache_dir", os.path.join(
+    os.environ["NUMPYRO_SGRLD_TEST_JAX_CACHE"], os.environ.get("PYTEST_XDIST_WORKER", "main")))
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
