@@ -12,7 +12,10 @@ from numpyro_sgrld.core.integrator_base import (
     Integrator,
     NeedsConstantMetric,
     Overdamp,
+    PendingKick,
     Settle,
+    identity_closing,
+    merged_kick,
     time_step_law,
 )
 from numpyro_sgrld.core.tree import tree_normal
@@ -187,12 +190,13 @@ def sgnht(diffusion=1.0) -> Integrator:
 # --------------------------------------------------------------------------- BADODAB
 class BADODABState(NamedTuple):
     """BADODAB's momentum ``p`` (the last half kick pending, as for
-    :class:`~numpyro_sgrld.core.integrators.BAOABState`), its thermostat ``xi`` (a scalar) and
-    ``started``."""
+    :class:`~numpyro_sgrld.core.integrators.BAOABState`), its thermostat ``xi`` (a scalar),
+    ``started`` and ``closing`` (:class:`~numpyro_sgrld.core.integrator_base.PendingKick`)."""
 
     momentum: Any
     thermostat: Any
     started: Any
+    closing: Any = None
 
 
 def badodab(diffusion=1.0, thermal_mass=1.0) -> Integrator:
@@ -233,9 +237,9 @@ def badodab(diffusion=1.0, thermal_mass=1.0) -> Integrator:
     def step(key, position, state, grad, preconditioner, setting):
         step_size, temperature, context, oracle = setting
         h = step_size
-        kick = jnp.where(state.started, h, 0.5 * h)  # pending B + this B
+        kick = merged_kick(_root_t(preconditioner), state, grad, h)  # pending B + this B
         root = preconditioner.noise
-        p = jax.tree.map(lambda u, g: u - kick * g, state.momentum, _root_t(preconditioner)(grad))
+        p = jax.tree.map(jnp.subtract, state.momentum, kick)
         position = jax.tree.map(lambda x, u: x + 0.5 * h * u, position, root(p))
         xi = state.thermostat + 0.5 * h * (_kinetic_temperature(p) - temperature) / thermal_mass
         decay = jnp.exp(-xi * h)
@@ -247,13 +251,13 @@ def badodab(diffusion=1.0, thermal_mass=1.0) -> Integrator:
         p = jax.tree.map(lambda u, n: decay * u + scale * n, p, noise)
         xi = xi + 0.5 * h * (_kinetic_temperature(p) - temperature) / thermal_mass
         position = jax.tree.map(lambda x, u: x + 0.5 * h * u, position, root(p))
-        return position, BADODABState(p, xi, jnp.ones((), bool))
+        return position, BADODABState(p, xi, jnp.ones((), bool), identity_closing(state.closing))
 
     def refresh(state, key, temperature, preconditioner):
-        return BADODABState(_fresh(key, state.momentum, temperature),
-                            jnp.full_like(state.thermostat, diffusion),
-                            jnp.zeros_like(state.started))
+        return state._replace(momentum=_fresh(key, state.momentum, temperature),
+                              thermostat=jnp.full_like(state.thermostat, diffusion),
+                              started=jnp.zeros_like(state.started))
 
     return Integrator(init, step, name="badodab", traits=(
         NeedsConstantMetric(_THERMOSTAT_METRICS), BiasLaw(time_step_law(diffusion)),
-        Overdamp(refresh)))
+        Overdamp(refresh), PendingKick()))

@@ -4,8 +4,12 @@ integrators share."""
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import jax
+import jax.numpy as jnp
+
 __all__ = ["Integrator", "StepSetting", "BiasLaw", "StepHint", "Rescale", "Settle",
-           "Overdamp", "NeedsConstantMetric"]
+           "Overdamp", "NeedsConstantMetric", "PendingKick", "closed", "identity_closing",
+           "merged_kick"]
 
 
 class Integrator(NamedTuple):
@@ -105,6 +109,44 @@ class NeedsConstantMetric(NamedTuple):
     metric)."""
 
     hint: str = ""
+
+
+class PendingKick(NamedTuple):
+    r"""An integrator's trait: its state carries a step's closing half kick to the next step,
+    which applies it with that step's gradient (BAOAB, BADODAB), and a field ``closing``,
+    ``None`` or ``(scale, shift)`` (trees like the position): the closing half kick then
+    takes :math:`r \odot \nabla\hat U + q` in place of :math:`\nabla\hat U` (the
+    opening one :math:`\nabla\hat U`), and the step leaves :math:`r = 1, q = 0`. SG-MCMC
+    within Gibbs (:mod:`numpyro_sgrld.sampler.gibbs_kick`) sets it where a sweep between two
+    steps changes the potential and the coordinates: the closing half kick is then still
+    the gradient of the potential the step ended in, at the point where it ended."""
+
+
+def closed(closing, grad):
+    r""":math:`r \odot g + q` for ``closing`` :math:`(r, q)` and the gradient tree ``g``."""
+    scale, shift = closing
+    return jax.tree.map(lambda g, r, q: r * g + q, grad, scale, shift)
+
+
+def merged_kick(drift, state, grad, step_size):
+    r"""The velocity change of a step boundary's two half kicks merged into one, less its
+    sign: ``drift`` the preconditioner's :math:`D` (linear) applied to a gradient tree,
+    ``state`` an integrator state with ``started`` (no closing half kick before the first
+    step) and ``closing`` (:class:`PendingKick`), ``grad`` the step's gradient. Without a
+    ``closing``: :math:`h D\nabla\hat U` (:math:`\tfrac h2` before the first step)."""
+    kick = jnp.where(state.started, step_size, 0.5 * step_size)  # pending B + this B
+    if state.closing is None:
+        return jax.tree.map(lambda d: kick * d, drift(grad))
+    pending = jnp.where(state.started, 0.5 * step_size, 0.0)
+    return jax.tree.map(lambda d, c: 0.5 * step_size * d + pending * c,
+                        drift(grad), drift(closed(state.closing, grad)))
+
+
+def identity_closing(closing):
+    """``closing`` reset: :math:`r = 1, q = 0` (``None`` stays ``None``)."""
+    if closing is None:
+        return None
+    return jax.tree.map(jnp.ones_like, closing[0]), jax.tree.map(jnp.zeros_like, closing[1])
 
 
 def time_step_law(friction):

@@ -48,10 +48,13 @@ from numpyro_sgrld.core.integrator_base import (
     Integrator,
     NeedsConstantMetric,
     Overdamp,
+    PendingKick,
     Rescale,
     Settle,
     StepHint,
     StepSetting,
+    identity_closing,
+    merged_kick,
     time_step_law,
 )
 from numpyro_sgrld.core.tree import tree_normal, tree_where
@@ -365,11 +368,13 @@ def adaptive_drift(drift_scale=1.0, beta1=0.9, beta2=0.999, eps=1e-8) -> Integra
 # --------------------------------------------------------------------------- BAOAB
 class BAOABState(NamedTuple):
     """BAOAB's velocity :math:`v = Dp` after the O and A parts (the last half kick is applied
-    at the start of the next step, with that step's gradient) and ``started`` (False before
-    the first step, whose state has no pending half kick)."""
+    at the start of the next step, with that step's gradient), ``started`` (False before
+    the first step, whose state has no pending half kick) and ``closing`` (``None``, or how
+    the pending half kick reads the next gradient: :class:`PendingKick`)."""
 
     velocity: Any
     started: Any
+    closing: Any = None
 
 
 def baoab(friction=1.0) -> Integrator:
@@ -402,21 +407,20 @@ def baoab(friction=1.0) -> Integrator:
 
     def step(key, position, state, grad, preconditioner, setting):
         step_size, temperature, context, oracle = setting
-        kick = jnp.where(state.started, step_size, 0.5 * step_size)  # pending B + this B
-        drift = preconditioner.drift(grad)
-        v = jax.tree.map(lambda u, d: u - kick * d, state.velocity, drift)
+        kick = merged_kick(preconditioner.drift, state, grad, step_size)  # pending B + this B
+        v = jax.tree.map(jnp.subtract, state.velocity, kick)
         position = jax.tree.map(lambda x, u: x + 0.5 * step_size * u, position, v)
         decay = jnp.exp(-friction * step_size)
         scale = jnp.sqrt(temperature * (1.0 - decay ** 2))
         noise = preconditioner.noise(tree_normal(key, position))
         v = jax.tree.map(lambda u, n: decay * u + scale * n, v, noise)
         position = jax.tree.map(lambda x, u: x + 0.5 * step_size * u, position, v)
-        return position, BAOABState(v, jnp.ones((), bool))
+        return position, BAOABState(v, jnp.ones((), bool), identity_closing(state.closing))
 
     def refresh(state, key, temperature, preconditioner):
         v = preconditioner.noise(tree_normal(key, state.velocity))
-        return BAOABState(jax.tree.map(lambda u: jnp.sqrt(temperature) * u, v),
-                          jnp.zeros_like(state.started))
+        return state._replace(velocity=jax.tree.map(lambda u: jnp.sqrt(temperature) * u, v),
+                              started=jnp.zeros_like(state.started))
 
-    return Integrator(init, step, name="baoab",
-                      traits=(BiasLaw(time_step_law(friction)), Overdamp(refresh)))
+    return Integrator(init, step, name="baoab", traits=(
+        BiasLaw(time_step_law(friction)), Overdamp(refresh), PendingKick()))

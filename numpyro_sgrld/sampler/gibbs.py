@@ -8,7 +8,8 @@ One transition of :class:`SGGibbs` is
    ``gibbs_fn(rng_key, gibbs_sites, hmc_sites)`` draws the Gibbs sites from their conditional
    given the others (``hmc_sites``, constrained, at the chain's position: NumPyro's name for
    the sites the gradient-based kernel moves), exactly as ``HMCGibbs`` calls it; without a
-   ``gibbs_fn``, the automatic updates of :mod:`numpyro_sgrld.sampler.conditionals`;
+   ``gibbs_fn``, the automatic updates of :mod:`numpyro_sgrld.sampler.conditionals` (the SG
+   state carried across it: :mod:`~numpyro_sgrld.sampler.gibbs_kick`);
 2. one step of the stochastic-gradient kernel on the model conditioned on the Gibbs sites'
    new values (NumPyro's ``conditioned`` model and ``with_conditioning`` keyword arguments),
    the Gibbs sites' Gaussian children moved partially non-centred
@@ -50,6 +51,7 @@ from numpyro_sgrld.data.subsample import as_jax_array, compiled_subsampling, ful
 from numpyro_sgrld.sampler import conditionals, decentring, gibbs_bias, gibbs_start, interweaving
 from numpyro_sgrld.sampler import gibbs_bias_check as bias_check
 from numpyro_sgrld.sampler import gibbs_control_variates as gibbs_cv
+from numpyro_sgrld.sampler import gibbs_kick as kick
 from numpyro_sgrld.sampler.kernel import SGMCMC
 
 __all__ = ["SGGibbs", "SGGibbsState"]
@@ -293,6 +295,7 @@ class SGGibbs(MCMCKernel):
         sg_state = self.inner_kernel.init(key_init, num_warmup, sg_params or None, model_args,
                                           self._inner_kwargs(model_kwargs, gibbs, curvature))
         sg_state, children = gibbs_bias.start(sg_state, curvature, num_chains)
+        sg_state, self._prior_gradient = kick.armed(sg_state, self.inner_kernel)
         sg_state, self._bias_index, self.inner_kernel.composed_check = bias_check.arm(
             sg_state, gibbs, self._transforms_gibbs, self.decentred_sites, num_chains)
         state = SGGibbsState(None, sg_state, rng_key, curvature, centre, children)
@@ -384,16 +387,6 @@ class SGGibbs(MCMCKernel):
             z = decentring.centred(z, params, state.curvature)
         return {**gibbs, **z}
 
-    def _moved(self, sg_state, sites, params, curvature):
-        """``sg_state`` with its decentred sites (``z`` and ``proposal``) set so that the
-        centred ones are at ``sites`` under ``params`` and ``curvature``."""
-        moved = decentring.decentred(sites, params, curvature)
-        chain = sg_state.chain
-        chain = chain._replace(
-            z={**chain.z, **moved},
-            proposal=None if chain.proposal is None else {**chain.proposal, **moved})
-        return sg_state._replace(chain=chain)
-
     def sweep(self, state, model_args, model_kwargs, interweave=None):
         """The Gibbs sweep of one transition of one chain: ``(gibbs_sites, sg_state)``, the
         Gibbs sites' new values, drawn given the SG kernel's sites at the chain's position
@@ -407,8 +400,8 @@ class SGGibbs(MCMCKernel):
         gibbs = {k: state.z[k] for k in self.gibbs_sites}
         chain = state.sg_state.chain
         position = chain.z if chain.proposal is None else chain.proposal
-        sites, _ = self._centred(position, gibbs, state.curvature, model_args, model_kwargs)
-        gibbs = self._gibbs_fn(rng_key=key, gibbs_sites=gibbs, hmc_sites=sites)
+        sites, before = self._centred(position, gibbs, state.curvature, model_args, model_kwargs)
+        old, gibbs = gibbs, self._gibbs_fn(rng_key=key, gibbs_sites=gibbs, hmc_sites=sites)
         conditionals.check_gibbs_values(gibbs, self.gibbs_sites)
         if self.interwoven_sites:
             if interweave is None:
@@ -420,10 +413,15 @@ class SGGibbs(MCMCKernel):
                         self._loc_scale, model_args=model_args, model_kwargs=model_kwargs),
                     g, s),
                 lambda g, s: (g, s), gibbs, sites)
-        sg_state = state.sg_state
+        sg_state, params = state.sg_state, {}
         if self.decentred_sites:
             params = self._loc_scale({**sites, **gibbs}, model_args, model_kwargs)
-            sg_state = self._moved(sg_state, sites, params, state.curvature)
+            sg_state = kick.moved(sg_state, sites, params, state.curvature)
+        if self._prior_gradient is not None and not self.interwoven_sites:
+            sg_state = kick.carried(
+                sg_state, state.sg_state, kick.ratios(before, params, state.curvature),
+                lambda z, g: self._prior_gradient(z, model_args, self._inner_kwargs(
+                    model_kwargs, g, state.curvature, state.centre)), old, gibbs)
         return conditionals.finite_or_kept((gibbs, sg_state),
                                ({k: state.z[k] for k in self.gibbs_sites}, state.sg_state))
 
@@ -474,7 +472,7 @@ class SGGibbs(MCMCKernel):
         curvature = {s: jnp.maximum((1 - rate) * f + rate * estimate[s], 0.0)
                      for s, f in state.curvature.items()}
         sg_state, children = gibbs_bias.learnt(
-            self._moved(sg_state, sites, params, curvature), state.children, rate, params,
+            kick.moved(sg_state, sites, params, curvature), state.children, rate, params,
             curvature)
         return state._replace(sg_state=sg_state, rng_key=rng_key, curvature=curvature,
                               children=children)

@@ -37,7 +37,7 @@ from jax.flatten_util import ravel_pytree
 
 from numpyro_sgrld.core.algorithm import context, start
 from numpyro_sgrld.core.gradients import hessian_diagonal_estimate, shared_flag
-from numpyro_sgrld.core.integrator_base import BiasLaw, Rescale
+from numpyro_sgrld.core.integrator_base import BiasLaw, Rescale, identity_closing
 from numpyro_sgrld.core.metrics import Learnt, Restart
 from numpyro_sgrld.core.traits import trait
 from numpyro_sgrld.warmup.adaptation import (
@@ -218,12 +218,16 @@ def momentum_update(setting, integrator_state, ratio):
     return rescale.fn(integrator_state, ratio)
 
 
-def momentum_final(setting, z, key, step_size):
+def momentum_final(setting, z, key, step_size, previous):
     """The integrator's state started afresh at ``z`` for the new step: its momentum belongs
-    to the old geometry."""
+    to the old geometry. A closing half kick that ``previous`` (the state it replaces) carries
+    (:class:`~numpyro_sgrld.core.integrator_base.PendingKick`) is kept, reset."""
     algorithm = setting.algorithm
-    return algorithm.sampler.integrator.init(z, random.fold_in(key, 1), step_size,
-                                             algorithm.temperature)
+    fresh = algorithm.sampler.integrator.init(z, random.fold_in(key, 1), step_size,
+                                              algorithm.temperature)
+    if getattr(previous, "closing", None) is None:
+        return fresh
+    return fresh._replace(closing=identity_closing(previous.closing))
 
 
 # -- the preconditioner --------------------------------------------------------------------

@@ -116,7 +116,8 @@ def window_end(setting, moment, warm, chain, key):
                                gradient_state=gradient_state)
     step = pieces.step_size_final(setting, warm.step, z, learnt.preconditioner,
                                   chain.gradient_state, target, moment.idx, key)
-    integrator = pieces.momentum_final(setting, z, key, step.step_size)
+    integrator = pieces.momentum_final(setting, z, key, step.step_size,
+                                       chain.sampler_state.integrator)
     chain = chain._replace(sampler_state=chain.sampler_state._replace(integrator=integrator))
     return WarmupState(learnt.stats, step), chain
 
