@@ -1,6 +1,6 @@
-"""A split integrator's closing half kick across a Gibbs sweep
-(``numpyro_sgrld.sampler.gibbs_kick``): BAOAB and BADODAB within ``SGGibbs`` apply the half
-kick of the potential the step ended in, at the point where it ended."""
+"""A momentum integrator's closing half kick across a Gibbs sweep
+(``numpyro_sgrld.sampler.gibbs_kick``): BAOAB, BADODAB, SGHMC and SGNHT within ``SGGibbs``
+apply the half kick of the potential the step ended in, at the point where it ended."""
 
 import warnings
 from functools import partial
@@ -33,7 +33,7 @@ def data(children, predictor_sd, rows=200, seed=0):
     return jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32)
 
 
-@pytest.mark.parametrize("name", ["BAOAB", "BADODAB"])
+@pytest.mark.parametrize("name", ["BAOAB", "BADODAB", "SGHMC", "SGNHT"])
 def test_the_closing_half_kick_is_the_ended_potentials_gradient_on_any_minibatch(name):
     X, y = data(6, 1.0)  # informed children: the data's part of the gradient is large
     kernel = ns.SGGibbs(getattr(ns, name)(partial(regression, subsample_size=20),

@@ -15,6 +15,7 @@ from numpyro_sgrld.core.integrator_base import (
     PendingKick,
     Settle,
     identity_closing,
+    kicked,
     merged_kick,
     time_step_law,
 )
@@ -40,7 +41,8 @@ class SGNHTState(NamedTuple):
     r"""SGNHT's momentum ``p`` (tree of the position) and thermostat ``xi`` (a scalar); the
     mean ``heat`` over ``heated`` steps of the variance that each step adds to the momentum,
     the momentum's relaxation times those steps span (``relaxations``), and the
-    ``equilibrium`` friction the heat calls for (:func:`settle`)."""
+    ``equilibrium`` friction the heat calls for (:func:`settle`); ``closing``
+    (:class:`~numpyro_sgrld.core.integrator_base.PendingKick`)."""
 
     momentum: Any
     thermostat: Any
@@ -48,6 +50,7 @@ class SGNHTState(NamedTuple):
     heated: Any = None
     relaxations: Any = None
     equilibrium: Any = None
+    closing: Any = None
 
 
 #: Warm-up sets the thermostat to the equilibrium it measured (:func:`settle`) where that
@@ -169,20 +172,21 @@ def sgnht(diffusion=1.0) -> Integrator:
         noise = tree_normal(key, position)
         decay = jnp.exp(-xi * step_size)  # 1 - xi h to first order, stable for any xi h >= 0
         p = jax.tree.map(lambda u, g, n: decay * u - step_size * g + scale * n,
-                         state.momentum, _root_t(preconditioner)(grad), noise)
+                         state.momentum, _root_t(preconditioner)(kicked(state, grad)), noise)
         position = jax.tree.map(lambda x, u: x + step_size * u, position,
                                 preconditioner.noise(p))
         kinetic = _kinetic_temperature(p)
         size = sum(u.size for u in jax.tree.leaves(p))
         new_xi = xi + (kinetic - temperature) * step_size
         heating = _heating(state, xi, new_xi, kinetic, size, step_size, temperature)
-        return position, SGNHTState(p, new_xi, *heating)
+        return position, SGNHTState(p, new_xi, *heating, identity_closing(state.closing))
 
     return Integrator(init, step, name="sgnht", traits=(
-        NeedsConstantMetric(_THERMOSTAT_METRICS), Settle(settle, restart),
+        NeedsConstantMetric(_THERMOSTAT_METRICS), Settle(settle, restart), PendingKick(),
         Overdamp(lambda s, key, temperature, preconditioner: init(
             s.momentum, None, None, None)._replace(momentum=_fresh(key, s.momentum,
-                                                                   temperature))),
+                                                                   temperature),
+                                                   closing=identity_closing(s.closing))),
         BiasLaw(time_step_law(diffusion),
                 max_step=lambda target_bias: min(target_bias, 0.25) / diffusion)))
 

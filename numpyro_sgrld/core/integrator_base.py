@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 __all__ = ["Integrator", "StepSetting", "BiasLaw", "StepHint", "Rescale", "Settle",
            "Overdamp", "NeedsConstantMetric", "PendingKick", "closed", "identity_closing",
-           "merged_kick"]
+           "kicked", "merged_kick"]
 
 
 class Integrator(NamedTuple):
@@ -113,7 +113,9 @@ class NeedsConstantMetric(NamedTuple):
 
 class PendingKick(NamedTuple):
     r"""An integrator's trait: its state carries a step's closing half kick to the next step,
-    which applies it with that step's gradient (BAOAB, BADODAB), and a field ``closing``,
+    which applies it with that step's gradient (BAOAB, BADODAB; and SGHMC, SGNHT, whose
+    velocity is a half step from the positions, the kick between two steps one merged
+    kick), and a field ``closing``,
     ``None`` or ``(scale, shift)`` (trees like the position): the closing half kick then
     takes :math:`r \odot \nabla\hat U + q` in place of :math:`\nabla\hat U` (the
     opening one :math:`\nabla\hat U`), and the step leaves :math:`r = 1, q = 0`. SG-MCMC
@@ -140,6 +142,16 @@ def merged_kick(drift, state, grad, step_size):
     pending = jnp.where(state.started, 0.5 * step_size, 0.0)
     return jax.tree.map(lambda d, c: 0.5 * step_size * d + pending * c,
                         drift(grad), drift(closed(state.closing, grad)))
+
+
+def kicked(state, grad):
+    r"""The gradient a merged kick of a first-order scheme (SGHMC, SGNHT: the velocity a half
+    step from the positions) takes: ``grad``, or with a ``closing``
+    (:class:`PendingKick`) :math:`\tfrac12(\nabla\hat U + r\odot\nabla\hat U + q)`, its
+    first half the potential's the last step ended in."""
+    if state.closing is None:
+        return grad
+    return jax.tree.map(lambda g, c: 0.5 * (g + c), grad, closed(state.closing, grad))
 
 
 def identity_closing(closing):

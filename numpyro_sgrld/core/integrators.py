@@ -54,6 +54,7 @@ from numpyro_sgrld.core.integrator_base import (
     StepHint,
     StepSetting,
     identity_closing,
+    kicked,
     merged_kick,
     time_step_law,
 )
@@ -136,9 +137,11 @@ def langevin() -> Integrator:
 
 # --------------------------------------------------------------------------- SGHMC
 class SGHMCState(NamedTuple):
-    """SGHMC's state: the momentum ``v`` (same tree as the position)."""
+    """SGHMC's state: the momentum ``v`` (same tree as the position) and ``closing``
+    (:class:`~numpyro_sgrld.core.integrator_base.PendingKick`)."""
 
     momentum: Any
+    closing: Any = None
 
 
 def sghmc_step(
@@ -196,7 +199,8 @@ def _fresh_momentum(key, position, noise, step_size, temperature):
 def _rescale_momentum(state, ratio):
     r"""SGHMC's momentum :math:`v = \sqrt h\,D p` for a step multiplied by ``ratio``."""
     root = jnp.sqrt(ratio)
-    return SGHMCState(jax.tree.map(lambda v: (root * v).astype(v.dtype), state.momentum))
+    return state._replace(
+        momentum=jax.tree.map(lambda v: (root * v).astype(v.dtype), state.momentum))
 
 
 def _unit(xi):
@@ -290,10 +294,10 @@ def sghmc(
                 fresh = jax.tree.map(lambda v, f: keep * v + mix * f, momentum, fresh)
             momentum = tree_where(resample, fresh, momentum)
         position, momentum = sghmc_step(
-            key, position, momentum, grad, preconditioner, step_size, friction, noise_estimate,
-            temperature,
+            key, position, momentum, kicked(state, grad), preconditioner, step_size, friction,
+            noise_estimate, temperature,
         )
-        return position, SGHMCState(momentum)
+        return position, SGHMCState(momentum, identity_closing(state.closing))
 
     if naive:  # no friction: no stationary law to aim a step at
         return Integrator(init, step, name="naive sghmc", traits=(
@@ -301,7 +305,7 @@ def sghmc(
             StepHint("without friction the chain has no stationary law for a step to aim at")))
     return Integrator(init, step, name="sghmc", traits=(
         BiasLaw((1.0 / (2.0 * (2.0 - friction)), 1.0 / (2.0 * friction))),
-        Rescale(_rescale_momentum)))
+        Rescale(_rescale_momentum), PendingKick()))
 
 
 # --------------------------------------------------------------------------- adaptive drift

@@ -22,6 +22,7 @@ trait                                        read by
 ``integrators.Settle``                       warm-up's end (a thermostat's equilibrium)
 ``integrators.Overdamp``                     warm-up's approach (a fresh momentum each step)
 ``integrators.NeedsConstantMetric``          the composition (only a constant metric)
+``integrators.PendingKick``                  SG-MCMC within Gibbs (a closing kick carried)
 ``metrics.Constant``                         the composition; ``step_size=None`` (not whitened)
 :class:`numpyro_sgrld.core.correction.GammaBias`  the verdict's advice (a Γ its adaptation leaves)
 ==========================================  ===============================================

@@ -1,10 +1,12 @@
 r"""The SG state across a Gibbs sweep within :class:`~numpyro_sgrld.SGGibbs`: the decentred
-coordinates moved to hold the children (:func:`moved`), and a split integrator's closing half
-kick carried (BAOAB, BADODAB; :func:`carried`).
+coordinates moved to hold the children (:func:`moved`), and a momentum integrator's closing
+half kick carried (:func:`carried`).
 
 BAOAB and BADODAB apply a step's closing half kick at the start of the next step, with that
-step's gradient (one gradient per step;
-:class:`~numpyro_sgrld.core.integrator_base.PendingKick`). Within Gibbs a sweep comes between
+step's gradient (one gradient per step), and so, in effect, do SGHMC and SGNHT, whose velocity
+is a half step from the positions: the kick between two steps is one merged kick, the closing
+half of the last step and the opening half of the next
+(:class:`~numpyro_sgrld.core.integrator_base.PendingKick`). Within Gibbs a sweep comes between
 the two: it draws the Gibbs sites :math:`\theta` anew and moves the decentred coordinates
 :math:`u = (w - \mu)/c` so that the children :math:`w` stay where they were
 (:mod:`~numpyro_sgrld.sampler.decentring`). Read from the next step's gradient as it is, the

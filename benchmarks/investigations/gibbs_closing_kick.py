@@ -1,0 +1,90 @@
+"""The momentum kernels' closing half kick across a Gibbs sweep
+(``numpyro_sgrld.sampler.gibbs_kick``), carried and not: a Gaussian linear regression whose
+9 weights ``w_j ~ N(0, tau^2)`` the data barely touch (``tau ~ Gamma(2, 2)``, 200 rows of
+predictors of sd 0.1), whose ``log tau`` posterior is exact by quadrature
+(``gibbs_prior_scale_bias.exact``). Each row: ``SGGibbs`` (a sweep every step) with a kernel
+(BAOAB on the full data, exact gradients, at ``step_size=1.5``; BAOAB, BADODAB, SGHMC and
+SGNHT on minibatches of 20 at their defaults), 4 vectorised chains of 1,000 +
+``--num-samples`` steps, seed 0; ``log tau``'s mean error in posterior sds with its ESS-based
+error, its sd ratio, bulk ESS, once with the half kick carried (the library's) and once read
+from the next step's gradient as it is (``prior_gradient`` replaced by ``None`` for the
+run)::
+
+    python benchmarks/investigations/gibbs_closing_kick.py
+"""
+
+import argparse
+import sys
+import warnings
+from functools import partial
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+from numpyro.infer import MCMC
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gibbs_prior_scale_bias import exact  # noqa: E402
+
+import numpyro_sgrld as ns  # noqa: E402
+from numpyro_sgrld.sampler import gibbs_kick  # noqa: E402
+
+
+def model(X, y, subsample_size=None):
+    tau = numpyro.sample("tau", dist.Gamma(2.0, 2.0))
+    w = numpyro.sample("w", dist.Normal(0.0, tau).expand([X.shape[1]]).to_event(1))
+    with numpyro.plate("data", X.shape[0], subsample_size=subsample_size) as idx:
+        numpyro.sample("y", dist.Normal(X[idx] @ w, 1.0), obs=y[idx])
+
+
+RUNS = {  # name: (kernel, its arguments, the model's minibatch)
+    "BAOAB, exact gradients, step_size=1.5": ("BAOAB", {"step_size": 1.5}, None),
+    "BAOAB, minibatch 20, defaults": ("BAOAB", {}, 20),
+    "BADODAB, minibatch 20, defaults": ("BADODAB", {}, 20),
+    "SGHMC, minibatch 20, defaults": ("SGHMC", {}, 20),
+    "SGNHT, minibatch 20, defaults": ("SGNHT", {}, 20),
+}
+
+
+def run(name, carried, X, y, num_samples):
+    kernel, own, subsample_size = RUNS[name]
+    original = gibbs_kick.prior_gradient
+    if not carried:
+        gibbs_kick.prior_gradient = lambda *a: None
+    try:
+        mcmc = MCMC(ns.SGGibbs(getattr(ns, kernel)(partial(model, subsample_size=subsample_size),
+                                                   **own)),
+                    num_warmup=1000, num_samples=num_samples, num_chains=4,
+                    chain_method="vectorized", progress_bar=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mcmc.run(jax.random.PRNGKey(0), jnp.asarray(X, jnp.float32),
+                     jnp.asarray(y, jnp.float32))
+    finally:
+        gibbs_kick.prior_gradient = original
+    draws = np.log(np.asarray(mcmc.get_samples(group_by_chain=True)["tau"], np.float64))
+    ess = float(numpyro.diagnostics.effective_sample_size(draws))
+    mean, sd = exact(X, y)
+    return ((draws.mean() - mean) / sd, draws.std() / np.sqrt(ess) / sd, draws.std() / sd, ess)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--num-samples", type=int, default=20_000)
+    a = parser.parse_args()
+    rng = np.random.default_rng(0)
+    X, y = 0.1 * rng.normal(size=(200, 9)), rng.normal(size=200)
+    print("| run | half kick | log tau error (sd) ± se | sd ratio | bulk ESS |")
+    print("|---|---|---|---|---|")
+    for name in RUNS:
+        for carried in (True, False):
+            err, se, ratio, ess = run(name, carried, X, y, a.num_samples)
+            print(f"| {name} | {'carried' if carried else 'as read'} | {err:+.3f} ± {se:.3f} "
+                  f"| {ratio:.3f} | {ess:.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
