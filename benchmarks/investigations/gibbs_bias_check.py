@@ -26,6 +26,7 @@ intercepts non-centred) as well. References:
     python benchmarks/investigations/gibbs_bias_check.py --set grid held-out
     python benchmarks/investigations/gibbs_bias_check.py --set momentum
     python benchmarks/investigations/gibbs_bias_check.py --set small-groups --with-means
+    python benchmarks/investigations/gibbs_bias_check.py --set small-groups --minibatch 500
 
 ``--with-means`` adds the prediction with the children's mean shifts as well (not in the
 verdict; :func:`mean_part`).
@@ -111,8 +112,9 @@ def momentum(cache):
 SMALL_ROWS = 5  # rows a group in ``small-groups``
 
 
-def small_groups(cache):
-    """The random intercept with :data:`SMALL_ROWS` rows a group, at the defaults."""
+def small_groups(cache, minibatch=50):
+    """The random intercept with :data:`SMALL_ROWS` rows a group, at the defaults, on
+    minibatches of ``minibatch`` rows (500: all of them, exact gradients)."""
     group, x, y, _ = intercept.data()
     keep = np.flatnonzero(np.arange(x.shape[0]) % (x.shape[0] // intercept.GROUPS)
                           < SMALL_ROWS)
@@ -124,9 +126,9 @@ def small_groups(cache):
     ref = cached_reference(
         path, lambda: intercept.run(NUTS(ns.full_batch(non_centred)), args, 1000, 4000,
                                     seed=1)[0], ("mu", "log_sigma", "alpha", "beta"))
-    model = partial(intercept.model, subsample_size=50)
+    model = partial(intercept.model, subsample_size=minibatch)
     for kernel in ("SGLD", "SGHMC", "BADODAB"):
-        yield (f"random intercept, {SMALL_ROWS} rows a group, {kernel}",
+        yield (f"random intercept, {SMALL_ROWS} rows a group, minibatch {minibatch}, {kernel}",
                ns.SGGibbs(getattr(ns, kernel)(model)), args, "sigma",
                (float(ref["log_sigma"]["mean"][0]), float(ref["log_sigma"]["sd"][0])), ref)
 
@@ -213,6 +215,8 @@ def main():
     parser.add_argument("--num-samples", type=int, default=40_000)
     parser.add_argument("--cache", type=Path, default=ROOT / "docs" / "results")
     parser.add_argument("--only", default=None, help="the runs whose name holds it")
+    parser.add_argument("--minibatch", type=int, default=50,
+                        help="small-groups: the minibatch's rows (500: the full data)")
     parser.add_argument("--with-means", action="store_true",
                         help="a last column: the prediction with the children's mean shifts")
     a = parser.parse_args()
@@ -222,7 +226,7 @@ def main():
     print("|---|---|---|---|---|---|---|" + ("---|" if a.with_means else ""))
     for which in a.set:
         runs = {"grid": grid, "held-out": held_out, "momentum": momentum,
-                "small-groups": small_groups}[which](a.cache)
+                "small-groups": partial(small_groups, minibatch=a.minibatch)}[which](a.cache)
         for name, kernel, args, scale, reference, *every_site in runs:
             if a.only is not None and a.only not in name:
                 continue

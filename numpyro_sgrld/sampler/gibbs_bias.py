@@ -107,8 +107,8 @@ def bias_hint(adapts_step_size):
     return ("Within Gibbs the Gibbs sites are drawn given the SG sites, so they read the "
             "step's bias in their children's spread, amplified by their own correlation time; "
             "the verdict predicts each Gibbs site's shift from its children's equipartition "
-            f"readings and names one beyond {MEAN_ERROR} of its sd, but it does not see the "
-            "children's mean shifts (groups with few rows each), nor the path by which the split "
-            "integrators (BAOAB, BADODAB) move Gibbs sites at large steps, and it can "
+            f"readings and names one beyond {MEAN_ERROR} of its sd, but it does not see every "
+            "path by which the step moves them (a random intercept with few rows a group moved "
+            "its scale with the children's spread nearly right), and it can "
             f"overstate SGHMC's{share_note} "
             f"(docs/gibbs.md); to check a Gibbs site's mean, compare a run at {smaller}.")

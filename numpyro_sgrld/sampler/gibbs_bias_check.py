@@ -32,12 +32,10 @@ the verdict combines them with the groups' readings (:func:`problems`). A coordi
 where its predicted shift is beyond :data:`~numpyro_sgrld.verdict.judge.MEAN_ERROR` and beyond
 its error (the readings' errors, at :func:`~numpyro_sgrld.core.equipartition.critical_z` over
 the Gibbs coordinates), on chains that have mixed. The prediction is first order: on the
-regressions of ``docs/gibbs.md`` it is 0.76-1.44 times the measured shift where the
-children's spread carries the bias (SGLD, SGHMC); at four times the default's step target
-the split integrators' shifts (BAOAB, BADODAB) come by another path, with each sweep, and are
-not predicted, and SGHMC's prediction overstates its shift; the children's mean shifts are
-not carried (a random intercept of a few rows a group moves its scale through them;
-``docs/gibbs.md``).
+regressions of ``docs/gibbs.md`` it is 0.76-1.44 times the measured shift of the runs it
+names (SGLD, SGHMC); at four times the default's step target SGHMC's overstates its shift
+up to twice; and a random intercept of a few rows a group moves its scale with the
+children's spread nearly right, by a path the prediction does not carry (``docs/gibbs.md``).
 """
 
 from functools import partial
