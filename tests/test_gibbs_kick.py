@@ -77,6 +77,18 @@ def test_a_step_without_a_sweep_leaves_the_closing_half_kick_as_its_own():
     assert not hasattr(sgld.sg_state.chain.sampler_state.integrator, "closing")
 
 
+def test_the_half_kick_is_carried_for_a_model_given_numpy_data():
+    """The priors' gradient reads the model's arguments as arrays (numpy data indexed by the
+    placeholder plates' traced indices failed inside the compiled sweep)."""
+    X, y = (np.asarray(a) for a in data(3, 0.1))
+    mcmc = MCMC(ns.SGGibbs(ns.SGHMC(partial(regression, subsample_size=20), step_size=0.01)),
+                num_warmup=5, num_samples=5, progress_bar=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcmc.run(jax.random.PRNGKey(0), X, y)
+    assert np.isfinite(np.asarray(mcmc.get_samples()["tau"])).all()
+
+
 def test_baoab_within_gibbs_keeps_the_exact_law_of_a_gaussian_hierarchy_at_a_large_step():
     """With exact gradients BAOAB samples a Gaussian exactly at any stable step; within Gibbs,
     with the half kick read as the next step's gradient, ``log tau``'s sd came out 12 % wide

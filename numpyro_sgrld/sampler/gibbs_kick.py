@@ -43,7 +43,7 @@ from numpyro.infer.util import potential_energy
 
 from numpyro_sgrld.core.integrator_base import PendingKick
 from numpyro_sgrld.core.traits import trait
-from numpyro_sgrld.data.subsample import placeholder_plates
+from numpyro_sgrld.data.subsample import as_jax_array, placeholder_plates
 from numpyro_sgrld.sampler import decentring
 
 __all__ = ["armed", "carried", "moved", "prior_gradient", "ratios"]
@@ -64,7 +64,9 @@ def prior_gradient(model, integrator, plates):
     priors = placeholder_plates(handlers.block(model, hide_fn=hidden))
 
     def gradient(z, model_args, model_kwargs):
-        return jax.grad(lambda x: potential_energy(priors, model_args, model_kwargs, x))(z)
+        # as arrays: the placeholder indices are traced, and numpy data cannot take them
+        args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
+        return jax.grad(lambda x: potential_energy(priors, args, kwargs, x))(z)
 
     return gradient
 
