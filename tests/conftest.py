@@ -22,9 +22,10 @@ jax.config.update("jax_platform_name", "cpu")
 # A compilation cache for the run (shared with the processes that inherit the variable):
 # tests that build the same program (the same kernel on the same model and shapes) compile it
 # once. A fresh directory per run, removed at its end by the process that made it: nothing
-# carries over between runs. Each pytest-xdist worker keeps its own folder in it: workers
-# reading and writing one folder at once crashed the reader (a segmentation fault in
-# ``jax/_src/compilation_cache.py``).
+# carries over between runs. Each pytest-xdist worker keeps its own folder in it. The slow
+# set runs without it (``pytest_configure``): there, writing some compiled programs to it
+# crashed the worker (a segmentation fault in ``put_executable_and_time`` of
+# ``jax/_src/compilation_cache.py``, with a folder per worker too).
 if "NUMPYRO_SGRLD_TEST_JAX_CACHE" not in os.environ:
     os.environ["NUMPYRO_SGRLD_TEST_JAX_CACHE"] = tempfile.mkdtemp(prefix="jax-cache-")
     atexit.register(shutil.rmtree, os.environ["NUMPYRO_SGRLD_TEST_JAX_CACHE"], True)
@@ -142,6 +143,12 @@ SLOW = frozenset(
         "tests/test_adapter.py::test_potential_fn_interface",
     ]
 )
+
+
+def pytest_configure(config):
+    """The slow set (``-m slow``) without the persistent compilation cache (see above)."""
+    if "slow" in (config.getoption("markexpr", "") or "").replace("not slow", ""):
+        jax.config.update("jax_enable_compilation_cache", False)
 
 
 @pytest.hookimpl(tryfirst=True)
