@@ -19,18 +19,14 @@ import pytest
 from numpyro_sgrld.models._data import DataNotFoundError
 
 jax.config.update("jax_platform_name", "cpu")
-# A compilation cache for the run (shared with the processes that inherit the variable):
+# A compilation cache for the run (per process, or shared where the variable is inherited):
 # tests that build the same program (the same kernel on the same model and shapes) compile it
 # once. A fresh directory per run, removed at its end by the process that made it: nothing
-# carries over between runs. Each pytest-xdist worker keeps its own folder in it. The slow
-# set runs without it (``pytest_configure``): there, writing some compiled programs to it
-# crashed the worker (a segmentation fault in ``put_executable_and_time`` of
-# ``jax/_src/compilation_cache.py``, with a folder per worker too).
+# carries over between runs.
 if "NUMPYRO_SGRLD_TEST_JAX_CACHE" not in os.environ:
     os.environ["NUMPYRO_SGRLD_TEST_JAX_CACHE"] = tempfile.mkdtemp(prefix="jax-cache-")
     atexit.register(shutil.rmtree, os.environ["NUMPYRO_SGRLD_TEST_JAX_CACHE"], True)
-jax.config.update("jax_compilation_cache_dir", os.path.join(
-    os.environ["NUMPYRO_SGRLD_TEST_JAX_CACHE"], os.environ.get("PYTEST_XDIST_WORKER", "main")))
+jax.config.update("jax_compilation_cache_dir", os.environ["NUMPYRO_SGRLD_TEST_JAX_CACHE"])
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
@@ -143,12 +139,6 @@ SLOW = frozenset(
         "tests/test_adapter.py::test_potential_fn_interface",
     ]
 )
-
-
-def pytest_configure(config):
-    """The slow set (``-m slow``) without the persistent compilation cache (see above)."""
-    if "slow" in (config.getoption("markexpr", "") or "").replace("not slow", ""):
-        jax.config.update("jax_enable_compilation_cache", False)
 
 
 @pytest.hookimpl(tryfirst=True)
