@@ -398,8 +398,7 @@ class SGGibbs(MCMCKernel):
         key = random.split(state.rng_key)[1]
         key_nc = random.fold_in(key, 1)
         gibbs = {k: state.z[k] for k in self.gibbs_sites}
-        chain = state.sg_state.chain
-        position = chain.z if chain.proposal is None else chain.proposal
+        position = kick.position(state.sg_state)
         sites, before = self._centred(position, gibbs, state.curvature, model_args, model_kwargs)
         old, gibbs = gibbs, self._gibbs_fn(rng_key=key, gibbs_sites=gibbs, hmc_sites=sites)
         conditionals.check_gibbs_values(gibbs, self.gibbs_sites)
@@ -460,8 +459,7 @@ class SGGibbs(MCMCKernel):
         weakly informed children's count averaged at the same rate, and the step's share of
         ``target_bias`` set from it."""
         sg_state = state.sg_state
-        chain = sg_state.chain
-        position = chain.z if chain.proposal is None else chain.proposal
+        position = kick.position(sg_state)
         sites, params = self._centred(position, gibbs, state.curvature, model_args,
                                       model_kwargs)
         key, rng_key = random.split(state.rng_key)

@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from numpyro_sgrld.core import equipartition
-from numpyro_sgrld.sampler import decentring, gibbs_start
+from numpyro_sgrld.sampler import decentring, gibbs_kick, gibbs_start
 
 __all__ = ["GibbsMoments", "arm", "coordinates", "group_names", "init", "kept", "log_spreads",
            "predicted_shifts", "problems", "update"]
@@ -223,7 +223,7 @@ def kept(sg_state, gibbs, curvature, run_info, index, transforms, per_chain, vec
     offset = jnp.where(offset >= 0, offset % run_info.num_samples, -1)
 
     def one(sg, g, f):
-        position = sg.chain.z if sg.chain.proposal is None else sg.chain.proposal
+        position = gibbs_kick.position(sg)
         spread = log_spreads(position, loc_scale(position, g, f), f, index)
         return update(sg.monitor.composed, coordinates(g, transforms), spread, offset)
 

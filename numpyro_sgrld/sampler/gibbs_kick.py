@@ -46,7 +46,7 @@ from numpyro_sgrld.core.traits import trait
 from numpyro_sgrld.data.subsample import as_jax_array, placeholder_plates
 from numpyro_sgrld.sampler import decentring
 
-__all__ = ["armed", "carried", "moved", "prior_gradient", "ratios"]
+__all__ = ["armed", "carried", "moved", "position", "prior_gradient", "ratios"]
 
 
 def prior_gradient(model, integrator, plates):
@@ -108,7 +108,9 @@ def ratios(before, after, curvature):
             / decentring.spread(scale, curvature[s]) for s, (_, scale) in after.items()}
 
 
-def _position(sg_state):
+def position(sg_state):
+    """Where the SG state's next step starts: its ``proposal`` (``check_proposal``), else
+    ``z``."""
     chain = sg_state.chain
     return chain.z if chain.proposal is None else chain.proposal
 
@@ -118,7 +120,7 @@ def carried(after, before, ratio, gradient, gibbs_before, gibbs_after):
     last step ended in (module docstring): ``before`` the SG state before the sweep,
     ``ratio`` from :func:`ratios`, ``gradient(z, gibbs)`` the potential's gradient without
     the data's terms (:func:`prior_gradient`) under the Gibbs sites ``gibbs``."""
-    x_old, x_new = _position(before), _position(after)
+    x_old, x_new = position(before), position(after)
     r = {k: ratio[k] if k in ratio else jnp.ones_like(v) for k, v in x_new.items()}
     old, new = gradient(x_old, gibbs_before), gradient(x_new, gibbs_after)
     return _with_closing(after, (r, {k: old[k] - r[k] * new[k] for k in x_new}))
