@@ -128,8 +128,9 @@ def test_bad_input_is_refused_with_the_fix():
         kernel.sample(state, (Y,), {})
     with pytest.raises(ValueError, match="gibbs_every"):
         ns.SGGibbs(ns.SGLD(model), gibbs_fn, ["mu"], gibbs_every=0)
-    with pytest.raises(ValueError, match="`interweave_every` must be None"):
-        ns.SGGibbs(ns.SGLD(model), gibbs_fn, ["mu"], interweave_every=0.5)
+    for bad in (0.5, 0, "sometimes", True):
+        with pytest.raises(ValueError, match="`interweave_every` must be 'auto'"):
+            ns.SGGibbs(ns.SGLD(model), gibbs_fn, ["mu"], interweave_every=bad)
     inner = ns.SGLD(model)
     ns.SGGibbs(inner, gibbs_fn, ["mu"])
     with pytest.raises(ValueError, match="already inside an SGGibbs"):

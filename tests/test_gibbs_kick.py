@@ -37,7 +37,7 @@ def data(children, predictor_sd, rows=200, seed=0):
 def test_the_closing_half_kick_is_the_ended_potentials_gradient_on_any_minibatch(name):
     X, y = data(6, 1.0)  # informed children: the data's part of the gradient is large
     kernel = ns.SGGibbs(getattr(ns, name)(partial(regression, subsample_size=20),
-                                          step_size=0.05))
+                                          step_size=0.05), interweave_every=None)
     state = kernel.init(jax.random.PRNGKey(0), 20, None, (X, y), {})
     for _ in range(25):  # past warm-up: the curvature F learnt, the sweeps moving tau
         state = kernel.sample(state, (X, y), {})

@@ -34,6 +34,7 @@ import numpy as np  # noqa: E402
 import numpyro  # noqa: E402
 from numpyro.infer import MCMC  # noqa: E402
 from presets import distances, reference  # noqa: E402
+from reference_moments import interweave_label, interweave_option  # noqa: E402
 
 import numpyro_sgrld as ns  # noqa: E402
 
@@ -67,8 +68,9 @@ def main():
     parser.add_argument("--kernels", nargs="+", default=["SGLD"])
     parser.add_argument("--num-warmup", type=int, default=2000)
     parser.add_argument("--num-samples", type=int, default=20000)
-    parser.add_argument("--interweave-every", type=int, default=None,
-                        help="SGGibbs's interweave_every (default: its default, off)")
+    parser.add_argument("--interweave-every", type=interweave_option, default="auto",
+                        help="SGGibbs's interweave_every: auto (its default), none or "
+                             "a number of steps")
     parser.add_argument("--target-bias", type=float, default=None,
                         help="the SG kernel's target_bias (default: its default; within Gibbs "
                              "its step aims at a share of it)")
@@ -91,7 +93,7 @@ def main():
         own = {} if a.target_bias is None else {"target_bias": a.target_bias}
         kernel = ns.SGGibbs(getattr(ns, name)(problem["gibbs_model"], **own),
                             interweave_every=a.interweave_every)
-        option = (f", interweave_every={a.interweave_every}" if a.interweave_every else "") + (
+        option = interweave_label(a.interweave_every) + (
             f", target_bias={a.target_bias}" if a.target_bias is not None else "")
         mcmc = MCMC(kernel, num_warmup=a.num_warmup, num_samples=a.num_samples,
                     num_chains=chains, thinning=thinning, chain_method="sequential",

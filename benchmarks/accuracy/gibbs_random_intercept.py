@@ -36,7 +36,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from numpyro.infer import HMCECS, MCMC, NUTS
-from reference_moments import cached_reference, errors
+from reference_moments import cached_reference, errors, interweave_label, interweave_option
 
 import numpyro_sgrld as ns
 
@@ -131,8 +131,8 @@ def ecs_kernel(args):
 def options(a):
     """The SGGibbs options of the command line, as the table names them."""
     return "".join([f", control_variate={a.control_variate!r}" if a.control_variate != "auto"
-                    else "", f", interweave_every={a.interweave_every}" if a.interweave_every
-                    else "", "; vectorized" if a.chain_method == "vectorized" else ""])
+                    else "", interweave_label(a.interweave_every),
+                    "; vectorized" if a.chain_method == "vectorized" else ""])
 
 
 def main():
@@ -143,8 +143,9 @@ def main():
     parser.add_argument("--ecs-lengths", type=int, nargs="*", default=[200, 500])
     parser.add_argument("--control-variate", choices=["auto", "mode", "none"], default="auto",
                         help="SGGibbs's control_variate ('none': None; default: its default)")
-    parser.add_argument("--interweave-every", type=int, default=None,
-                        help="SGGibbs's interweave_every (default: its default, off)")
+    parser.add_argument("--interweave-every", type=interweave_option, default="auto",
+                        help="SGGibbs's interweave_every: auto (its default), none or "
+                             "a number of steps")
     parser.add_argument("--chain-method", choices=["sequential", "vectorized"],
                         default="sequential", help="MCMC's chain_method for SGGibbs")
     parser.add_argument("--sg-lengths", type=int, nargs="*", default=[],

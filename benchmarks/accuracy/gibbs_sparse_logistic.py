@@ -58,7 +58,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from numpyro.infer import MCMC, NUTS
-from reference_moments import cached_reference, errors
+from reference_moments import cached_reference, errors, interweave_label, interweave_option
 
 import numpyro_sgrld as ns
 
@@ -126,7 +126,7 @@ def mixing(draws):
 
 
 def sg_gibbs(kernel_name, X, y, num_warmup, num_samples, decentre=True, gibbs_every=1,
-             control_variate="auto", interweave_every=None, seed=0, chain_method="sequential",
+             control_variate="auto", interweave_every="auto", seed=0, chain_method="sequential",
              target_bias=None):
     own = {} if target_bias is None else {"target_bias": target_bias}
     kernel = ns.SGGibbs(getattr(ns, kernel_name)(partial(centred, subsample_size=100), **own),
@@ -211,8 +211,9 @@ def main():
     parser.add_argument("--gibbs-every", type=int, default=1)
     parser.add_argument("--control-variate", choices=["auto", "mode", "none"], default="auto",
                         help="SGGibbs's control_variate ('none': None; default: its default)")
-    parser.add_argument("--interweave-every", type=int, default=None,
-                        help="SGGibbs's interweave_every (default: its default, off)")
+    parser.add_argument("--interweave-every", type=interweave_option, default="auto",
+                        help="SGGibbs's interweave_every: auto (its default), none or "
+                             "a number of steps")
     parser.add_argument("--target-bias", type=float, default=None,
                         help="the SG kernel's target_bias (default: its default; within Gibbs "
                              "its step aims at a share of it, printed with --per-chain)")
@@ -252,7 +253,7 @@ def main():
                        f", gibbs_every={a.gibbs_every}" if a.gibbs_every > 1 else "",
                        f", control_variate={a.control_variate!r}"
                        if a.control_variate != "auto" else "",
-                       f", interweave_every={a.interweave_every}" if a.interweave_every else "",
+                       interweave_label(a.interweave_every),
                        f", target_bias={a.target_bias}" if a.target_bias is not None else "",
                        "; vectorized" if a.chain_method == "vectorized" else ""])
     runs = [(name, a.num_warmup, a.num_samples, seed) for name in a.kernels for seed in a.seeds]

@@ -34,3 +34,14 @@ def errors(draws, ref):
         worst = max(worst, float(np.max(np.abs(flat.mean(0) - r["mean"]) / r["sd"])))
         ratios += list(flat.std(0) / r["sd"])
     return worst, float(min(ratios)), float(max(ratios))
+
+
+def interweave_option(text):
+    """``--interweave-every``'s value: ``"auto"`` (SGGibbs's default), ``"none"`` (``None``)
+    or a number of steps."""
+    return None if text == "none" else text if text == "auto" else int(text)
+
+
+def interweave_label(value):
+    """The table's words for an ``interweave_every`` other than the default."""
+    return "" if value == "auto" else f", interweave_every={value}"

@@ -27,6 +27,7 @@ intercepts non-centred) as well. References:
     python benchmarks/investigations/gibbs_bias_check.py --set momentum
     python benchmarks/investigations/gibbs_bias_check.py --set small-groups --with-means
     python benchmarks/investigations/gibbs_bias_check.py --set small-groups --minibatch 500
+    python benchmarks/investigations/gibbs_bias_check.py --set small-groups --interweave-every none
 
 ``--with-means`` adds the prediction with the children's mean shifts as well (not in the
 verdict; :func:`mean_part`).
@@ -57,7 +58,7 @@ from numpyro.handlers import reparam  # noqa: E402
 from numpyro.infer import NUTS  # noqa: E402
 from numpyro.infer.reparam import LocScaleReparam  # noqa: E402
 from numpyro_sgrld.models import logistic_regression as lr  # noqa: E402
-from reference_moments import cached_reference, errors  # noqa: E402
+from reference_moments import cached_reference, errors, interweave_option  # noqa: E402
 
 import numpyro_sgrld as ns  # noqa: E402
 from numpyro_sgrld.sampler import gibbs_bias_check  # noqa: E402
@@ -112,9 +113,10 @@ def momentum(cache):
 SMALL_ROWS = 5  # rows a group in ``small-groups``
 
 
-def small_groups(cache, minibatch=50):
-    """The random intercept with :data:`SMALL_ROWS` rows a group, at the defaults, on
-    minibatches of ``minibatch`` rows (500: all of them, exact gradients)."""
+def small_groups(cache, minibatch=50, interweave_every="auto"):
+    """The random intercept with :data:`SMALL_ROWS` rows a group, at the defaults (but
+    ``interweave_every``), on minibatches of ``minibatch`` rows (500: all of them, exact
+    gradients)."""
     group, x, y, _ = intercept.data()
     keep = np.flatnonzero(np.arange(x.shape[0]) % (x.shape[0] // intercept.GROUPS)
                           < SMALL_ROWS)
@@ -128,8 +130,10 @@ def small_groups(cache, minibatch=50):
                                     seed=1)[0], ("mu", "log_sigma", "alpha", "beta"))
     model = partial(intercept.model, subsample_size=minibatch)
     for kernel in ("SGLD", "SGHMC", "BADODAB"):
-        yield (f"random intercept, {SMALL_ROWS} rows a group, minibatch {minibatch}, {kernel}",
-               ns.SGGibbs(getattr(ns, kernel)(model)), args, "sigma",
+        yield (f"random intercept, {SMALL_ROWS} rows a group, minibatch {minibatch}, {kernel}"
+               + ("" if interweave_every == "auto" else f", interweave_every={interweave_every}"),
+               ns.SGGibbs(getattr(ns, kernel)(model), interweave_every=interweave_every), args,
+               "sigma",
                (float(ref["log_sigma"]["mean"][0]), float(ref["log_sigma"]["sd"][0])), ref)
 
 
@@ -217,6 +221,8 @@ def main():
     parser.add_argument("--only", default=None, help="the runs whose name holds it")
     parser.add_argument("--minibatch", type=int, default=50,
                         help="small-groups: the minibatch's rows (500: the full data)")
+    parser.add_argument("--interweave-every", type=interweave_option, default="auto",
+                        help="small-groups: SGGibbs's interweave_every (auto, none or a number)")
     parser.add_argument("--with-means", action="store_true",
                         help="a last column: the prediction with the children's mean shifts")
     a = parser.parse_args()
@@ -226,7 +232,8 @@ def main():
     print("|---|---|---|---|---|---|---|" + ("---|" if a.with_means else ""))
     for which in a.set:
         runs = {"grid": grid, "held-out": held_out, "momentum": momentum,
-                "small-groups": partial(small_groups, minibatch=a.minibatch)}[which](a.cache)
+                "small-groups": partial(small_groups, minibatch=a.minibatch,
+                                                interweave_every=a.interweave_every)}[which](a.cache)
         for name, kernel, args, scale, reference, *every_site in runs:
             if a.only is not None and a.only not in name:
                 continue

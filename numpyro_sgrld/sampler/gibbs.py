@@ -18,8 +18,9 @@ One transition of :class:`SGGibbs` is
    and the share of ``target_bias`` the adapted step aims at
    (:mod:`~numpyro_sgrld.sampler.gibbs_bias`).
 
-With ``interweave_every=k``, every ``k``-th sweep also draws the scales given their children's
-non-centred values and all the data (:mod:`~numpyro_sgrld.sampler.interweaving`).
+After warm-up (``interweave_every="auto"``, the default), every few sweeps also draw the
+scales given their children's non-centred values and all the data
+(:mod:`~numpyro_sgrld.sampler.interweaving`).
 
 Each part leaves the joint law invariant (the Gibbs draw exactly, the SG step up to its own
 discretisation and minibatch bias), so the composition samples the joint posterior up to the
@@ -120,13 +121,14 @@ class SGGibbs(MCMCKernel):
         chain's ``init``, and every chain starts there) wherever no observed site depends on a
         Gibbs site; ``"mode"``: required (refused where one does); ``None``: the plain
         minibatch gradient.
-    :param interweave_every: ``None`` (default): the Gibbs sites are drawn given their
-        Gaussian children only (the centred update, which reads no data); ``k``: every
-        ``k``-th step (warm-up included) each Gibbs site that is a parent of a decentred site
-        is then drawn again given the children's non-centred values ``(w - mu) / sigma`` and
-        all the data (:mod:`~numpyro_sgrld.sampler.interweaving`, Yu & Meng 2011), which moves
-        a scale and its children together where the data say little about them. It costs a
-        few full-data evaluations of the likelihood per element of those sites.
+    :param interweave_every: ``"auto"`` (default): after warm-up, every
+        :func:`~numpyro_sgrld.sampler.interweaving.auto_every` steps (reading about as many
+        rows as the steps between), each Gibbs site that is a parent of a decentred site is
+        drawn again given the children's non-centred values ``(w - mu) / sigma`` and all the
+        data where the data refuse it far out (Yu & Meng 2011;
+        :mod:`~numpyro_sgrld.sampler.interweaving`): a scale and its children move together
+        across the funnel the centred update crosses slowly; ``k``: every ``k``-th step,
+        warm-up included; ``None``: the centred update only (no data read).
 
     Example::
 
@@ -151,7 +153,7 @@ class SGGibbs(MCMCKernel):
     sample_field = "z"
 
     def __init__(self, inner_kernel, gibbs_fn=None, gibbs_sites=None, *, decentre=True,
-                 gibbs_every=1, control_variate="auto", interweave_every=None):
+                 gibbs_every=1, control_variate="auto", interweave_every="auto"):
         if not isinstance(inner_kernel, SGMCMC):
             raise TypeError(
                 "`inner_kernel` must be a stochastic-gradient kernel of numpyro_sgrld (SGLD, "
@@ -204,8 +206,9 @@ class SGGibbs(MCMCKernel):
         self.decentred_sites = None
         self._num_warmup = 0
         interweaving.check_every(interweave_every)
-        #: The SG steps between non-centred draws of the Gibbs sites (``None``: none).
-        self.interweave_every = interweave_every
+        #: The SG steps between non-centred draws as given; the run's :class:`~.interweaving.
+        #: Schedule` (``None``: no draws) is ``interweave_schedule``, known after :meth:`init`.
+        self.interweave_every, self.interweave_schedule = interweave_every, None
         #: The Gibbs sites also drawn non-centred (known after :meth:`init`;
         #: :mod:`~numpyro_sgrld.sampler.interweaving`).
         self.interwoven_sites = None
@@ -261,8 +264,13 @@ class SGGibbs(MCMCKernel):
         latent, transforms = gibbs_start.latent_values(
             plain, self.gibbs_sites, init_params, key_trace if at_centre else chains_key_trace,
             model_args, model_kwargs, None if at_centre else num_chains)
-        if self.interwoven_sites is None:
-            self._set_up_interweaving(transforms, model_args, model_kwargs)
+        if self.interwoven_sites is None:  # the Gibbs sites drawn non-centred too
+            self.interwoven_sites, self._non_centred_draws = interweaving.set_up(
+                plain, self.gibbs_sites, self.decentred_sites, transforms, model_args,
+                model_kwargs, self.interweave_every)
+        self.interweave_schedule = interweaving.schedule(
+            self.interweave_every, self.interwoven_sites, latent, plain, model_args,
+            model_kwargs, num_warmup)
         centre = None
         if self.control_variates:  # one centre for the run's chains, where they start
             if self._centre is None:
@@ -280,7 +288,7 @@ class SGGibbs(MCMCKernel):
         self._transforms_gibbs = {k: transforms[k] for k in sorted(self.gibbs_sites)}
         self.inner_kernel.judged_values = partial(self._judged, self._transforms_gibbs)
         self.inner_kernel.mixing_hint = interweaving.mixing_hint(
-            self.gibbs_sites, self.interwoven_sites, self.decentred_sites)
+            self.gibbs_sites, self.interweave_schedule, self.decentred_sites)
         curvature = {s: jnp.zeros(jnp.shape(latent[s]), jnp.result_type(latent[s]))
                      for s in self.decentred_sites}
         sg_params = None
@@ -314,14 +322,6 @@ class SGGibbs(MCMCKernel):
     def _record(self, state, gibbs, model_args, model_kwargs):  # _recorded, per chain
         return self._per_chain(lambda st, g: self._recorded(st, g, model_args, model_kwargs))(
             state, gibbs)
-
-    def _set_up_interweaving(self, transforms, model_args, model_kwargs):
-        """The Gibbs sites drawn non-centred too, and their draws."""
-        self.interwoven_sites, self._non_centred_draws = (), {}
-        if self.interweave_every and self.decentred_sites:
-            self.interwoven_sites, self._non_centred_draws = interweaving.set_up(
-                self._plain_model, self.gibbs_sites, self.decentred_sites, transforms,
-                model_args, model_kwargs)
 
     def _with_correction(self, inner, key, model_args, model_kwargs):
         """``inner`` with the control variates' correction."""
@@ -402,10 +402,10 @@ class SGGibbs(MCMCKernel):
         sites, before = self._centred(position, gibbs, state.curvature, model_args, model_kwargs)
         old, gibbs = gibbs, self._gibbs_fn(rng_key=key, gibbs_sites=gibbs, hmc_sites=sites)
         conditionals.check_gibbs_values(gibbs, self.gibbs_sites)
-        if self.interwoven_sites:
+        if self.interweave_schedule is not None:
             if interweave is None:
-                interweave = state.sg_state.i % self.interweave_every == 0
-            gibbs, sites = lax.cond(
+                interweave = interweaving.due(state.sg_state.i, self.interweave_schedule)
+            centred, (gibbs, sites) = gibbs, lax.cond(
                 interweave,
                 lambda g, s: interweaving.interweave(
                     key_nc, self._non_centred_draws, partial(
@@ -416,11 +416,14 @@ class SGGibbs(MCMCKernel):
         if self.decentred_sites:
             params = self._loc_scale({**sites, **gibbs}, model_args, model_kwargs)
             sg_state = kick.moved(sg_state, sites, params, state.curvature)
-        if self._prior_gradient is not None and not self.interwoven_sites:
-            sg_state = kick.carried(
-                sg_state, state.sg_state, kick.ratios(before, params, state.curvature),
-                lambda z, g: self._prior_gradient(z, model_args, self._inner_kwargs(
-                    model_kwargs, g, state.curvature, state.centre)), old, gibbs)
+        if self._prior_gradient is not None:  # not across an interwoven draw's move of w
+            carry = partial(kick.carried, before=state.sg_state, ratio=kick.ratios(
+                before, params, state.curvature), gibbs_before=old, gibbs_after=gibbs,
+                gradient=lambda z, g: self._prior_gradient(z, model_args, self._inner_kwargs(
+                    model_kwargs, g, state.curvature, state.centre)))
+            sg_state = (carry(sg_state) if self.interweave_schedule is None
+                        else lax.cond(interweaving.moved(centred, gibbs), lambda s: s, carry,
+                                      sg_state))
         return conditionals.finite_or_kept((gibbs, sg_state),
                                ({k: state.z[k] for k in self.gibbs_sites}, state.sg_state))
 
@@ -428,7 +431,8 @@ class SGGibbs(MCMCKernel):
         # vectorised chains step in lockstep: the step's index is one value, and every
         # branch on it stays a branch (under vmap a batched predicate runs both)
         i = state.sg_state.i[0] if self._vectorized else state.sg_state.i
-        interweave = (i % self.interweave_every == 0) if self.interwoven_sites else None
+        interweave = (interweaving.due(i, self.interweave_schedule)
+                      if self.interweave_schedule else None)
         sweep = self._per_chain(lambda s: self.sweep(s, model_args, model_kwargs, interweave))
         if self.gibbs_every == 1:
             gibbs, sg_state = sweep(state)

@@ -29,28 +29,90 @@ other site fixed. It is drawn by univariate slice steps (Neal 2003) on each elem
 a few full-data evaluations of the likelihood per element.
 """
 
+import math
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 from jax import lax, random
 from jax.flatten_util import ravel_pytree
+from numpyro import handlers
 from numpyro.infer.util import log_density
 
-from numpyro_sgrld.data.subsample import as_jax_array, full_batch
+from numpyro_sgrld.data.subsample import as_jax_array, find_subsample_plates, full_batch
 from numpyro_sgrld.sampler.conditionals import slice_step
 from numpyro_sgrld.sampler.decentring import SUFFIX, fully_non_centred
 
-__all__ = ["check_every", "interweave", "interwoven_sites", "mixing_hint",
-           "non_centred",
-           "non_centred_model", "non_centred_update", "set_up"]
+__all__ = ["AUTO_MIN_EVERY", "FAR", "SATURATION_DROP", "Schedule", "auto_every", "check_every",
+           "data_log_likelihood", "due", "interweave", "interwoven_sites", "mixing_hint",
+           "moved", "non_centred", "non_centred_model", "non_centred_update", "refuses_far",
+           "schedule", "set_up"]
+
+#: The fewest SG steps between two non-centred draws that ``interweave_every="auto"`` picks.
+AUTO_MIN_EVERY = 10
+#: How far out (unconstrained units) :func:`refuses_far` reads the data's log-likelihood.
+FAR = 16.0
+#: By how much the data's log-likelihood must fall there for the non-centred draw to run.
+SATURATION_DROP = 50.0
+
+
+class Schedule(NamedTuple):
+    """When the non-centred draws run: on the steps ``i >= start`` with ``(i - start) %
+    every == 0``."""
+
+    every: int
+    start: int
 
 
 def check_every(interweave_every):
-    """Refuse an ``interweave_every`` that is neither ``None`` nor a whole number >= 1."""
-    if interweave_every is not None and (isinstance(interweave_every, bool) or not isinstance(
-            interweave_every, int) or interweave_every < 1):
+    """Refuse an ``interweave_every`` that is neither ``"auto"``, ``None`` nor a whole number
+    >= 1."""
+    if interweave_every is None or (isinstance(interweave_every, str)
+                                    and interweave_every == "auto"):
+        return
+    if isinstance(interweave_every, bool) or not isinstance(interweave_every, int) or (
+            interweave_every < 1):
         raise ValueError(
-            "`interweave_every` must be None (no interweaving) or a whole number of SG steps "
-            f">= 1, got {interweave_every!r}.")
+            "`interweave_every` must be 'auto' (after warm-up, at a rate set by the draws' "
+            "cost), None (no interweaving) or a whole number of SG steps >= 1, got "
+            f"{interweave_every!r}.")
+
+
+def auto_every(elements, plates):
+    r"""The SG steps between non-centred draws for ``interweave_every="auto"``: the draws of
+    ``elements`` unconstrained scale elements read about :math:`6 \times` ``elements`` full
+    passes of the data (a slice step each), an SG step about :math:`6 n` rows (the gradient,
+    about three passes' work, at the minibatch and at the control variates' centre), so every
+    :math:`\max(10, \lceil \mathrm{elements} \cdot N / n \rceil)` steps the draws read about
+    as many rows as the steps between them (:math:`N / n` the largest over the subsample
+    ``plates``; 1 without one)."""
+    ratio = max((p.size / p.subsample_size for p in plates), default=1.0)
+    return max(AUTO_MIN_EVERY, math.ceil(elements * ratio))
+
+
+def schedule(interweave_every, sites, values, model, model_args, model_kwargs, num_warmup):
+    """The :class:`Schedule` of ``interweave_every`` for the interwoven ``sites`` of ``model``
+    (``values``: their values, for their sizes), or ``None``: ``"auto"`` draws after warm-up
+    only, every :func:`auto_every` steps; a number ``k`` every ``k``-th step from the first."""
+    if not sites or interweave_every is None:
+        return None
+    if interweave_every == "auto":
+        elements = sum(int(jnp.size(values[s])) for s in sites)
+        plates = find_subsample_plates(model, *jax.tree.map(as_jax_array,
+                                                            (model_args, model_kwargs)))
+        return Schedule(auto_every(elements, plates), int(num_warmup))
+    return Schedule(int(interweave_every), 0)
+
+
+def moved(before, after):
+    """Whether any value of the Gibbs sites ``after`` an interweaving differs from ``before``."""
+    return jnp.any(jnp.stack([jnp.any(a != b) for a, b in zip(
+        jax.tree.leaves(before), jax.tree.leaves(after))]))
+
+
+def due(i, plan):
+    """Whether step ``i`` (traced) draws non-centred under the :class:`Schedule` ``plan``."""
+    return (i >= plan.start) & ((i - plan.start) % plan.every == 0)
 
 
 def interwoven_sites(model, gibbs_sites, children, model_args, model_kwargs):
@@ -76,11 +138,39 @@ def non_centred(values, params):
     return {c + SUFFIX: (values[c] - loc) / scale for c, (loc, scale) in params.items()}
 
 
+def data_log_likelihood(model, model_args, model_kwargs, values):
+    """The log density of ``model``'s observed sites (each with its plate's scale) with its
+    latent sites at ``values``."""
+    substituted = handlers.substitute(handlers.seed(model, 0), data=values)
+    trace = handlers.trace(substituted).get_trace(*model_args, **model_kwargs)
+    return sum(jnp.sum(site["fn"].log_prob(site["value"])) * (site.get("scale") or 1.0)
+               for site in trace.values() if site["type"] == "sample" and site["is_observed"])
+
+
+def refuses_far(nc_model, name, transform, unravel, size, model_args, model_kwargs, values):
+    r"""Whether the data refuse site ``name`` far out: their log-likelihood, the children's
+    :math:`\tilde w` and every other site held at ``values``, falls by more than
+    :data:`SATURATION_DROP` from the site's unconstrained value 0 to :data:`FAR` in every
+    element (a scale :math:`e^{16}` times larger). Where it does not (a network's saturating
+    units: the likelihood stays bounded as the scale grows) the non-centred draw is skipped
+    (``unravel``, ``size``: the site's flat unconstrained value's).
+    The test reads neither the site's own value nor anything the draw changes, so skipping
+    the draw where it fails leaves the joint law invariant as the draw does."""
+    zero = jnp.zeros(size, jnp.result_type(float))
+
+    def at(u):
+        return data_log_likelihood(nc_model, model_args, model_kwargs,
+                                   {**values, name: transform(unravel(u))})
+
+    return at(zero + FAR) < at(zero) - SATURATION_DROP
+
+
 def non_centred_update(nc_model, name, transform, model_args, model_kwargs):
     r"""``draw(key, values) -> value``: site ``name`` drawn from its non-centred conditional
-    (module docstring) by a slice step on each element of its unconstrained value in turn;
-    ``values`` (constrained) hold every other latent site, the Gibbs sites' and the
-    children's :math:`\tilde w` under ``"{w}_decentered"`` (not the children themselves)."""
+    (module docstring) by a slice step on each element of its unconstrained value in turn
+    where the data refuse it far out (:func:`refuses_far`), else kept; ``values``
+    (constrained) hold every other latent site, the Gibbs sites' and the children's
+    :math:`\tilde w` under ``"{w}_decentered"`` (not the children themselves)."""
     model_args, model_kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
 
     def draw(key, values):
@@ -97,15 +187,23 @@ def non_centred_update(nc_model, name, transform, model_args, model_kwargs):
         def element(i, u):
             return u.at[i].set(slice_step(keys[i], lambda v: logp(u.at[i].set(v)), u[i]))
 
-        return transform(unravel(lax.fori_loop(0, u.size, element, u)))
+        refused = refuses_far(nc_model, name, transform, unravel, u.size, model_args,
+                              model_kwargs, values)
+        drawn = lax.cond(refused, lambda u: lax.fori_loop(0, u.size, element, u),
+                         lambda u: u, u)
+        return transform(unravel(drawn))
 
     return draw
 
 
-def set_up(model, gibbs_sites, children, transforms, model_args, model_kwargs):
+def set_up(model, gibbs_sites, children, transforms, model_args, model_kwargs,
+           interweave_every="auto"):
     """``(sites, draws)``: the Gibbs sites that are parents of ``children``
     (:func:`interwoven_sites`) and ``{site: draw}``, their :func:`non_centred_update` each
-    (``transforms``: every latent site's constraining transform)."""
+    (``transforms``: every latent site's constraining transform); ``((), {})`` without
+    children or with ``interweave_every=None``."""
+    if interweave_every is None or not children:
+        return (), {}
     sites = interwoven_sites(model, gibbs_sites, children, model_args, model_kwargs)
     nc_model = non_centred_model(model, children)
     return sites, {g: non_centred_update(nc_model, g, transforms[g], model_args, model_kwargs)
@@ -128,15 +226,21 @@ def interweave(key, draws, loc_scale, gibbs, sites):
     return gibbs, {**sites, **moved}
 
 
-def mixing_hint(gibbs_sites, interwoven, children):
-    """What the verdict advises where the chains within Gibbs may not mix with more steps."""
+def mixing_hint(gibbs_sites, plan, children):
+    """What the verdict advises where the chains within Gibbs may not mix with more steps
+    (``plan``: the run's :class:`Schedule`, or ``None``)."""
     names = ", ".join(map(repr, gibbs_sites))
-    if interwoven:
+    far = ("interweave_every=None where those draws take a scale far out (a network's "
+           "saturating units: docs/gibbs.md)")
+    if plan is not None and (plan.start > 0 or plan.every > AUTO_MIN_EVERY):
+        return (f"Within Gibbs (the Gibbs sites {names} drawn exactly given their Gaussian "
+                f"children, and every {plan.every} steps after warm-up also given their "
+                "non-centred values and all the data), SGGibbs(..., interweave_every=10) "
+                "draws them non-centred more often, warm-up included; or " + far)
+    if plan is not None:
         return (f"Within Gibbs (the Gibbs sites {names} drawn exactly, also given their "
-                "children's non-centred values and all the data), leave interweave_every=None "
-                "where those draws take a scale far out (a network's saturating units: "
-                "docs/gibbs.md), or give a gibbs_fn that draws the slow sites jointly with what "
-                "they depend on")
+                f"children's non-centred values and all the data), set {far}, or give a "
+                "gibbs_fn that draws the slow sites jointly with what they depend on")
     if not children:
         return (f"Within Gibbs (the Gibbs sites {names} drawn exactly), give a gibbs_fn that "
                 "draws the slow sites jointly with what they depend on")

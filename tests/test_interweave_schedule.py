@@ -1,0 +1,107 @@
+"""When ``SGGibbs`` interweaves by default (``interweave_every="auto"``): after warm-up, at
+a rate set by the non-centred draws' cost, and only where the data refuse the interwoven site
+far out (``numpyro_sgrld.sampler.interweaving``)."""
+
+import warnings
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from jax.flatten_util import ravel_pytree
+from numpyro.distributions import biject_to, constraints
+
+import numpyro_sgrld as ns
+from numpyro_sgrld.sampler import interweaving
+from numpyro_sgrld.sampler.interweaving import Schedule
+
+
+def regression(X, y, subsample_size=None):
+    """``w ~ N(0, tau^2)``, ``y ~ N(X w, 1)``: a linear predictor, so the data refuse a far
+    larger ``tau``."""
+    tau = numpyro.sample("tau", dist.Gamma(2.0, 2.0).expand([X.shape[1] // 2]).to_event(1))
+    w = numpyro.sample("w", dist.Normal(0.0, jnp.repeat(tau, 2)).to_event(1))
+    with numpyro.plate("data", X.shape[0], subsample_size=subsample_size) as idx:
+        numpyro.sample("y", dist.Normal(X[idx] @ w, 1.0), obs=y[idx])
+
+
+def saturating(X, y, subsample_size=None):
+    """A tanh unit whose input weights have the scale ``tau``: as ``tau`` grows the unit
+    saturates and the likelihood stays bounded."""
+    tau = numpyro.sample("tau", dist.HalfCauchy(1.0))
+    w = numpyro.sample("w", dist.Normal(0.0, tau).expand([X.shape[1]]).to_event(1))
+    v = numpyro.sample("v", dist.Normal(0.0, 3.0))
+    with numpyro.plate("data", X.shape[0], subsample_size=subsample_size) as idx:
+        numpyro.sample("y", dist.Bernoulli(logits=v * jnp.tanh(X[idx] @ w)), obs=y[idx])
+
+
+def data(columns=4, rows=200, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(rows, columns))
+    return jnp.asarray(X, jnp.float32), jnp.asarray(X[:, 0] > 0, jnp.float32)
+
+
+def initialised(kernel, X, y, num_warmup=20):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return kernel.init(jax.random.PRNGKey(0), num_warmup, None, (X, y), {})
+
+
+def test_auto_interweaves_after_warm_up_at_the_rate_of_its_cost():
+    """``elements * N / n`` steps between draws, at least 10, from the end of warm-up; a
+    number ``k`` from the first step; ``None`` and a model without decentred children: none."""
+    X, y = data()
+    cases = [(partial(regression, subsample_size=20), "auto", Schedule(20, 30)),  # 2 x 10
+             (partial(regression, subsample_size=100), "auto", Schedule(10, 30)),  # 2 x 2
+             (regression, "auto", Schedule(10, 30)),  # no subsample plate: N / n = 1
+             (partial(regression, subsample_size=20), 3, Schedule(3, 0)),
+             (partial(regression, subsample_size=20), None, None)]
+    for model, every, expected in cases:
+        kernel = ns.SGGibbs(ns.SGLD(model, step_size=1e-3), interweave_every=every)
+        initialised(kernel, X, y, num_warmup=30)
+        assert kernel.interweave_schedule == expected, (every, kernel.interweave_schedule)
+    plain = ns.SGGibbs(ns.SGLD(partial(regression, subsample_size=20), step_size=1e-3),
+                       decentre=False)
+    initialised(plain, X, y)
+    assert plain.interweave_schedule is None
+    assert interweaving.auto_every(1, []) == interweaving.AUTO_MIN_EVERY
+    steps = np.arange(60)
+    due = np.asarray(interweaving.due(steps, Schedule(20, 30)))
+    np.testing.assert_array_equal(np.flatnonzero(due), [30, 50])
+
+
+@pytest.mark.parametrize("model, refused", [(regression, True), (saturating, False)])
+def test_the_non_centred_draw_runs_only_where_the_data_refuse_the_site_far_out(model, refused):
+    """On a linear predictor the log-likelihood falls without bound as the scale grows: the
+    draw runs. On a saturating tanh unit it stays bounded: the draw is skipped and the value
+    kept exactly (where it would take the scale far out, docs/gibbs.md)."""
+    X, y = data()
+    nc_model = interweaving.non_centred_model(model, ("w",))
+    transform = biject_to(constraints.positive)
+    tau = jnp.full((2,), 0.7) if model is regression else jnp.asarray(0.7)
+    values = {"tau": tau, "w_decentered": jnp.asarray(np.random.default_rng(1).normal(
+        size=4), jnp.float32), "v": jnp.asarray(2.0)}
+    u, unravel = ravel_pytree(transform.inv(tau))
+    assert bool(interweaving.refuses_far(nc_model, "tau", transform, unravel, u.size, (X, y),
+                                         {}, values)) is refused
+    draw = interweaving.non_centred_update(nc_model, "tau", transform, (X, y), {})
+    new = jax.jit(draw)(jax.random.PRNGKey(3), values)
+    assert bool(jnp.all(new == tau)) is not refused
+
+
+@pytest.mark.parametrize("interweave, carried", [(True, False), (False, True)])
+def test_the_half_kick_is_carried_unless_an_interwoven_draw_moved_the_children(interweave,
+                                                                              carried):
+    X, y = data()
+    kernel = ns.SGGibbs(ns.BAOAB(partial(regression, subsample_size=20), step_size=0.05))
+    state = initialised(kernel, X, y)
+    for _ in range(5):
+        state = kernel.sample(state, (X, y), {})
+    gibbs, after = kernel.sweep(state, (X, y), {}, interweave=interweave)
+    r, q = after.chain.sampler_state.integrator.closing
+    identity = (all(np.all(np.asarray(v) == 1) for v in jax.tree.leaves(r))
+                and all(np.all(np.asarray(v) == 0) for v in jax.tree.leaves(q)))
+    assert identity is not carried
