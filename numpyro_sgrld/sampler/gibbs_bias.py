@@ -108,7 +108,7 @@ def bias_hint(adapts_step_size):
             "step's bias in their children's spread, amplified by their own correlation time; "
             "the verdict predicts each Gibbs site's shift from its children's equipartition "
             f"readings and names one beyond {MEAN_ERROR} of its sd, but it does not see every "
-            "path by which the step moves them (a random intercept with few rows a group moved "
-            "its scale with the children's spread nearly right), and it can "
+            "path by which the step moves them, it reads the draws given the children alone "
+            "(the non-centred draws of interweave_every also move the scales), and it can "
             f"overstate SGHMC's{share_note} "
             f"(docs/gibbs.md); to check a Gibbs site's mean, compare a run at {smaller}.")
