@@ -27,6 +27,14 @@ NumPyro's ``LocScaleReparam(0)``, as a function of :math:`g` with :math:`\tilde 
 other site fixed. It is drawn by univariate slice steps (Neal 2003) on each element of
 :math:`g`'s unconstrained value in turn (the data couple them): an exact update, whose cost is
 a few full-data evaluations of the likelihood per element.
+
+By default (``interweave_every="auto"``) the draws run after warm-up only, every
+:func:`auto_every` steps, so that they read about as many data rows as the SG steps between
+them; each runs only where the data refuse the site far out (:func:`refuses_far`): on a
+network whose units saturate, the likelihood given :math:`\tilde w` stays bounded as a scale
+grows, the conditional reaches scales the SG steps cannot follow, and the draw is skipped.
+Whether it runs depends on :math:`\tilde w` and the other sites only, never on :math:`g`,
+so the draw-or-keep leaves the joint posterior invariant as the draw does.
 """
 
 import math
@@ -143,20 +151,21 @@ def data_log_likelihood(model, model_args, model_kwargs, values):
     latent sites at ``values``."""
     substituted = handlers.substitute(handlers.seed(model, 0), data=values)
     trace = handlers.trace(substituted).get_trace(*model_args, **model_kwargs)
-    return sum(jnp.sum(site["fn"].log_prob(site["value"])) * (site.get("scale") or 1.0)
+    return sum(jnp.sum(site["fn"].log_prob(site["value"]))
+               * (1.0 if site.get("scale") is None else site["scale"])
                for site in trace.values() if site["type"] == "sample" and site["is_observed"])
 
 
-def refuses_far(nc_model, name, transform, unravel, size, model_args, model_kwargs, values):
+def refuses_far(nc_model, name, transform, unravel, flat, model_args, model_kwargs, values):
     r"""Whether the data refuse site ``name`` far out: their log-likelihood, the children's
     :math:`\tilde w` and every other site held at ``values``, falls by more than
     :data:`SATURATION_DROP` from the site's unconstrained value 0 to :data:`FAR` in every
     element (a scale :math:`e^{16}` times larger). Where it does not (a network's saturating
     units: the likelihood stays bounded as the scale grows) the non-centred draw is skipped
-    (``unravel``, ``size``: the site's flat unconstrained value's).
+    (``flat``: the site's flat unconstrained value, ``unravel`` its inverse flattening).
     The test reads neither the site's own value nor anything the draw changes, so skipping
     the draw where it fails leaves the joint law invariant as the draw does."""
-    zero = jnp.zeros(size, jnp.result_type(float))
+    zero = jnp.zeros_like(flat)
 
     def at(u):
         return data_log_likelihood(nc_model, model_args, model_kwargs,
@@ -187,7 +196,7 @@ def non_centred_update(nc_model, name, transform, model_args, model_kwargs):
         def element(i, u):
             return u.at[i].set(slice_step(keys[i], lambda v: logp(u.at[i].set(v)), u[i]))
 
-        refused = refuses_far(nc_model, name, transform, unravel, u.size, model_args,
+        refused = refuses_far(nc_model, name, transform, unravel, u, model_args,
                               model_kwargs, values)
         drawn = lax.cond(refused, lambda u: lax.fori_loop(0, u.size, element, u),
                          lambda u: u, u)
