@@ -241,7 +241,7 @@ def mixing_hint(gibbs_sites, plan, children):
     names = ", ".join(map(repr, gibbs_sites))
     far = ("interweave_every=None where those draws take a scale far out (a network's "
            "saturating units: docs/gibbs.md)")
-    if plan is not None and (plan.start > 0 or plan.every > AUTO_MIN_EVERY):
+    if plan is not None and plan.start > 0:
         return (f"Within Gibbs (the Gibbs sites {names} drawn exactly given their Gaussian "
                 f"children, and every {plan.every} steps after warm-up also given their "
                 "non-centred values and all the data), SGGibbs(..., interweave_every=10) "
