@@ -63,6 +63,10 @@ def test_auto_interweaves_after_warm_up_at_the_rate_of_its_cost():
         kernel = ns.SGGibbs(ns.SGLD(model, step_size=1e-3), interweave_every=every)
         initialised(kernel, X, y, num_warmup=30)
         assert kernel.interweave_schedule == expected, (every, kernel.interweave_schedule)
+    sparse = ns.SGGibbs(ns.SGLD(partial(regression, subsample_size=20), step_size=1e-3),
+                        gibbs_every=3)  # the draws run within the sweeps: a multiple of 3
+    initialised(sparse, X, y, num_warmup=30)
+    assert sparse.interweave_schedule == Schedule(21, 30)
     plain = ns.SGGibbs(ns.SGLD(partial(regression, subsample_size=20), step_size=1e-3),
                        decentre=False)
     initialised(plain, X, y)

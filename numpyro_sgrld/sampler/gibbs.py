@@ -270,7 +270,7 @@ class SGGibbs(MCMCKernel):
                 model_kwargs, self.interweave_every)
         self.interweave_schedule = interweaving.schedule(
             self.interweave_every, self.interwoven_sites, latent, plain, model_args,
-            model_kwargs, num_warmup)
+            model_kwargs, num_warmup, self.gibbs_every)
         centre = None
         if self.control_variates:  # one centre for the run's chains, where they start
             if self._centre is None:

@@ -98,17 +98,21 @@ def auto_every(elements, plates):
     return max(AUTO_MIN_EVERY, math.ceil(elements * ratio))
 
 
-def schedule(interweave_every, sites, values, model, model_args, model_kwargs, num_warmup):
+def schedule(interweave_every, sites, values, model, model_args, model_kwargs, num_warmup,
+             gibbs_every=1):
     """The :class:`Schedule` of ``interweave_every`` for the interwoven ``sites`` of ``model``
     (``values``: their values, for their sizes), or ``None``: ``"auto"`` draws after warm-up
-    only, every :func:`auto_every` steps; a number ``k`` every ``k``-th step from the first."""
+    only, every :func:`auto_every` steps rounded up to a multiple of ``gibbs_every`` (the
+    draws run within the sweeps, which run every ``gibbs_every``-th step after warm-up); a
+    number ``k`` every ``k``-th step from the first."""
     if not sites or interweave_every is None:
         return None
     if interweave_every == "auto":
         elements = sum(int(jnp.size(values[s])) for s in sites)
         plates = find_subsample_plates(model, *jax.tree.map(as_jax_array,
                                                             (model_args, model_kwargs)))
-        return Schedule(auto_every(elements, plates), int(num_warmup))
+        every = -(-auto_every(elements, plates) // gibbs_every) * gibbs_every
+        return Schedule(every, int(num_warmup))
     return Schedule(int(interweave_every), 0)
 
 
