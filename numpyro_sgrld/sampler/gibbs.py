@@ -422,7 +422,7 @@ class SGGibbs(MCMCKernel):
                 gradient=lambda z, g: self._prior_gradient(z, model_args, self._inner_kwargs(
                     model_kwargs, g, state.curvature, state.centre)))
             sg_state = (carry(sg_state) if self.interweave_schedule is None
-                        else lax.cond(interweaving.moved(centred, gibbs), lambda s: s, carry,
+                        else lax.cond(interweaving.changed(centred, gibbs), lambda s: s, carry,
                                       sg_state))
         return conditionals.finite_or_kept((gibbs, sg_state),
                                ({k: state.z[k] for k in self.gibbs_sites}, state.sg_state))

@@ -44,17 +44,16 @@ import jax
 import jax.numpy as jnp
 from jax import lax, random
 from jax.flatten_util import ravel_pytree
-from numpyro import handlers
 from numpyro.infer.util import log_density
 
 from numpyro_sgrld.data.subsample import as_jax_array, find_subsample_plates, full_batch
 from numpyro_sgrld.sampler.conditionals import slice_step
 from numpyro_sgrld.sampler.decentring import SUFFIX, fully_non_centred
+from numpyro_sgrld.sampler.gibbs_control_variates import data_loglik
 
-__all__ = ["AUTO_MIN_EVERY", "FAR", "SATURATION_DROP", "Schedule", "auto_every", "check_every",
-           "data_log_likelihood", "due", "interweave", "interwoven_sites", "mixing_hint",
-           "moved", "non_centred", "non_centred_model", "non_centred_update", "refuses_far",
-           "schedule", "set_up"]
+__all__ = ["AUTO_MIN_EVERY", "FAR", "SATURATION_DROP", "Schedule", "auto_every", "changed",
+           "check_every", "due", "interweave", "interwoven_sites", "mixing_hint", "non_centred",
+           "non_centred_model", "non_centred_update", "refuses_far", "schedule", "set_up"]
 
 #: The fewest SG steps between two non-centred draws that ``interweave_every="auto"`` picks.
 AUTO_MIN_EVERY = 10
@@ -116,7 +115,7 @@ def schedule(interweave_every, sites, values, model, model_args, model_kwargs, n
     return Schedule(int(interweave_every), 0)
 
 
-def moved(before, after):
+def changed(before, after):
     """Whether any value of the Gibbs sites ``after`` an interweaving differs from ``before``."""
     return jnp.any(jnp.stack([jnp.any(a != b) for a, b in zip(
         jax.tree.leaves(before), jax.tree.leaves(after))]))
@@ -150,16 +149,6 @@ def non_centred(values, params):
     return {c + SUFFIX: (values[c] - loc) / scale for c, (loc, scale) in params.items()}
 
 
-def data_log_likelihood(model, model_args, model_kwargs, values):
-    """The log density of ``model``'s observed sites (each with its plate's scale) with its
-    latent sites at ``values``."""
-    substituted = handlers.substitute(handlers.seed(model, 0), data=values)
-    trace = handlers.trace(substituted).get_trace(*model_args, **model_kwargs)
-    return sum(jnp.sum(site["fn"].log_prob(site["value"]))
-               * (1.0 if site.get("scale") is None else site["scale"])
-               for site in trace.values() if site["type"] == "sample" and site["is_observed"])
-
-
 def refuses_far(nc_model, name, transform, unravel, flat, model_args, model_kwargs, values):
     r"""Whether the data refuse site ``name`` far out: their log-likelihood, the children's
     :math:`\tilde w` and every other site held at ``values``, falls by more than
@@ -172,8 +161,8 @@ def refuses_far(nc_model, name, transform, unravel, flat, model_args, model_kwar
     zero = jnp.zeros_like(flat)
 
     def at(u):
-        return data_log_likelihood(nc_model, model_args, model_kwargs,
-                                   {**values, name: transform(unravel(u))})
+        return data_loglik(nc_model, {**values, name: transform(unravel(u))}, model_args,
+                           model_kwargs)
 
     return at(zero + FAR) < at(zero) - SATURATION_DROP
 
