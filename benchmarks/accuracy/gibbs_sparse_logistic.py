@@ -21,6 +21,13 @@ is not used).
         python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels SGLD \\
         --chain-method vectorized --sg-lengths 2000 4000 8000 --nuts-lengths 250 500 1000 \\
         --cold --race 8000 500 --repeats 5
+    for rows in 1000 3000 10000; do  # where SGGibbs overtakes NUTS (1000: German credit)
+        python benchmarks/record.py docs/results/gibbs_sparse_logistic_race_$rows.json -- \\
+            python benchmarks/accuracy/gibbs_sparse_logistic.py $([ $rows = 1000 ] || \\
+            echo --rows $rows --reference-draws 5000) --kernels SGLD \\
+            --chain-method vectorized --sg-warmup 1000 --sg-lengths 2000 4000 8000 16000 \\
+            --nuts-lengths 250 500 1000 2000 --cold --race --repeats 5
+    done
     python benchmarks/record.py docs/results/gibbs_sparse_logistic_step_bias.json -- \\
         python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels SGLD SGHMC BADODAB \\
         --chain-method vectorized --seeds 0 1 2 --nuts-lengths --per-chain
@@ -42,7 +49,11 @@ is not used).
     python benchmarks/accuracy/gibbs_sparse_logistic.py --kernels SGLD SGHMC PSGLD \\
         --no-decentre --control-variate none --num-warmup 500 --num-samples 2000 --nuts-lengths
 
-The last three are without control variates (``SGGibbs(..., control_variate=None)``), the
+The loop gives both samplers the same 1,000 warm-up steps on German credit and on simulated
+data of 3,000 and 10,000 rows (``--rows``: 25 standard normal covariates, the generating
+weights :data:`TRUE_W`, a reference of 4 x 5,000 NUTS draws of its own), and races each
+ladder's first run to the tolerance (``--race`` without lengths). The last three are without
+control variates (``SGGibbs(..., control_variate=None)``), the
 last also moving the weights as the model writes them.
 """
 
@@ -64,6 +75,9 @@ import numpyro_sgrld as ns
 
 MAX_MEAN_ERROR = 0.15
 SD_RATIO = (0.85, 1.15)
+#: The generating weights of ``--rows``' simulated data: five of 25 non-zero, German credit's
+#: width.
+TRUE_W = np.array([1.0, -0.8, 0.6, -0.4, 0.3] + [0.0] * 20, np.float32)
 
 
 def centred(X, y=None, subsample_size=100):
@@ -76,6 +90,15 @@ def centred(X, y=None, subsample_size=100):
     with numpyro.plate("data", X.shape[0], subsample_size=subsample_size) as idx:
         numpyro.sample("y", dist.Bernoulli(logits=X[idx] @ w),
                        obs=None if y is None else y[idx])
+
+
+def simulated(rows, seed=0):
+    """``(X, y)``: ``rows`` rows of 25 standard normal covariates (German credit's columns are
+    standardised too) and labels drawn with the generating weights :data:`TRUE_W`."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(rows, TRUE_W.size)).astype(np.float32)
+    y = (rng.uniform(size=rows) < 1 / (1 + np.exp(-(X @ TRUE_W)))).astype(np.int32)
+    return X, y
 
 
 def non_centred(X, y):
@@ -108,10 +131,13 @@ def nuts_arrays(X, y, num_samples, seed):
     return nuts(jnp.asarray(X), jnp.asarray(y), num_samples, seed)
 
 
-def reference(X, y, cache):
-    """NUTS, 4 x 20,000 draws (:func:`reference_moments.cached_reference`)."""
-    return cached_reference(cache / "gibbs_sparse_logistic_reference.npz",
-                            lambda: nuts(X, y, 20_000, seed=1)[0], ("log_tau", "log_lam", "w"))
+def reference(X, y, cache, draws=20_000, rows=None):
+    """NUTS, 4 x ``draws`` draws (:func:`reference_moments.cached_reference`), on German
+    credit or (``rows``) the simulated data."""
+    name = ("gibbs_sparse_logistic_reference.npz" if rows is None
+            else f"gibbs_sparse_logistic_reference_{rows}_rows.npz")
+    return cached_reference(cache / name, lambda: nuts(X, y, draws, seed=1)[0],
+                            ("log_tau", "log_lam", "w"))
 
 
 def accurate(err):
@@ -227,22 +253,35 @@ def main():
                         help="time each run of the --sg-lengths and --nuts-lengths ladders in "
                              "a fresh Python process (compilation included, nothing cached "
                              "by an earlier run), as a user's script starts")
-    parser.add_argument("--race", type=int, nargs=2, metavar=("SG_LENGTH", "NUTS_LENGTH"),
-                        help="after the ladders: SGGibbs at num_warmup = num_samples = "
-                             "SG_LENGTH (seed 2) and NUTS at 1000 + NUTS_LENGTH (seed 2), "
-                             "each --repeats times, alternating, each in a fresh process: the "
-                             "median and range of their wall times")
+    parser.add_argument("--race", type=int, nargs="*", metavar="LENGTH",
+                        help="after the ladders: SGGibbs at num_samples = SG_LENGTH (and "
+                             "num_warmup the same, or --sg-warmup; seed 2) and NUTS at 1000 + "
+                             "NUTS_LENGTH (seed 2), each --repeats times, alternating, each in "
+                             "a fresh process: the median and range of their wall times. "
+                             "Two numbers: SG_LENGTH NUTS_LENGTH; none: each ladder's first "
+                             "run to the tolerance")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--sg-warmup", type=int, default=None,
+                        help="the --sg-lengths ladder's and the race's num_warmup (default: "
+                             "each run's num_samples)")
+    parser.add_argument("--rows", type=int, default=None,
+                        help="simulated data of this many rows (generating weights TRUE_W) "
+                             "instead of German credit; its own reference")
+    parser.add_argument("--reference-draws", type=int, default=20_000,
+                        help="the reference's draws per chain, where it is not cached")
     parser.add_argument("--sg-lengths", type=int, nargs="*", default=[],
                         help="after the default runs: SGGibbs(K) of the first kernel at "
                              "num_warmup = num_samples = each length (another seed) until "
                              "accurate, quiet and of bulk ESS >= 100: its time to the "
                              "tolerance")
     a = parser.parse_args()
-    X, y = lr.load_german_credit()
+    if a.race is not None and len(a.race) not in (0, 2):
+        parser.error(f"--race takes two lengths or none, got {a.race}")
+    X, y = lr.load_german_credit() if a.rows is None else simulated(a.rows)
     X, y = jnp.asarray(X), jnp.asarray(y)
-    ref = reference(X, y, a.cache)
-    print(f"reference: NUTS 4 x 20,000 (non-centred); smallest ESS "
+    ref = reference(X, y, a.cache, a.reference_draws, a.rows)
+    print(f"data: {'German credit' if a.rows is None else 'simulated'}, {X.shape[0]:,} rows; "
+          f"reference: NUTS 4 x {a.reference_draws:,} (non-centred); smallest ESS "
           f"{min(float(np.min(r['ess'])) for r in ref.values()):.0f}; largest mean error "
           f"it contributes {max(float(np.max(r['mean_se'] / r['sd'])) for r in ref.values()):.3f}"
           " sd")
@@ -257,7 +296,8 @@ def main():
                        f", target_bias={a.target_bias}" if a.target_bias is not None else "",
                        "; vectorized" if a.chain_method == "vectorized" else ""])
     runs = [(name, a.num_warmup, a.num_samples, seed) for name in a.kernels for seed in a.seeds]
-    runs += [(a.kernels[0], length, length, 2) for length in a.sg_lengths]
+    runs += [(a.kernels[0], a.sg_warmup or length, length, 2) for length in a.sg_lengths]
+    first_accurate = {}  # each ladder's first run to the tolerance: its num_samples
     for name, num_warmup, num_samples, seed in runs:
         ladder = (num_warmup, num_samples) != (a.num_warmup, a.num_samples)
         draws, seconds, warned, (gibbs_sites, decentred_sites, (share, children)) = sg_run(
@@ -276,6 +316,7 @@ def main():
         for w in warned:
             print(f"  verdict: {w[:400]}")
         if ladder and accurate(err) and ess >= 100 and not warned:
+            first_accurate["sg"] = num_samples
             break
     for length in a.nuts_lengths:
         draws, seconds = (in_fresh_process if a.cold else lambda f, *r: f(*r))(
@@ -285,8 +326,13 @@ def main():
         print(f"| NUTS (full data, non-centred) | {1000 + length:,} | – | – | {err[0]:.3f} "
               f"| {err[1]:.2f}–{err[2]:.2f} | {ess:.0f} | {rhat:.3f} "
               f"| {'yes' if accurate(err) else 'no'} | – | {seconds:.0f} |", flush=True)
-    if a.race:
-        race(a, X, y, ref, *a.race)
+        if accurate(err):
+            first_accurate.setdefault("nuts", length)
+    if a.race == [] and len(first_accurate) < 2:
+        print(f"\nno race: a ladder did not reach the tolerance "
+              f"(first accurate: {first_accurate or 'none'})")
+    elif a.race is not None:
+        race(a, X, y, ref, *(a.race or (first_accurate["sg"], first_accurate["nuts"])))
 
 
 def race(a, X, y, ref, sg_length, nuts_length):
@@ -294,8 +340,8 @@ def race(a, X, y, ref, sg_length, nuts_length):
     fresh process (the same seed each time: the same draws, only the time varies)."""
     times = {"sg": [], "nuts": []}
     for _ in range(a.repeats):
-        draws, seconds, warned, _ = sg_run(a, X, y, a.kernels[0], sg_length, sg_length, 2,
-                                           fresh=True)
+        draws, seconds, warned, _ = sg_run(a, X, y, a.kernels[0], a.sg_warmup or sg_length,
+                                           sg_length, 2, fresh=True)
         times["sg"].append(seconds)
         sg_right = accurate(errors(draws, ref)) and mixing(draws)[0] >= 100 and not warned
         draws, seconds = in_fresh_process(nuts_arrays, np.asarray(X), np.asarray(y),
@@ -304,7 +350,7 @@ def race(a, X, y, ref, sg_length, nuts_length):
         nuts_right = accurate(errors(draws, ref))
     sg, nuts_ = np.median(times["sg"]), np.median(times["nuts"])
     print(f"\nrace, {a.repeats} fresh processes each, alternating: SGGibbs({a.kernels[0]}) "
-          f"{2 * sg_length:,} steps (accurate, quiet, ESS >= 100: "
+          f"{(a.sg_warmup or sg_length) + sg_length:,} steps (accurate, quiet, ESS >= 100: "
           f"{'yes' if sg_right else 'no'}) median {sg:.1f} s (range "
           f"{min(times['sg']):.1f}-{max(times['sg']):.1f}); NUTS {1000 + nuts_length:,} steps "
           f"(accurate: {'yes' if nuts_right else 'no'}) median {nuts_:.1f} s (range "
