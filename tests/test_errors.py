@@ -139,3 +139,24 @@ def test_a_model_without_a_subsampled_plate_is_noted_at_set_up():
             warnings.simplefilter("error", UserWarning)
             SGLD(model, step_size=1e-3).init(jax.random.PRNGKey(0), 10, None, (y,),
                                              {"subsample_size": size})
+
+
+def test_the_full_data_note_within_gibbs_names_the_data_not_a_gibbs_site():
+    """Within ``SGGibbs`` the Gibbs sites are observed in the SG kernel's conditioned model;
+    the note on a model without minibatches names the observed data."""
+    import jax
+
+    import numpyro_sgrld as ns
+
+    def schools(y):
+        mu = numpyro.sample("mu", dist.Normal(0.0, 5.0))
+        tau = numpyro.sample("tau", dist.HalfCauchy(5.0))
+        with numpyro.plate("J", 8):
+            theta = numpyro.sample("theta", dist.Normal(mu, tau))
+            numpyro.sample("obs", dist.Normal(theta, 10.0), obs=y)
+
+    with pytest.warns(UserWarning, match="observes 'obs' but has no plate") as caught:
+        ns.SGGibbs(SGLD(schools, step_size=1e-3)).init(
+            jax.random.PRNGKey(0), 10, None, (jnp.arange(8.0),), {})
+    assert not [w for w in caught if "observes 'mu'" in str(w.message)
+                or "observes 'tau'" in str(w.message)]

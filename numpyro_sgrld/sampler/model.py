@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from numpyro import handlers
+from numpyro.infer.hmc_gibbs import GIBBS_SITES_KWARG
 from numpyro.infer.util import ParamInfo
 from numpyro.util import is_prng_key, not_jax_tracer
 
@@ -178,7 +179,8 @@ def trace(model, metric, model_args, model_kwargs):
     check_latent_sites(model_trace, plates)
     check_aux(model_trace, metric)
     check_observed_shapes(model_trace)
-    note_full_data(model_trace, plates, declared)
+    note_full_data(model_trace, plates, declared,
+                   conditioned=set((model_kwargs or {}).get(GIBBS_SITES_KWARG) or ()))
     return model_trace, plates, infer_num_data(model_trace, declared)
 
 

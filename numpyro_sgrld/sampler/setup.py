@@ -373,11 +373,14 @@ def network_sites(model_trace):
                      and (site.get("infer") or {}).get(NETWORK))
 
 
-def note_full_data(model_trace, plates, declared):
+def note_full_data(model_trace, plates, declared, conditioned=()):
     """A note (a ``UserWarning``) when the model observes data but has no plate given a
-    ``subsample_size``: no minibatch is ever drawn, so the kernel runs on the full data."""
+    ``subsample_size``: no minibatch is ever drawn, so the kernel runs on the full data.
+    ``conditioned``: sites observed only because they are conditioned on (the Gibbs sites
+    within :class:`~numpyro_sgrld.SGGibbs`), which are not data."""
     observed = [name for name, site in model_trace.items()
-                if site["type"] == "sample" and site.get("is_observed")]
+                if site["type"] == "sample" and site.get("is_observed")
+                and name not in conditioned]
     if plates or declared or not observed:
         return
     warnings.warn(
