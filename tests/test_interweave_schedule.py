@@ -77,6 +77,17 @@ def test_auto_interweaves_after_warm_up_at_the_rate_of_its_cost():
     np.testing.assert_array_equal(np.flatnonzero(due), [30, 50])
 
 
+def test_the_mixing_hint_asks_for_draws_more_often_than_the_run_made():
+    """After warm-up the hint proposes a rate above the run's: every 10th step where the
+    auto rate was slower, every step where it already was 10."""
+    slow = interweaving.mixing_hint(("tau",), Schedule(260, 2000), ("w",))
+    fast = interweaving.mixing_hint(("tau",), Schedule(10, 2000), ("w",))
+    assert "every 260 steps" in slow
+    assert "interweave_every=10) draws them non-centred more often" in slow
+    assert "every 10 steps" in fast
+    assert "interweave_every=1) draws them non-centred on every step" in fast
+
+
 @pytest.mark.parametrize("model, refused", [(regression, True), (saturating, False)])
 def test_the_non_centred_draw_runs_only_where_the_data_refuse_the_site_far_out(model, refused):
     """On a linear predictor the log-likelihood falls without bound as the scale grows: the

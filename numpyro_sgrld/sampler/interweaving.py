@@ -235,10 +235,12 @@ def mixing_hint(gibbs_sites, plan, children):
     far = ("interweave_every=None where those draws take a scale far out (a network's "
            "saturating units: docs/gibbs.md)")
     if plan is not None and plan.start > 0:
+        every = AUTO_MIN_EVERY if plan.every > AUTO_MIN_EVERY else 1
         return (f"Within Gibbs (the Gibbs sites {names} drawn exactly given their Gaussian "
                 f"children, and every {plan.every} steps after warm-up also given their "
-                "non-centred values and all the data), SGGibbs(..., interweave_every=10) "
-                "draws them non-centred more often, warm-up included; or " + far)
+                f"non-centred values and all the data), SGGibbs(..., interweave_every={every})"
+                f" draws them non-centred {'more often' if every > 1 else 'on every step'}, "
+                "warm-up included; or " + far)
     if plan is not None:
         return (f"Within Gibbs (the Gibbs sites {names} drawn exactly, also given their "
                 f"children's non-centred values and all the data), set {far}, or give a "
