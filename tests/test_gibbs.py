@@ -105,7 +105,7 @@ def test_the_verdicts_advice_does_not_call_a_model_within_gibbs_non_centred():
     kernel.init(jax.random.PRNGKey(0), 10, None, (Y,), {})
     assert centred_sites(kernel.inner_kernel) is None
     assert "already non-centred" not in mixing_advice(kernel.inner_kernel)
-    assert "interweave_every=10" in mixing_advice(kernel.inner_kernel)
+    assert "SGGibbs(..., interweave_every=" in mixing_advice(kernel.inner_kernel)
     assert "LocScaleReparam" not in mixing_advice(kernel.inner_kernel)
     plain = ns.SGLD(model, step_size=1e-3)
     plain.init(jax.random.PRNGKey(0), 10, None, (Y,), {})
