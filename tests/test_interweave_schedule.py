@@ -207,11 +207,11 @@ def logistic_groups(group, y=None, subsample_size=50):
 
 def exact_logistic_log_sigma(group, y):
     r"""``log sigma``'s posterior mean, sd and kurtosis for :func:`logistic_groups` by
-    quadrature: a
-    group of ``k`` ones in ``ROWS`` has likelihood :math:`\int \mathrm{expit}(a)^k
-    \mathrm{expit}(-a)^{R-k} \mathcal N(a; \mu, \sigma^2)\,da` (Gauss-Hermite, 80 nodes), on
-    a grid of :math:`(\mu, \log\sigma)` to :math:`\log\sigma = -20` (301 x 801 points; with
-    twice the points and 120 nodes the moments agree to 1e-5)."""
+    quadrature: a group of ``k`` ones in ``ROWS`` has likelihood :math:`\int
+    \mathrm{expit}(a)^k \mathrm{expit}(-a)^{R-k} \mathcal N(a; \mu, \sigma^2)\,da`
+    (Gauss-Hermite, 80 nodes), on a grid of :math:`(\mu, \log\sigma)` to
+    :math:`\log\sigma = -20` (301 x 801 points; with twice the points and 120 nodes the
+    moments agree to 1e-5)."""
     counts = np.bincount(np.bincount(group, weights=y, minlength=GROUPS).astype(int),
                          minlength=ROWS + 1)
     x, w = np.polynomial.hermite_e.hermegauss(80)
