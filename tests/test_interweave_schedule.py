@@ -53,12 +53,13 @@ def initialised(kernel, X, y, num_warmup=20):
 
 def test_auto_interweaves_after_warm_up_at_the_rate_of_its_cost():
     """``elements * N / n`` steps between draws, at least 10, from the end of warm-up; a
-    number ``k`` from the first step; ``None`` and a model without decentred children: none."""
+    number ``k`` every ``k``-th step in warm-up and after it on the sweeps' steps; ``None`` and
+    a model without decentred children: none."""
     X, y = data()
     cases = [(partial(regression, subsample_size=20), "auto", Schedule(20, 30)),  # 2 x 10
              (partial(regression, subsample_size=100), "auto", Schedule(10, 30)),  # 2 x 2
              (regression, "auto", Schedule(10, 30)),  # no subsample plate: N / n = 1
-             (partial(regression, subsample_size=20), 3, Schedule(3, 0)),
+             (partial(regression, subsample_size=20), 3, Schedule(3, 30, 3)),
              (partial(regression, subsample_size=20), None, None)]
     for model, every, expected in cases:
         kernel = ns.SGGibbs(ns.SGLD(model, step_size=1e-3), interweave_every=every)
@@ -78,6 +79,34 @@ def test_auto_interweaves_after_warm_up_at_the_rate_of_its_cost():
     np.testing.assert_array_equal(np.flatnonzero(due), [30, 50])
 
 
+@pytest.mark.parametrize("every, gibbs_every, num_warmup", [(10, 4, 31), (10, 3, 30), (7, 1, 30),
+                                                            ("auto", 4, 31)])
+def test_a_number_of_steps_interweaves_on_the_sweeps_after_warm_up(every, gibbs_every,
+                                                                   num_warmup):
+    """After warm-up the sweeps run every ``gibbs_every``-th step: the non-centred draws run
+    on sweeps only, as near the asked rate as the sweeps allow (every 10 with a sweep every 4
+    steps and an odd warm-up would otherwise never coincide with one); in warm-up, where a
+    sweep runs every step, every ``k``-th step."""
+    X, y = data()
+    kernel = ns.SGGibbs(ns.SGLD(partial(regression, subsample_size=20), step_size=1e-3),
+                        gibbs_every=gibbs_every, interweave_every=every)
+    initialised(kernel, X, y, num_warmup=num_warmup)
+    plan = kernel.interweave_schedule
+    steps = np.arange(num_warmup + 200)
+    due = np.asarray(interweaving.due(steps, plan))
+    sweep = (steps < num_warmup) | ((steps - num_warmup) % gibbs_every == 0)
+    after = np.flatnonzero(due & (steps >= num_warmup))
+    assert np.all(sweep[after])
+    np.testing.assert_array_equal(np.diff(after), plan.every)
+    assert plan.every % gibbs_every == 0
+    if every == "auto":
+        assert not np.any(due[:num_warmup])
+    else:
+        assert plan.every == -(-every // gibbs_every) * gibbs_every
+        np.testing.assert_array_equal(np.flatnonzero(due[:num_warmup]),
+                                      np.arange(0, num_warmup, every))
+
+
 def test_the_mixing_hint_asks_for_draws_more_often_than_the_run_made():
     """After warm-up the hint proposes a rate above the run's: every 10th step where the
     auto rate was slower, every step where it already was 10."""
@@ -87,6 +116,14 @@ def test_the_mixing_hint_asks_for_draws_more_often_than_the_run_made():
     assert "interweave_every=10) draws them non-centred more often" in slow
     assert "every 10 steps" in fast
     assert "interweave_every=1) draws them non-centred on every step" in fast
+    # a sweep every 3 steps after warm-up: the fastest rate there is a sweep's, every 3
+    sparse = interweaving.mixing_hint(("tau",), Schedule(12, 2000), ("w",), gibbs_every=3)
+    sparse_slow = interweaving.mixing_hint(("tau",), Schedule(30, 2000), ("w",), gibbs_every=3)
+    assert "interweave_every=1) draws them non-centred on every sweep (every 3 steps" in sparse
+    assert "interweave_every=10) draws them non-centred more often" in sparse_slow
+    # a number already given: the hint does not ask for the schedule the run had
+    given = interweaving.mixing_hint(("tau",), Schedule(10, 2000, 10), ("w",))
+    assert "interweave_every=None" in given and "interweave_every=10)" not in given
 
 
 @pytest.mark.parametrize("model, refused", [(regression, True), (saturating, False)])

@@ -127,8 +127,9 @@ class SGGibbs(MCMCKernel):
         drawn again given the children's non-centred values ``(w - mu) / sigma`` and all the
         data where the data refuse it far out (Yu & Meng 2011;
         :mod:`~numpyro_sgrld.sampler.interweaving`): a scale and its children move together
-        across the funnel the centred update crosses slowly; ``k``: every ``k``-th step,
-        warm-up included; ``None``: the centred update only (no data read).
+        across the funnel the centred update crosses slowly; ``k``: every ``k``-th step in
+        warm-up, and after it every ``k`` steps rounded up to a multiple of ``gibbs_every``
+        (on the sweeps' steps); ``None``: the centred update only (no data read).
 
     Example::
 
@@ -288,7 +289,7 @@ class SGGibbs(MCMCKernel):
         self._transforms_gibbs = {k: transforms[k] for k in sorted(self.gibbs_sites)}
         self.inner_kernel.judged_values = partial(self._judged, self._transforms_gibbs)
         self.inner_kernel.mixing_hint = interweaving.mixing_hint(
-            self.gibbs_sites, self.interweave_schedule, self.decentred_sites)
+            self.gibbs_sites, self.interweave_schedule, self.decentred_sites, self.gibbs_every)
         curvature = {s: jnp.zeros(jnp.shape(latent[s]), jnp.result_type(latent[s]))
                      for s in self.decentred_sites}
         sg_params = None

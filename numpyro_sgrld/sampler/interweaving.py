@@ -53,7 +53,8 @@ from numpyro_sgrld.sampler.gibbs_control_variates import data_loglik
 
 __all__ = ["AUTO_MIN_EVERY", "FAR", "SATURATION_DROP", "Schedule", "auto_every", "changed",
            "check_every", "due", "interweave", "interwoven_sites", "mixing_hint", "non_centred",
-           "non_centred_model", "non_centred_update", "refuses_far", "schedule", "set_up"]
+           "non_centred_model", "non_centred_update", "on_sweeps", "refuses_far", "schedule",
+           "set_up"]
 
 #: The fewest SG steps between two non-centred draws that ``interweave_every="auto"`` picks.
 AUTO_MIN_EVERY = 10
@@ -65,10 +66,12 @@ SATURATION_DROP = 50.0
 
 class Schedule(NamedTuple):
     """When the non-centred draws run: on the steps ``i >= start`` with ``(i - start) %
-    every == 0``."""
+    every == 0``, and before ``start`` (warm-up) on those with ``i % warmup_every == 0``
+    (``0``: none)."""
 
     every: int
     start: int
+    warmup_every: int = 0
 
 
 def check_every(interweave_every):
@@ -103,16 +106,22 @@ def schedule(interweave_every, sites, values, model, model_args, model_kwargs, n
     (``values``: their values, for their sizes), or ``None``: ``"auto"`` draws after warm-up
     only, every :func:`auto_every` steps rounded up to a multiple of ``gibbs_every`` (the
     draws run within the sweeps, which run every ``gibbs_every``-th step after warm-up); a
-    number ``k`` every ``k``-th step from the first."""
+    number ``k`` every ``k``-th step in warm-up (a sweep every step) and after it every
+    ``k`` steps rounded up to a multiple of ``gibbs_every``, on the sweeps' steps."""
     if not sites or interweave_every is None:
         return None
     if interweave_every == "auto":
         elements = sum(int(jnp.size(values[s])) for s in sites)
         plates = find_subsample_plates(model, *jax.tree.map(as_jax_array,
                                                             (model_args, model_kwargs)))
-        every = -(-auto_every(elements, plates) // gibbs_every) * gibbs_every
-        return Schedule(every, int(num_warmup))
-    return Schedule(int(interweave_every), 0)
+        return Schedule(on_sweeps(auto_every(elements, plates), gibbs_every), int(num_warmup))
+    every = int(interweave_every)
+    return Schedule(on_sweeps(every, gibbs_every), int(num_warmup), every)
+
+
+def on_sweeps(every, gibbs_every):
+    """``every`` rounded up to a multiple of ``gibbs_every``."""
+    return -(-every // gibbs_every) * gibbs_every
 
 
 def changed(before, after):
@@ -123,7 +132,10 @@ def changed(before, after):
 
 def due(i, plan):
     """Whether step ``i`` (traced) draws non-centred under the :class:`Schedule` ``plan``."""
-    return (i >= plan.start) & ((i - plan.start) % plan.every == 0)
+    after = (i >= plan.start) & ((i - plan.start) % plan.every == 0)
+    if not plan.warmup_every:
+        return after
+    return after | ((i < plan.start) & (i % plan.warmup_every == 0))
 
 
 def interwoven_sites(model, gibbs_sites, children, model_args, model_kwargs):
@@ -228,19 +240,23 @@ def interweave(key, draws, loc_scale, gibbs, sites):
     return gibbs, {**sites, **moved}
 
 
-def mixing_hint(gibbs_sites, plan, children):
+def mixing_hint(gibbs_sites, plan, children, gibbs_every=1):
     """What the verdict advises where the chains within Gibbs may not mix with more steps
-    (``plan``: the run's :class:`Schedule`, or ``None``)."""
+    (``plan``: the run's :class:`Schedule`, or ``None``; ``gibbs_every``: the SG steps
+    between sweeps after warm-up, where the draws run)."""
     names = ", ".join(map(repr, gibbs_sites))
     far = ("interweave_every=None where those draws take a scale far out (a network's "
            "saturating units: docs/gibbs.md)")
-    if plan is not None and plan.start > 0:
-        every = AUTO_MIN_EVERY if plan.every > AUTO_MIN_EVERY else 1
+    if plan is not None and plan.start > 0 and not plan.warmup_every:
+        if plan.every > on_sweeps(AUTO_MIN_EVERY, gibbs_every):
+            every, how = AUTO_MIN_EVERY, "more often"
+        else:
+            every, how = 1, ("on every step" if gibbs_every == 1 else
+                             f"on every sweep (every {gibbs_every} steps after warm-up)")
         return (f"Within Gibbs (the Gibbs sites {names} drawn exactly given their Gaussian "
                 f"children, and every {plan.every} steps after warm-up also given their "
                 f"non-centred values and all the data), SGGibbs(..., interweave_every={every})"
-                f" draws them non-centred {'more often' if every > 1 else 'on every step'}, "
-                "warm-up included; or " + far)
+                f" draws them non-centred {how}, warm-up included; or " + far)
     if plan is not None:
         return (f"Within Gibbs (the Gibbs sites {names} drawn exactly, also given their "
                 f"children's non-centred values and all the data), set {far}, or give a "
