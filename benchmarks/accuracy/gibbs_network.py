@@ -71,6 +71,10 @@ def main():
     parser.add_argument("--interweave-every", type=interweave_option, default="auto",
                         help="SGGibbs's interweave_every: auto (its default), none or "
                              "a number of steps")
+    parser.add_argument("--non-centred", action="store_true",
+                        help="the plain kernel K(model) on the horseshoe as NUTS's reference "
+                             "writes it (the library's default unit form, non-centred): no "
+                             "Gibbs sites")
     parser.add_argument("--target-bias", type=float, default=None,
                         help="the SG kernel's target_bias (default: its default; within Gibbs "
                              "its step aims at a share of it)")
@@ -91,9 +95,12 @@ def main():
     thinning = max(1, a.num_samples * chains // (meta["chains"] * meta["draws"]))
     for name in a.kernels:
         own = {} if a.target_bias is None else {"target_bias": a.target_bias}
-        kernel = ns.SGGibbs(getattr(ns, name)(problem["gibbs_model"], **own),
-                            interweave_every=a.interweave_every)
-        option = interweave_label(a.interweave_every) + (
+        if a.non_centred:
+            kernel = getattr(ns, name)(problem["model"], **own)
+        else:
+            kernel = ns.SGGibbs(getattr(ns, name)(problem["gibbs_model"], **own),
+                                interweave_every=a.interweave_every)
+        option = ("" if a.non_centred else interweave_label(a.interweave_every)) + (
             f", target_bias={a.target_bias}" if a.target_bias is not None else "")
         mcmc = MCMC(kernel, num_warmup=a.num_warmup, num_samples=a.num_samples,
                     num_chains=chains, thinning=thinning, chain_method="sequential",
@@ -107,7 +114,9 @@ def main():
         warned = [str(w.message) for w in caught if "cannot be trusted" in str(w.message)]
         by_chain = mcmc.get_samples(group_by_chain=True)
         samples = {k: v for k, v in mcmc.get_samples().items() if k.startswith("net/")}
-        pred = P.predictive({**problem, "full": problem["gibbs_full"]}, samples)
+        pred = P.predictive(problem if a.non_centred else {**problem,
+                                                           "full": problem["gibbs_full"]},
+                            samples)
         d = distances(problem, pred, ref)
         run = {s: np.log(np.asarray(by_chain[s], np.float64)) for s in sites}
         err = scale_errors(run, ref_a, ref_b)
@@ -117,15 +126,19 @@ def main():
         ratios = np.concatenate([e["ratio"] for e in err.values()])
         floor_ratios = np.concatenate([e["floor_ratio"] for e in err.values()])
         ess = min(float(np.min(e["ess"])) for e in err.values())
-        print(f"| SGGibbs({name}{option}) [{', '.join(kernel.gibbs_sites)}] "
+        label = (f"{name}({'' if not option else option[2:]}) non-centred" if a.non_centred
+                 else f"SGGibbs({name}{option}) [{', '.join(kernel.gibbs_sites)}]")
+        print(f"| {label} "
               f"| {a.num_warmup + a.num_samples:,} | {d['distance']:.4f} ({d['floor']:.4f}) "
               f"| {d['agreement']:.3f} ({d['floor_agreement']:.3f}) "
               f"| {'yes' if d['close'] else 'no'} | {worst:.3f} ({floor_worst:.3f}) | {z:.1f} "
               f"| {ratios.min():.2f}–{ratios.max():.2f} "
               f"({floor_ratios.min():.2f}–{floor_ratios.max():.2f}) | {ess:.0f} "
               f"| {'warned' if warned else 'quiet'} | {seconds:.0f} |", flush=True)
-        print(f"  the step's share of target_bias {float(np.mean(mcmc.last_state.bias_share)):.3f} "
-              f"(weakly informed children {float(np.mean(mcmc.last_state.children)):.1f})")
+        if not a.non_centred:
+            print(f"  the step's share of target_bias "
+                  f"{float(np.mean(mcmc.last_state.bias_share)):.3f} (weakly informed "
+                  f"children {float(np.mean(mcmc.last_state.children)):.1f})")
         for w in warned:
             print(f"  verdict: {w[:400]}")
 
