@@ -121,7 +121,8 @@ def judged_run(children, predictor_sd, num_samples, chain_method="vectorized",
                                               draws.std() / np.sqrt(ess) / sd)
 
 
-@pytest.mark.parametrize("chain_method", ["vectorized", "sequential"])
+@pytest.mark.parametrize("chain_method", [
+    "vectorized", pytest.param("sequential", marks=pytest.mark.slow)])  # the same check, longer
 def test_the_verdict_names_a_scale_that_its_childrens_bias_moves_far(chain_method):
     """36 children the data barely touch, SGLD at ``target_bias=0.35``: ``log tau`` sits
     far beyond the tolerance against its exact law (checked here at z > 3), and the run's

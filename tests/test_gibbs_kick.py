@@ -39,8 +39,9 @@ def test_the_closing_half_kick_is_the_ended_potentials_gradient_on_any_minibatch
     kernel = ns.SGGibbs(getattr(ns, name)(partial(regression, subsample_size=20),
                                           step_size=0.05), interweave_every=None)
     state = kernel.init(jax.random.PRNGKey(0), 20, None, (X, y), {})
+    step = jax.jit(lambda s: kernel.sample(s, (X, y), {}))  # one compile, not 25 eager steps
     for _ in range(25):  # past warm-up: the curvature F learnt, the sweeps moving tau
-        state = kernel.sample(state, (X, y), {})
+        state = step(state)
     gibbs, after = kernel.sweep(state, (X, y), {})
     r, q = after.chain.sampler_state.integrator.closing
     # where the next step starts (the kernel's proposal, where it keeps one)
@@ -67,8 +68,9 @@ def test_a_step_without_a_sweep_leaves_the_closing_half_kick_as_its_own():
     X, y = data(3, 0.1)
     kernel = ns.SGGibbs(ns.BAOAB(regression, step_size=0.1), gibbs_every=1000)
     state = kernel.init(jax.random.PRNGKey(0), 2, None, (X, y), {})
+    step = jax.jit(lambda s: kernel.sample(s, (X, y), {}))
     for _ in range(4):
-        state = kernel.sample(state, (X, y), {})
+        state = step(state)
     r, q = state.sg_state.chain.sampler_state.integrator.closing
     assert all(np.all(np.asarray(v) == 1) for v in jax.tree.leaves(r))
     assert all(np.all(np.asarray(v) == 0) for v in jax.tree.leaves(q))

@@ -128,8 +128,8 @@ class SGGibbs(MCMCKernel):
         data where the data refuse it far out (Yu & Meng 2011;
         :mod:`~numpyro_sgrld.sampler.interweaving`): a scale and its children move together
         across the funnel the centred update crosses slowly; ``k``: every ``k``-th step in
-        warm-up, and after it every ``k`` steps rounded up to a multiple of ``gibbs_every``
-        (on the sweeps' steps); ``None``: the centred update only (no data read).
+        warm-up, then every ``k`` up to a multiple of ``gibbs_every`` (on the sweeps' steps);
+        ``None``: the centred update only (no data read).
 
     Example::
 
@@ -210,8 +210,7 @@ class SGGibbs(MCMCKernel):
         #: The SG steps between non-centred draws as given; the run's :class:`~.interweaving.
         #: Schedule` (``None``: no draws) is ``interweave_schedule``, known after :meth:`init`.
         self.interweave_every, self.interweave_schedule = interweave_every, None
-        #: The Gibbs sites also drawn non-centred (known after :meth:`init`;
-        #: :mod:`~numpyro_sgrld.sampler.interweaving`).
+        #: The Gibbs sites also drawn non-centred (known after :meth:`init`; ``interweaving``).
         self.interwoven_sites = None
         self._non_centred_draws = {}
         self._vectorized = False  # chain_method="vectorized": init's key has a chain axis
