@@ -14,6 +14,7 @@ import pytest
 from conftest import mcse
 from jax.flatten_util import ravel_pytree
 from numpyro.distributions import biject_to, constraints
+from numpyro.infer import MCMC
 
 import numpyro_sgrld as ns
 from numpyro_sgrld.sampler import interweaving
@@ -124,6 +125,46 @@ def test_the_mixing_hint_asks_for_draws_more_often_than_the_run_made():
     # a number already given: the hint does not ask for the schedule the run had
     given = interweaving.mixing_hint(("tau",), Schedule(10, 2000, 10), ("w",))
     assert "interweave_every=None" in given and "interweave_every=10)" not in given
+
+
+@pytest.mark.parametrize("runs", [True, False])
+def test_the_run_counts_the_non_centred_draws_that_ran(runs, monkeypatch):
+    """After warm-up the run monitor counts the sweeps at which a non-centred draw was due
+    and those at which it ran: all of them where the test before each draw always passes,
+    none where it never does, and then the verdict's hint says that more draws would be
+    skipped too (not "interweave_every=10 draws them more often")."""
+    monkeypatch.setattr(interweaving, "SATURATION_DROP", -np.inf if runs else np.inf)
+    X, y = data()
+    kernel = ns.SGGibbs(ns.SGLD(partial(regression, subsample_size=20), step_size=1e-3),
+                        interweave_every=5)
+    mcmc = MCMC(kernel, num_warmup=20, num_samples=30, num_chains=2,
+                chain_method="vectorized", progress_bar=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcmc.run(jax.random.PRNGKey(0), X, y)
+    kept = mcmc.last_state.sg_state.monitor.composed
+    np.testing.assert_array_equal(kept.due, [6, 6])  # steps 20, 25, ..., 45
+    np.testing.assert_array_equal(kept.ran, [6, 6] if runs else [0, 0])
+    hint = kernel.inner_kernel.mixing_hint(kept)
+    skipped = "none of the 12 non-centred draws due after warm-up ran" in hint
+    assert skipped is not runs, hint
+    assert ("interweave_every=None" in hint) is runs
+
+
+def test_the_hint_says_where_every_non_centred_draw_was_skipped():
+    """With the run's counts: where none of the due draws ran, no rate of them is proposed;
+    where some ran, or none was due, the hint is as without counts."""
+    from numpyro_sgrld.sampler.gibbs_bias_check import init
+
+    plan, counts = Schedule(260, 2000), init(1, 1)
+    none_ran = interweaving.mixing_hint(("tau",), plan, ("w",), kept=counts._replace(
+        due=np.array([40, 40]), ran=np.array([0, 0])))
+    some_ran = interweaving.mixing_hint(("tau",), plan, ("w",), kept=counts._replace(
+        due=np.array([40, 40]), ran=np.array([0, 3])))
+    assert "none of the 80 non-centred draws due after warm-up ran" in none_ran
+    assert "interweave_every=10" not in none_ran and "gibbs_fn" in none_ran
+    assert some_ran == interweaving.mixing_hint(("tau",), plan, ("w",))
+    assert interweaving.mixing_hint(("tau",), plan, ("w",), kept=counts) == some_ran
 
 
 @pytest.mark.parametrize("model, refused", [(regression, True), (saturating, False)])

@@ -192,11 +192,7 @@ class SGGibbs(MCMCKernel):
                 f"`gibbs_every` must be a whole number of SG steps >= 1, got {gibbs_every!r}.")
         #: The SG steps between Gibbs sweeps after warm-up (every step in warm-up).
         self.gibbs_every = gibbs_every
-        if control_variate not in ("auto", None, "mode"):
-            raise ValueError(
-                f"`control_variate` must be 'auto' (control variates where the likelihood "
-                f"does not read a Gibbs site), 'mode' (required) or None, got "
-                f"{control_variate!r}.")
+        gibbs_cv.check_option(control_variate)
         self._control_variate = control_variate
         #: Whether the SG kernel's gradient has control variates (known after :meth:`init`).
         self.control_variates = None
@@ -287,8 +283,9 @@ class SGGibbs(MCMCKernel):
         gibbs = {k: latent[k] for k in self.gibbs_sites}
         self._transforms_gibbs = {k: transforms[k] for k in sorted(self.gibbs_sites)}
         self.inner_kernel.judged_values = partial(self._judged, self._transforms_gibbs)
-        self.inner_kernel.mixing_hint = interweaving.mixing_hint(
-            self.gibbs_sites, self.interweave_schedule, self.decentred_sites, self.gibbs_every)
+        self.inner_kernel.mixing_hint = partial(  # given the run's counts of interwoven draws
+            interweaving.mixing_hint, self.gibbs_sites, self.interweave_schedule,
+            self.decentred_sites, self.gibbs_every)
         curvature = {s: jnp.zeros(jnp.shape(latent[s]), jnp.result_type(latent[s]))
                      for s in self.decentred_sites}
         sg_params = None
@@ -402,6 +399,7 @@ class SGGibbs(MCMCKernel):
         sites, before = self._centred(position, gibbs, state.curvature, model_args, model_kwargs)
         old, gibbs = gibbs, self._gibbs_fn(rng_key=key, gibbs_sites=gibbs, hmc_sites=sites)
         conditionals.check_gibbs_values(gibbs, self.gibbs_sites)
+        sg_state, params = state.sg_state, {}
         if self.interweave_schedule is not None:
             if interweave is None:
                 interweave = interweaving.due(state.sg_state.i, self.interweave_schedule)
@@ -412,7 +410,8 @@ class SGGibbs(MCMCKernel):
                         self._loc_scale, model_args=model_args, model_kwargs=model_kwargs),
                     g, s),
                 lambda g, s: (g, s), gibbs, sites)
-        sg_state, params = state.sg_state, {}
+            ran = interweaving.changed(centred, gibbs)  # the draw not skipped (refuses_far)
+            sg_state = bias_check.interwoven(sg_state, interweave, ran, self.inner_kernel.run_info)
         if self.decentred_sites:
             params = self._loc_scale({**sites, **gibbs}, model_args, model_kwargs)
             sg_state = kick.moved(sg_state, sites, params, state.curvature)
@@ -422,8 +421,7 @@ class SGGibbs(MCMCKernel):
                 gradient=lambda z, g: self._prior_gradient(z, model_args, self._inner_kwargs(
                     model_kwargs, g, state.curvature, state.centre)))
             sg_state = (carry(sg_state) if self.interweave_schedule is None
-                        else lax.cond(interweaving.changed(centred, gibbs), lambda s: s, carry,
-                                      sg_state))
+                        else lax.cond(ran, lambda s: s, carry, sg_state))
         return conditionals.finite_or_kept((gibbs, sg_state),
                                ({k: state.z[k] for k in self.gibbs_sites}, state.sg_state))
 

@@ -46,7 +46,7 @@ from numpyro_sgrld.sampler.decentring import CURVATURE_KWARG, SUFFIX, fully_non_
 from numpyro_sgrld.sampler.potentials import minibatch_potential
 
 __all__ = ["CV_KWARG", "FACTOR", "ModelCentre", "applies", "centre",
-           "check_likelihood_free_of", "corrected", "data_loglik"]
+           "check_likelihood_free_of", "check_option", "corrected", "data_loglik"]
 
 #: The keyword argument that carries the :class:`ModelCentre` to the SG kernel's model.
 CV_KWARG = "_sgrld_model_centre"
@@ -111,6 +111,16 @@ def centre(model, sg_sites, key, model_args, model_kwargs, num_steps=1000, child
     grad = jax.jit(jax.grad(lambda t: data_loglik(full_batch(model), {**rest, **t}, args,
                                                   kwargs)))(theta)
     return ModelCentre(theta, grad, values)
+
+
+def check_option(control_variate):
+    """Refuse a ``control_variate`` option of :class:`~numpyro_sgrld.SGGibbs` that is not one
+    of its three."""
+    if control_variate not in ("auto", None, "mode"):
+        raise ValueError(
+            f"`control_variate` must be 'auto' (control variates where the likelihood "
+            f"does not read a Gibbs site), 'mode' (required) or None, got "
+            f"{control_variate!r}.")
 
 
 def applies(control_variate, model, gibbs_sites, model_args, model_kwargs):

@@ -42,6 +42,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax, random
 from jax.flatten_util import ravel_pytree
 from numpyro.infer.util import log_density
@@ -205,7 +206,8 @@ def non_centred_update(nc_model, name, transform, model_args, model_kwargs):
                               model_kwargs, values)
         drawn = lax.cond(refused, lambda u: lax.fori_loop(0, u.size, element, u),
                          lambda u: u, u)
-        return transform(unravel(drawn))
+        # skipped: the value itself, not its round trip through the transform
+        return jnp.where(refused, transform(unravel(drawn)), values[name])
 
     return draw
 
@@ -240,13 +242,24 @@ def interweave(key, draws, loc_scale, gibbs, sites):
     return gibbs, {**sites, **moved}
 
 
-def mixing_hint(gibbs_sites, plan, children, gibbs_every=1):
+def mixing_hint(gibbs_sites, plan, children, gibbs_every=1, kept=None):
     """What the verdict advises where the chains within Gibbs may not mix with more steps
     (``plan``: the run's :class:`Schedule`, or ``None``; ``gibbs_every``: the SG steps
-    between sweeps after warm-up, where the draws run)."""
+    between sweeps after warm-up, where the draws run; ``kept``: the run's
+    :class:`~numpyro_sgrld.sampler.gibbs_bias_check.GibbsMoments`, whose counts tell whether
+    the draws due after warm-up ran, or ``None``)."""
     names = ", ".join(map(repr, gibbs_sites))
     far = ("interweave_every=None where those draws take a scale far out (a network's "
            "saturating units: docs/gibbs.md)")
+    due = 0 if kept is None else int(np.sum(np.asarray(kept.due)))
+    if plan is not None and due > 0 and int(np.sum(np.asarray(kept.ran))) == 0:
+        return (f"Within Gibbs (the Gibbs sites {names} drawn exactly given their Gaussian "
+                f"children), none of the {due:,} non-centred draws due after warm-up ran: the "
+                "data do not refuse those sites far out (the likelihood stays bounded as a "
+                "scale grows, as where a network's units saturate: docs/gibbs.md), so more of "
+                "them would be skipped too and interweave_every changes nothing; the sites "
+                "move only as fast as their children, or give a gibbs_fn that draws them "
+                "jointly with what they depend on")
     if plan is not None and plan.start > 0 and not plan.warmup_every:
         if plan.every > on_sweeps(AUTO_MIN_EVERY, gibbs_every):
             every, how = AUTO_MIN_EVERY, "more often"

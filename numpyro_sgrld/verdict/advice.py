@@ -160,6 +160,7 @@ def mixing_advice(kernel):
         big = sizes[0] / sizes[1]
     ratio = f": about {big:.0f}x this kernel's minibatch" if big and big > 1 else ""
     hint = describe(kernel).mixing_hint
+    hint = hint(None) if callable(hint) else hint  # without the run's counts
     if hint is not None:
         return f"{hint}, or compare against {nuts.format(ratio=ratio)}."
     centred = centred_sites(kernel)
