@@ -353,7 +353,8 @@ def test_a_given_step_keeps_the_identity_metric_and_the_plain_gradient():
 
 
 def test_the_advice_for_chains_that_have_not_mixed_fits_the_model():
-    """A centred hierarchy is told which site to reparametrise; a model that is already
+    """A centred hierarchy is told which site to reparametrise, and of SGGibbs, which draws
+    its parents exactly given their children; a model that is already
     non-centred (the inference gym's sparse logistic regression) is told that no
     reparametrisation will help and where to go instead, with what that costs."""
     from numpyro_sgrld.verdict.advice import mixing_advice as _mixing_advice
@@ -384,6 +385,8 @@ def test_the_advice_for_chains_that_have_not_mixed_fits_the_model():
     assert "LocScaleReparam" not in advice["non_centred"]
     assert "'beta'" in advice["centred"] and "'tau'" in advice["centred"]
     assert "LocScaleReparam" in advice["centred"]
+    assert "numpyro_sgrld.SGGibbs(SGLD(model))" in advice["centred"]
+    assert "SGGibbs" not in advice["non_centred"]
     for text in advice.values():
         assert "NUTS on full_batch(model)" in text and "about 10x" in text
 

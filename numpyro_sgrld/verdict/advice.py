@@ -166,11 +166,15 @@ def mixing_advice(kernel):
     centred = centred_sites(kernel)
     if centred:
         site, parents = next(iter(centred.items()))
+        name = describe(kernel).name or "SGLD"
         return (f"Where that does not mix: the prior of {site!r} depends on "
                 f"{', '.join(repr(p) for p in parents)} (a centred hierarchy, whose funnel "
-                "stochastic-gradient samplers cross slowly); a non-centred parametrisation "
-                f"usually mixes (numpyro.handlers.reparam with config={{{site!r}: "
-                "LocScaleReparam(0)}), or compare against " + nuts.format(ratio=ratio) + ".")
+                "stochastic-gradient samplers cross slowly); numpyro_sgrld.SGGibbs("
+                f"{name}(model)) draws such parents exactly given their children where that "
+                "involves no data and moves the children partially non-centred "
+                "(docs/gibbs.md), or a non-centred parametrisation usually mixes "
+                f"(numpyro.handlers.reparam with config={{{site!r}: LocScaleReparam(0)}}), or "
+                "compare against " + nuts.format(ratio=ratio) + ".")
     if centred is not None:
         return ("Where more steps do not help, no reparametrisation will either (the model is "
                 "already non-centred: no latent site's prior depends on another): use "
