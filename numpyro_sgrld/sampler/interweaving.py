@@ -257,9 +257,9 @@ def mixing_hint(gibbs_sites, plan, children, gibbs_every=1, kept=None):
                 f"children), none of the {due:,} non-centred draws due after warm-up ran: the "
                 "data do not refuse those sites far out (the likelihood stays bounded as a "
                 "scale grows, as where a network's units saturate: docs/gibbs.md), so more of "
-                "them would be skipped too and interweave_every changes nothing; the sites "
-                "move only as fast as their children, or give a gibbs_fn that draws them "
-                "jointly with what they depend on")
+                "them would be skipped too and interweave_every changes nothing: the sites "
+                "move only as fast as their children (more steps, above), or give a gibbs_fn "
+                "that draws them jointly with what they depend on")
     if plan is not None and plan.start > 0 and not plan.warmup_every:
         if plan.every > on_sweeps(AUTO_MIN_EVERY, gibbs_every):
             every, how = AUTO_MIN_EVERY, "more often"
