@@ -127,7 +127,7 @@ def test_the_mixing_hint_asks_for_draws_more_often_than_the_run_made():
     assert "interweave_every=None" in given and "interweave_every=10)" not in given
 
 
-@pytest.mark.parametrize("runs", [True, False])
+@pytest.mark.parametrize("runs", [pytest.param(True, marks=pytest.mark.slow), False])
 def test_the_run_counts_the_non_centred_draws_that_ran(runs, monkeypatch):
     """After warm-up the run monitor counts the sweeps at which a non-centred draw was due
     and those at which it ran: all of them where the test before each draw always passes,
