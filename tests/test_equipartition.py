@@ -375,3 +375,16 @@ def test_a_run_thousands_of_times_too_wide_warns():
     v = ns.check(mcmc, warn=False)
     assert not v.trusted and v.temperatures.overall > 1e3
     assert any("equipartition" in p for p in v.problems)
+
+
+def test_a_reading_at_or_below_zero_gives_no_ratio_of_sds():
+    """A reading of ``v > 0`` says the draws are about ``sqrt(v)`` times the posterior's sd;
+    one at or below 0 (every coordinate reads 1 at equilibrium, whatever the law) says the
+    chains are far from equilibrium and gives no ratio (not "0.00x")."""
+    from numpyro_sgrld.verdict.advice import spread_reading
+
+    assert "about 0.50x the posterior's sd in" in spread_reading(0.25)
+    assert "about 2.00x the posterior's sd or wider" in spread_reading(4.0)
+    for value in (0.0, -0.3):
+        text = spread_reading(value)
+        assert "x the posterior's sd" not in text and "far from it" in text, text

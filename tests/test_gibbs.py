@@ -164,8 +164,8 @@ def wide_gibbs_fn(rng_key, gibbs_sites, hmc_sites):  # mu | x ~ N(sum(x) / 38, 1
     return {"mu": jnp.sum(x) / 38 + jax.random.normal(rng_key) / jnp.sqrt(38.0)}
 
 
-@pytest.mark.parametrize("chain_method", [
-    pytest.param("sequential", marks=pytest.mark.slow), "vectorized"])  # the same aim, longer
+@pytest.mark.slow
+@pytest.mark.parametrize("chain_method", ["sequential", "vectorized"])
 def test_an_adapted_step_within_gibbs_aims_at_the_share_its_children_set(chain_method):
     """Within Gibbs an adapted step aims at ``share(n)`` of the kernel's own ``target_bias``
     (which stays as given), ``n`` the children the data say little about: 36 untouched by

@@ -121,8 +121,8 @@ def judged_run(children, predictor_sd, num_samples, chain_method="vectorized",
                                               draws.std() / np.sqrt(ess) / sd)
 
 
-@pytest.mark.parametrize("chain_method", [
-    "vectorized", pytest.param("sequential", marks=pytest.mark.slow)])  # the same check, longer
+@pytest.mark.slow
+@pytest.mark.parametrize("chain_method", ["vectorized", "sequential"])
 def test_the_verdict_names_a_scale_that_its_childrens_bias_moves_far(chain_method):
     """36 children the data barely touch, SGLD at ``target_bias=0.35``: ``log tau`` sits
     far beyond the tolerance against its exact law (checked here at z > 3), and the run's
@@ -135,6 +135,7 @@ def test_the_verdict_names_a_scale_that_its_childrens_bias_moves_far(chain_metho
         assert found and np.sign(float(found.group(1))) == np.sign(err), text
 
 
+@pytest.mark.slow
 def test_the_default_interweaving_keeps_that_scale_within_the_tolerance_and_quiet():
     """The same run at the default ``interweave_every="auto"``: the scale is also drawn given
     its children's non-centred values and all the data, which barely touch them, so it

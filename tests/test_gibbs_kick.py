@@ -33,7 +33,8 @@ def data(children, predictor_sd, rows=200, seed=0):
     return jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32)
 
 
-@pytest.mark.parametrize("name", ["BAOAB", "BADODAB", "SGHMC", "SGNHT"])
+@pytest.mark.parametrize("name", ["BAOAB"] + [  # the others: the same carry, with the slow set
+    pytest.param(name, marks=pytest.mark.slow) for name in ("BADODAB", "SGHMC", "SGNHT")])
 def test_the_closing_half_kick_is_the_ended_potentials_gradient_on_any_minibatch(name):
     X, y = data(6, 1.0)  # informed children: the data's part of the gradient is large
     kernel = ns.SGGibbs(getattr(ns, name)(partial(regression, subsample_size=20),
@@ -91,6 +92,7 @@ def test_the_half_kick_is_carried_for_a_model_given_numpy_data():
     assert np.isfinite(np.asarray(mcmc.get_samples()["tau"])).all()
 
 
+@pytest.mark.slow
 def test_baoab_within_gibbs_keeps_the_exact_law_of_a_gaussian_hierarchy_at_a_large_step():
     """With exact gradients BAOAB samples a Gaussian exactly at any stable step; within Gibbs,
     with the half kick read as the next step's gradient, ``log tau``'s sd came out 12 % wide

@@ -149,6 +149,7 @@ def test_the_squared_ksd_reads_exact_draws_as_closest():
     assert z[1.0] < 3 and z[0.8] > 3 and z[1.25] > 3, z
 
 
+@pytest.mark.slow
 def test_the_squared_ksd_error_follows_its_spread():
     """The block jackknife's standard error of the squared KSD against the estimate's spread
     over replicates, for exact and for too-wide draws, at the report's 1,000 draws. The

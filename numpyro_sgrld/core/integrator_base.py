@@ -135,13 +135,16 @@ def merged_kick(drift, state, grad, step_size):
     sign: ``drift`` the preconditioner's :math:`D` (linear) applied to a gradient tree,
     ``state`` an integrator state with ``started`` (no closing half kick before the first
     step) and ``closing`` (:class:`PendingKick`), ``grad`` the step's gradient. Without a
-    ``closing``: :math:`h D\nabla\hat U` (:math:`\tfrac h2` before the first step)."""
+    ``closing``: :math:`h D\nabla\hat U` (:math:`\tfrac h2` before the first step); with
+    one, :math:`D(\tfrac h2\nabla\hat U + \tfrac h2 c)`, :math:`c` the gradient the last step
+    ended in (``0`` before the first step), :math:`D` applied once."""
     kick = jnp.where(state.started, step_size, 0.5 * step_size)  # pending B + this B
     if state.closing is None:
         return jax.tree.map(lambda d: kick * d, drift(grad))
     pending = jnp.where(state.started, 0.5 * step_size, 0.0)
-    return jax.tree.map(lambda d, c: 0.5 * step_size * d + pending * c,
-                        drift(grad), drift(closed(state.closing, grad)))
+    # D is linear: applied once, to the two half kicks' gradients combined
+    return drift(jax.tree.map(lambda g, c: 0.5 * step_size * g + pending * c,
+                              grad, closed(state.closing, grad)))
 
 
 def kicked(state, grad):

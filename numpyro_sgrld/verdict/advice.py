@@ -15,7 +15,7 @@ from numpyro_sgrld.verdict.run import describe
 __all__ = ["NETWORK_WARMUP", "NUTS_FASTER_BELOW_ROWS", "RELAXATIONS", "centred_sites",
            "cold_network_note", "data_sizes", "kernel_notes", "mixing_advice",
            "network_mixing_advice", "nuts_cost_note", "network_note", "network_readings",
-           "reading_site", "site_name", "temperature_problem", "thermostat_of",
+           "reading_site", "site_name", "spread_reading", "temperature_problem", "thermostat_of",
            "thermostat_relaxation"]
 
 
@@ -228,11 +228,23 @@ def temperature_problem(departed, t, kernel, duration=None, thermostat=None):
         f"The chains do not sample the posterior's spread: the equipartition check "
         f"E[(θ-m)·∂U/∂θ] = 1 (T = {t.overall:.3f} ± {t.overall_se:.3f} over all coordinates) "
         f"reads {value:.3f} ± {se:.3f} at {name!r}{more} (trusted: within "
-        f"[{band[0]:.2f}, {band[1]:.2f}], every sd within 15 %): the draws are about "
-        f"{np.sqrt(max(value, 0.0)):.2f}x the posterior's sd {'or wider ' if wide else ''}"
-        f"in some directions."
+        f"[{band[0]:.2f}, {band[1]:.2f}], every sd within 15 %): {spread_reading(value)}"
     )
     return f"{head} {temperature_advice(kernel, wide, duration, thermostat)}"
+
+
+def spread_reading(value):
+    """What an equipartition reading says of the draws' spread: about ``sqrt(value)`` times
+    the posterior's sd where it is positive (a Gaussian's reading is the variance ratio); at
+    or below 0 no ratio at all: at equilibrium every coordinate reads 1 whatever the
+    posterior's shape (:mod:`numpyro_sgrld.core.equipartition`), so the chains are far from
+    it there."""
+    if value > 0:
+        return (f"the draws are about {np.sqrt(value):.2f}x the posterior's sd "
+                f"{'or wider ' if value > 1 else ''}in some directions.")
+    return ("a reading at or below 0 gives no ratio of sds: at equilibrium every coordinate "
+            "reads 1 whatever the posterior's shape, so the chains are far from it there "
+            "(still on their way in, stuck, or drifting).")
 
 
 def temperature_advice(kernel, wide, duration=None, thermostat=None):
