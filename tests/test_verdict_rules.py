@@ -110,3 +110,18 @@ def test_a_given_step_too_small_to_move_the_chains_is_named():
     said = [str(w.message) for w in caught if "cannot be trusted" in str(w.message)]
     assert len(said) == 1 and "The chains stopped" in said[0]
     assert "Give a larger step_size" in said[0] and "as many steps" not in said[0]
+
+
+def test_the_advised_length_is_a_floor_below_one_effective_draw_a_chain():
+    """The advice scales the run by ``MIN_ESS / ESS``; where the ESS is below one effective
+    draw per chain it says "at least" and that the run cannot tell how the draws grow (a
+    network's scales read ESS 2 at 22,000 steps and 4 at 202,000), not "about"."""
+    sites = [("x", j) for j in range(3)]
+    floor = judgement(np.array([1.0, 1.0, 1.0]), np.array([500.0, 500.0, 2.0]), sites,
+                      num_steps=1000, num_chains=4)
+    said = " ".join(floor.problems)
+    assert "Run at least 50.0x as many steps (num_samples of at least 50,000)" in said, said
+    assert "fewer effective draws than chains (2 of 4)" in said
+    scaled = judgement(np.array([1.0, 1.0, 1.0]), np.array([500.0, 500.0, 20.0]), sites,
+                       num_steps=1000, num_chains=4)
+    assert "Run about 5.0x as many steps" in " ".join(scaled.problems)

@@ -19,6 +19,7 @@ scale's mean error in reference sds and sd ratio, with the Monte Carlo errors of
 """
 
 import argparse
+import re
 import sys
 import time
 import warnings
@@ -75,6 +76,8 @@ def main():
                         help="the plain kernel K(model) on the horseshoe as NUTS's reference "
                              "writes it (the library's default unit form, non-centred): no "
                              "Gibbs sites")
+    parser.add_argument("--chain-method", default="sequential",
+                        choices=["sequential", "vectorized"])
     parser.add_argument("--target-bias", type=float, default=None,
                         help="the SG kernel's target_bias (default: its default; within Gibbs "
                              "its step aims at a share of it)")
@@ -103,7 +106,7 @@ def main():
         option = ("" if a.non_centred else interweave_label(a.interweave_every)) + (
             f", target_bias={a.target_bias}" if a.target_bias is not None else "")
         mcmc = MCMC(kernel, num_warmup=a.num_warmup, num_samples=a.num_samples,
-                    num_chains=chains, thinning=thinning, chain_method="sequential",
+                    num_chains=chains, thinning=thinning, chain_method=a.chain_method,
                     progress_bar=False)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -141,6 +144,9 @@ def main():
                   f"children {float(np.mean(mcmc.last_state.children)):.1f})")
         for w in warned:
             print(f"  verdict: {w[:400]}")
+            advised = re.search(r"num_samples of at least ([0-9,]+)", w)
+            if advised:
+                print(f"  the verdict asks for num_samples >= {advised.group(1)}")
 
 
 if __name__ == "__main__":

@@ -222,6 +222,20 @@ def rhat_noise(ess, num_chains=1, num_tests=1):
         return float(np.sqrt(1 + m * q / ((m - 1) * max(float(ess), 1e-12))))
 
 
+def more_steps(more, steps, min_ess, num_chains):
+    """The advice on the run's length: ``more`` times its steps (``steps``: the num_samples
+    that makes, as text). The factor assumes the effective draws grow in proportion to the
+    steps; below one effective draw per chain that is untested by the run (the chains may not
+    yet have crossed the posterior once), so the factor is a floor: a unit-wise horseshoe
+    network's scales read ESS 2 after 22,000 steps a chain and 4 after 202,000
+    (docs/benchmarks.md)."""
+    if min_ess >= num_chains:
+        return f"Run about {more:.1f}x as many steps{steps}"
+    return (f"Run at least {more:.1f}x as many steps{steps}, probably far more: with fewer "
+            f"effective draws than chains ({np.floor(min_ess):.0f} of {num_chains}) the run "
+            f"cannot tell how they grow with the steps")
+
+
 def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
               step_size=None, temperatures=None, num_chains=1, thermostat=None,
               network_sites=None, centring=None, composed=None):
@@ -286,7 +300,7 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
         problems.append(
             stopped_problem(stopped, step_size, run) if stopped and not rejected else
             f"The chains have not mixed: {' and '.join(failed)}. "
-            f"Run about {more:.1f}x as many steps{steps}, or use more chains. "
+            f"{more_steps(more, steps, min_ess, num_chains)}, or use more chains. "
             + (network_mixing_advice(num_chains, run) if network else mixing_advice(run))
         )
     if rejected:
