@@ -9,7 +9,10 @@ predictive's total variation to NUTS's ensemble ``a`` and agreement of top class
 the floor (ensemble ``a`` to ``b``) and its band (``within_band``: TV at most twice the floor
 or the floor plus 0.01, agreement at most 0.01 below the floor's); and the scales: each log
 scale's mean error in reference sds and sd ratio, with the Monte Carlo errors of both runs
-(ESS-based) and the distance between NUTS's two ensembles as the floor. Needs the reference
+(ESS-based) and the distance between NUTS's two ensembles as the floor; and the same for each
+draw's unit scales sorted (the scales' law up to relabelling the units, which a network's
+symmetry leaves free: a chain that keeps its units' roles can still have it right). Needs the
+reference
 (``benchmarks/references/networks.py --problems cancer_unit_horseshoe``)::
 
     python benchmarks/record.py docs/results/gibbs_network.json -- \\
@@ -62,6 +65,25 @@ def scale_errors(run, ref_a, ref_b):
                          ratio=s / sa, floor_err=np.abs(mb - ma) / sa, floor_ratio=sb / sa,
                          ess=ess)
     return out
+
+
+def sorted_scales(draws):
+    """Each draw's per-unit log scales in increasing order (``(chains, draws, units)``): the
+    scales' law up to relabelling the units, which permuting a network's units leaves alone
+    (a single scale, the global one, is its own)."""
+    return {site: np.sort(v.reshape(v.shape[:2] + (-1,)), axis=-1) for site, v in draws.items()}
+
+
+def worst(err):
+    """The largest mean error (sd), NUTS b's, the largest |z|, the sd ratios' range (and
+    b's) and the smallest ESS of :func:`scale_errors`' rows."""
+    ratios = np.concatenate([e["ratio"] for e in err.values()])
+    floor_ratios = np.concatenate([e["floor_ratio"] for e in err.values()])
+    return (max(float(np.max(e["err"])) for e in err.values()),
+            max(float(np.max(e["floor_err"])) for e in err.values()),
+            max(float(np.max(np.abs(e["z"]))) for e in err.values()),
+            (ratios.min(), ratios.max()), (floor_ratios.min(), floor_ratios.max()),
+            min(float(np.min(e["ess"])) for e in err.values()))
 
 
 def main():
@@ -123,21 +145,24 @@ def main():
         d = distances(problem, pred, ref)
         run = {s: np.log(np.asarray(by_chain[s], np.float64)) for s in sites}
         err = scale_errors(run, ref_a, ref_b)
-        worst = max(float(np.max(e["err"])) for e in err.values())
-        floor_worst = max(float(np.max(e["floor_err"])) for e in err.values())
-        z = max(float(np.max(np.abs(e["z"]))) for e in err.values())
-        ratios = np.concatenate([e["ratio"] for e in err.values()])
-        floor_ratios = np.concatenate([e["floor_ratio"] for e in err.values()])
-        ess = min(float(np.min(e["ess"])) for e in err.values())
+        top, floor_top, z, ratios, floor_ratios, ess = worst(err)
+        relabelled = scale_errors(sorted_scales(run), sorted_scales(ref_a),
+                                  sorted_scales(ref_b))
         label = (f"{name}({'' if not option else option[2:]}) non-centred" if a.non_centred
                  else f"SGGibbs({name}{option}) [{', '.join(kernel.gibbs_sites)}]")
         print(f"| {label} "
               f"| {a.num_warmup + a.num_samples:,} | {d['distance']:.4f} ({d['floor']:.4f}) "
               f"| {d['agreement']:.3f} ({d['floor_agreement']:.3f}) "
-              f"| {'yes' if d['close'] else 'no'} | {worst:.3f} ({floor_worst:.3f}) | {z:.1f} "
-              f"| {ratios.min():.2f}–{ratios.max():.2f} "
-              f"({floor_ratios.min():.2f}–{floor_ratios.max():.2f}) | {ess:.0f} "
+              f"| {'yes' if d['close'] else 'no'} | {top:.3f} ({floor_top:.3f}) | {z:.1f} "
+              f"| {ratios[0]:.2f}–{ratios[1]:.2f} "
+              f"({floor_ratios[0]:.2f}–{floor_ratios[1]:.2f}) | {ess:.0f} "
               f"| {'warned' if warned else 'quiet'} | {seconds:.0f} |", flush=True)
+        for site in sites:  # each draw's unit scales sorted
+            top, floor_top, z, ratios, floor_ratios, ess = worst({site: relabelled[site]})
+            print(f"  {site} up to relabelling: max mean err {top:.3f} sd (NUTS b "
+                  f"{floor_top:.3f}), max abs z {z:.1f}, sd ratios {ratios[0]:.2f}–"
+                  f"{ratios[1]:.2f} (NUTS b {floor_ratios[0]:.2f}–{floor_ratios[1]:.2f}), "
+                  f"min ESS {ess:.0f}")
         if not a.non_centred:
             print(f"  the step's share of target_bias "
                   f"{float(np.mean(mcmc.last_state.bias_share)):.3f} (weakly informed "
