@@ -540,6 +540,26 @@ def test_a_networks_centred_horseshoe_and_learnt_precisions_are_found():
     assert len(gaussian_children(model, tuple(sites), args, {})) == 4
 
 
+def test_a_networks_decentred_weights_are_judged_as_a_networks():
+    """Within Gibbs the weights under Gibbs-updated scales are moved decentred
+    (``"{w}_decentered"``) and judged centred, under their own names: the verdict judges
+    them as a network's (function space), not by their weight-space R-hat, under those names,
+    both during the run and in ``check(mcmc)`` (``describe`` of ``SGGibbs``)."""
+    from numpyro_sgrld.sampler.decentring import SUFFIX
+    from numpyro_sgrld.verdict.run import describe
+
+    model, args = _network()
+    kernel = ns.SGGibbs(ns.SGLD(model, step_size=1e-3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        state = kernel.init(jax.random.PRNGKey(0), 10, None, args, {})
+    assert kernel.decentred_sites
+    for sites in (kernel.inner_kernel.network_sites, describe(kernel).network_sites):
+        assert set(kernel.decentred_sites) <= sites, sites
+        assert not any(s.endswith(SUFFIX) for s in sites), sites
+        assert sites <= set(state.z), sites  # the names the draws are recorded under
+
+
 @pytest.mark.slow
 def test_a_networks_gibbs_run_at_its_defaults_stays_finite():
     """A short run of the same network at SGLD's defaults: every draw finite, every site

@@ -40,7 +40,7 @@ from numpyro_sgrld.data.subsample import as_jax_array, placeholder_plates
 
 __all__ = ["CURVATURE_KWARG", "CURVATURE_RATE", "SUFFIX", "PartialDecentring", "centred",
            "curvature_estimate", "decentred", "fully_non_centred", "gaussian_children",
-           "loc_scale", "reparametrised", "spread"]
+           "judged_name", "loc_scale", "reparametrised", "spread"]
 
 #: The suffix of a decentred site's name (NumPyro's ``LocScaleReparam``'s).
 SUFFIX = "_decentered"
@@ -128,6 +128,14 @@ def loc_scale(model, sites, values, model_args, model_kwargs):
         base = _base(trace[s]["fn"])
         out[s] = (jnp.broadcast_to(base.loc, shape), jnp.broadcast_to(base.scale, shape))
     return out
+
+
+def judged_name(decentred, name):
+    """The name a site of the decentred model is judged and recorded by: ``w`` for
+    ``"{w}_decentered"`` where ``w`` is one of ``decentred`` (:func:`centred`), else
+    ``name``."""
+    base = name.removesuffix(SUFFIX)
+    return base if name != base and base in decentred else name
 
 
 def centred(values, params, curvature):

@@ -283,6 +283,7 @@ class SGGibbs(MCMCKernel):
         gibbs = {k: latent[k] for k in self.gibbs_sites}
         self._transforms_gibbs = {k: transforms[k] for k in sorted(self.gibbs_sites)}
         self.inner_kernel.judged_values = partial(self._judged, self._transforms_gibbs)
+        self.inner_kernel.judged_name = partial(decentring.judged_name, self.decentred_sites)
         self.inner_kernel.mixing_hint = partial(  # given the run's counts of interwoven draws
             interweaving.mixing_hint, self.gibbs_sites, self.interweave_schedule,
             self.decentred_sites, self.gibbs_every)

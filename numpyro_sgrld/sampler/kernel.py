@@ -190,7 +190,7 @@ class SGMCMC(MCMCKernel):
         self._sample_fn = None
         self._axis_name = None  # CHAIN_AXIS with vectorised chains: the kernel's own vmap's
         self._once = model_host.Once()
-        self.run_info = self.judged_values = None  # the verdict's: run_verdict.arm, .judged
+        self.run_info = self.judged_values = self.judged_name = None  # the verdict's hooks
         #: The model keyword arguments holding one value per vectorised chain (set by
         #: :class:`~numpyro_sgrld.SGGibbs`); the others are shared by the chains.
         self.chain_kwargs = ()
@@ -209,9 +209,9 @@ class SGMCMC(MCMCKernel):
 
     @property
     def network_sites(self):
-        """The latent sites a network bridge sampled (set by :meth:`init`): the verdict
-        judges a network in function space."""
-        return self.setup.network_sites
+        """The latent sites a network bridge sampled (set by :meth:`init`) as the verdict
+        names them (``judged_name``): it judges a network in function space."""
+        return frozenset(map(self.judged_name or str, self.setup.network_sites))
 
     @property
     def num_data(self):

@@ -58,10 +58,11 @@ class Run(NamedTuple):
 
 
 #: The fields a composing kernel's :class:`Run` takes from the kernel it runs (its
-#: ``judged_kernel``): the step's choices and the hints the composition gives it.
+#: ``judged_kernel``): the step's choices, the hints the composition gives it, and the sites
+#: it judges as a network's.
 INNER_CHOICES = ("algorithm", "metric", "integrator", "correction", "temperature",
                  "adapts_step_size", "target_bias", "settings", "cycles", "mixing_hint",
-                 "bias_hint", "composed_check")
+                 "bias_hint", "composed_check", "network_sites")
 
 
 def describe(kernel):
