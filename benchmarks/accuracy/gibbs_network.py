@@ -98,6 +98,10 @@ def main():
                         help="the plain kernel K(model) on the horseshoe as NUTS's reference "
                              "writes it (the library's default unit form, non-centred): no "
                              "Gibbs sites")
+    parser.add_argument("--control-variate", default="auto", choices=["auto", "none"],
+                        help="SGGibbs's control_variate: auto (its default: control variates "
+                             "centred at a mode, where every chain starts) or none (each "
+                             "chain starts at its own prior draw)")
     parser.add_argument("--chain-method", default="sequential",
                         choices=["sequential", "vectorized"])
     parser.add_argument("--target-bias", type=float, default=None,
@@ -124,9 +128,11 @@ def main():
             kernel = getattr(ns, name)(problem["model"], **own)
         else:
             kernel = ns.SGGibbs(getattr(ns, name)(problem["gibbs_model"], **own),
-                                interweave_every=a.interweave_every)
+                                interweave_every=a.interweave_every,
+                                control_variate=None if a.control_variate == "none" else "auto")
         option = ("" if a.non_centred else interweave_label(a.interweave_every)) + (
-            f", target_bias={a.target_bias}" if a.target_bias is not None else "")
+            f", target_bias={a.target_bias}" if a.target_bias is not None else "") + (
+            ", control_variate=None" if a.control_variate == "none" else "")
         mcmc = MCMC(kernel, num_warmup=a.num_warmup, num_samples=a.num_samples,
                     num_chains=chains, thinning=thinning, chain_method=a.chain_method,
                     progress_bar=False)
@@ -157,6 +163,12 @@ def main():
               f"| {ratios[0]:.2f}–{ratios[1]:.2f} "
               f"({floor_ratios[0]:.2f}–{floor_ratios[1]:.2f}) | {ess:.0f} "
               f"| {'warned' if warned else 'quiet'} | {seconds:.0f} |", flush=True)
+        for site in sites:  # where each chain's single scales sit, against NUTS's law
+            if run[site][0, 0].size == 1:
+                a_ = ref_a[site]
+                print(f"  {site}: each chain's mean log scale "
+                      f"{', '.join(f'{m:.2f}' for m in run[site].reshape(chains, -1).mean(1))}"
+                      f"; NUTS {a_.mean():.2f} (sd {a_.std():.2f})")
         for site in sites:  # each draw's unit scales sorted
             top, floor_top, z, ratios, floor_ratios, ess = worst({site: relabelled[site]})
             print(f"  {site} up to relabelling: max mean err {top:.3f} sd (NUTS b "
