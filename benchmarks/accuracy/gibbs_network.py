@@ -133,6 +133,12 @@ def main():
         option = ("" if a.non_centred else interweave_label(a.interweave_every)) + (
             f", target_bias={a.target_bias}" if a.target_bias is not None else "") + (
             ", control_variate=None" if a.control_variate == "none" else "")
+        starts = None
+        if a.chain_method == "vectorized":  # the chains' starts, as MCMC.run initialises them
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                starts = kernel.init(jax.random.split(jax.random.PRNGKey(0), chains),
+                                     a.num_warmup, None, problem["train"], {}).z
         mcmc = MCMC(kernel, num_warmup=a.num_warmup, num_samples=a.num_samples,
                     num_chains=chains, thinning=thinning, chain_method=a.chain_method,
                     progress_bar=False)
@@ -166,6 +172,9 @@ def main():
         for site in sites:  # where each chain's single scales sit, against NUTS's law
             if run[site][0, 0].size == 1:
                 a_ = ref_a[site]
+                if starts is not None:
+                    print(f"  {site}: each chain's log scale at its start "
+                          f"{', '.join(f'{v:.2f}' for v in np.log(np.ravel(starts[site])))}")
                 print(f"  {site}: each chain's mean log scale "
                       f"{', '.join(f'{m:.2f}' for m in run[site].reshape(chains, -1).mean(1))}"
                       f"; NUTS {a_.mean():.2f} (sd {a_.std():.2f})")
