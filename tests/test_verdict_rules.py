@@ -125,3 +125,23 @@ def test_the_advised_length_is_a_floor_below_one_effective_draw_a_chain():
     scaled = judgement(np.array([1.0, 1.0, 1.0]), np.array([500.0, 500.0, 20.0]), sites,
                        num_steps=1000, num_chains=4)
     assert "Run about 5.0x as many steps" in " ".join(scaled.problems)
+
+
+def test_chains_far_apart_at_a_tiny_ess_keep_their_equipartition_reading():
+    """The readings are scaled up by the spread of the chains' means (each chain is centred
+    on its own mean) only where the chains agree: at an ESS of 3 the R-hat's noise bound
+    passes four chains far apart, and their spread is not the centring's, so a reading of
+    0.95 stays 0.95 (it read 1.41 on the unit-horseshoe network within Gibbs) and names no
+    law too wide; at an ESS of 400 the same factor applies."""
+    from numpyro_sgrld.core.equipartition import Temperatures
+
+    t = Temperatures(("x",), np.array([0.95]), np.array([0.02]), 0.95, 0.02, 8000, 40)
+    sites = [("x", 0)]
+    apart = judgement(np.array([1.5]), np.array([3.0]), sites, num_steps=2000, num_chains=4,
+                      temperatures=t, centring=[1.5])  # R-hat 1.5: within its bound at ESS 3
+    assert not any("split R-hat" in p for p in apart.problems)  # only the ESS fails
+    np.testing.assert_allclose(apart.temperatures.overall, 0.95, rtol=1e-12)
+    assert not any("posterior's spread" in p for p in apart.problems), apart.problems
+    agree = judgement(np.array([1.0]), np.array([400.0]), sites, num_steps=2000,
+                      num_chains=4, temperatures=t, centring=[1.5])
+    np.testing.assert_allclose(agree.temperatures.overall, 0.95 * 1.5, rtol=1e-12)

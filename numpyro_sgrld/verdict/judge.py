@@ -317,7 +317,8 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
                 "not finite there. Give a smaller step_size, or a longer warm-up."
             )
     temperatures = equipartition.decentred(
-        temperatures, _centring(centring, esss, num_chains, mixed=not rhat_fail),
+        temperatures, _centring(centring, esss, num_chains,
+                                mixed=not rhat_fail and not ess_fail),
         _ess_per_chain(esss, num_chains))
     departed = [] if temperatures is None else equipartition.departures(temperatures)
     if network and departed:
@@ -390,10 +391,11 @@ def stopped_problem(stopped, step_size, run):
 def _centring(centring, esss, num_chains, mixed):
     r"""The factor that undoes each chain's centring on its own mean
     (:func:`~numpyro_sgrld.core.equipartition.decentred`): with several chains that agree (their
-    R-hat within its noise), the median of the coordinates' factors from the spread of the
-    chains' means; with one chain, :math:`1/(1 - 1/\mathrm{ESS})` at its median ESS; with
-    chains that disagree, none (the spread of their means is not the centring's, and their
-    R-hat says so)."""
+    R-hat within its noise and every ESS at least ``MIN_ESS``), the median of the
+    coordinates' factors from the spread of the chains' means; with one chain,
+    :math:`1/(1 - 1/\mathrm{ESS})` at its median ESS; with chains that disagree, none (the
+    spread of their means is not the centring's, and their R-hat says so, or their ESS: at an
+    ESS of a few the R-hat's noise bound passes chains far apart)."""
     finite = [c for c in centring if np.isfinite(c)]
     if num_chains > 1:
         return float(np.median(finite)) if finite and mixed else 1.0
