@@ -131,7 +131,7 @@ def test_chains_far_apart_at_a_tiny_ess_keep_their_equipartition_reading():
     """The readings are scaled up by the spread of the chains' means (each chain is centred
     on its own mean) only where the chains agree: at an ESS of 3 the R-hat's noise bound
     passes four chains far apart, and their spread is not the centring's, so a reading of
-    0.95 stays 0.95 (it read 1.41 on the unit-horseshoe network within Gibbs) and names no
+    0.95 stays 0.95 (on the unit-horseshoe network within Gibbs 0.83 read 1.41) and names no
     law too wide; at an ESS of 400 the same factor applies."""
     from numpyro_sgrld.core.equipartition import Temperatures
 
