@@ -638,6 +638,59 @@ def test_control_variates_within_gibbs_are_refused_where_the_likelihood_reads_a_
         kernel.init(jax.random.PRNGKey(0), 10, None, (Y,), {})
 
 
+def scaled_logistic(X, y=None):
+    """A logistic regression whose weights' scale is a Gibbs site (found automatically)."""
+    s = numpyro.sample("s", dist.HalfCauchy(1.0))
+    w = numpyro.sample("w", dist.Normal(0.0, s).expand([X.shape[1]]).to_event(1))
+    with numpyro.plate("data", X.shape[0], subsample_size=20) as idx:
+        numpyro.sample("y", dist.Bernoulli(logits=X[idx] @ w), obs=None if y is None else y[idx])
+
+
+@pytest.mark.parametrize("control_variate", ["auto", "mode"])
+def test_chains_started_away_from_the_centre_keep_control_variates_only_where_they_pay(
+        control_variate):
+    """Two vectorised chains given their starts: near the mode the control variates cut the
+    gradient's noise to under 2 % and stay on; far out (the logits saturated) they leave
+    50-70 % of it, short of the quarter the switch asks, and are off under "auto", kept
+    under "mode" (required). Started at the centre (no ``init_params``) they are on."""
+    X = jax.random.normal(jax.random.PRNGKey(1), (200, 2))
+    y = (jax.random.uniform(jax.random.PRNGKey(2), (200,))
+         < jax.nn.sigmoid(X @ jnp.array([1.0, -1.0]))).astype(jnp.float32)
+    kernel = ns.SGGibbs(ns.SGLD(scaled_logistic), control_variate=control_variate)
+    keys = jax.random.split(jax.random.PRNGKey(0), 2)
+    start = {"s": jnp.ones(2), "w": jnp.array([[1.0, -1.0], [40.0, 40.0]])}
+    state = kernel.init(keys, 200, start, (X, y), {})
+    assert kernel.gibbs_sites == ("s",)
+    expected = [True, control_variate == "mode"]
+    np.testing.assert_array_equal(np.asarray(state.centre.on), expected)
+    at_centre = ns.SGGibbs(ns.SGLD(scaled_logistic), control_variate=control_variate)
+    np.testing.assert_array_equal(
+        np.asarray(at_centre.init(keys, 200, None, (X, y), {}).centre.on), [True, True])
+
+
+def test_control_variates_at_the_centre_are_the_plain_gradients_where_off():
+    """A chain whose control variates are off steps with the plain minibatch gradient: the
+    SG kernel's model gives the same gradient as without the centre."""
+    from numpy.testing import assert_allclose
+    from numpyro.infer.util import potential_energy
+
+    from numpyro_sgrld.sampler import gibbs_control_variates as gcv
+
+    kernel = ns.SGGibbs(ns.SGLD(model, step_size=1e-3), gibbs_fn, ["mu"],
+                        control_variate="mode")
+    state = kernel.init(jax.random.PRNGKey(0), 10, None, (Y,), {})
+    gibbs = {"mu": state.z["mu"]}
+    curvature = {"x": jnp.asarray(3.0)}
+    off = kernel._inner_kwargs({}, gibbs, curvature, state.centre._replace(on=jnp.array(False)))
+    plain = {k: v for k, v in off.items() if k != gcv.CV_KWARG}
+    idx = {"data": jax.random.choice(jax.random.PRNGKey(5), N, (BATCH,), replace=False)}
+    inner = numpyro.handlers.substitute(kernel.inner_kernel.model, data=idx)
+    u = {"x_decentered": jnp.asarray(0.7)}
+    grads = [jax.grad(partial(lambda kw, u: potential_energy(inner, (Y,), kw, u), kw))(u)
+             ["x_decentered"] for kw in (off, plain)]
+    assert_allclose(grads[0], grads[1], rtol=1e-6)
+
+
 @pytest.mark.slow
 def test_control_variates_within_gibbs_sample_the_joint_posterior():
     """SGLD at its defaults within Gibbs with model-coordinate control variates, on the

@@ -118,9 +118,10 @@ class SGGibbs(MCMCKernel):
     :param control_variate: ``"auto"`` (default): the SG kernel's gradient has control
         variates centred at a mode in the model's own coordinates
         (:mod:`~numpyro_sgrld.sampler.gibbs_control_variates`; found once, by the first
-        chain's ``init``, and every chain starts there) wherever no observed site depends on a
-        Gibbs site; ``"mode"``: required (refused where one does); ``None``: the plain
-        minibatch gradient.
+        chain's ``init``, and every chain starts there; chains given ``init_params`` keep them
+        only where they cut the gradient's noise there to a quarter, ``gibbs_cv.pays``)
+        wherever no observed site depends on a Gibbs site; ``"mode"``: required (refused where
+        one does); ``None``: the plain minibatch gradient.
     :param interweave_every: ``"auto"`` (default): after warm-up, every
         :func:`~numpyro_sgrld.sampler.interweaving.auto_every` steps (reading about as many
         rows as the steps between), each Gibbs site that is a parent of a decentred site is
@@ -275,11 +276,17 @@ class SGGibbs(MCMCKernel):
                                                model_kwargs, children=self.decentred_sites)
             centre = self._centre
             if init_params is None:
-                init_params = self._mode_start(centre, num_chains)
+                init_params = gibbs_start.mode_start(centre, self.gibbs_sites,
+                                                     self._transforms, num_chains)
                 latent, _ = gibbs_start.latent_values(
                     plain, self.gibbs_sites, init_params, chains_key_trace, model_args,
                     model_kwargs, num_chains)
             centre = gibbs_start.repeated(centre, num_chains)  # each chain's state holds it
+            if not at_centre and self._control_variate == "auto":  # kept where they pay
+                centre = self._per_chain(partial(
+                    gibbs_cv.at_start, plain, transforms=transforms, model_args=model_args,
+                    model_kwargs=model_kwargs, loc_scale=self._loc_scale))(
+                    centre, latent, init_params, chains_key_trace)
         gibbs = {k: latent[k] for k in self.gibbs_sites}
         self._transforms_gibbs = {k: transforms[k] for k in sorted(self.gibbs_sites)}
         self.inner_kernel.judged_values = partial(self._judged, self._transforms_gibbs)
@@ -330,13 +337,6 @@ class SGGibbs(MCMCKernel):
                                and not s["is_observed"] and n not in self.gibbs_sites)
         self._transforms = {n: biject_to(trace[n]["fn"].support) for n in self._sg_sites}
         return gibbs_cv.corrected(inner, plain, self._sg_sites, args, kwargs)
-
-    def _mode_start(self, centre, num_chains=None):
-        """The centre's mode as ``init_params`` (the Gibbs sites constrained, the SG sites
-        unconstrained, as ``init`` reads them), for ``num_chains`` vectorised chains."""
-        start = {k: v if k in self.gibbs_sites else self._transforms[k].inv(v)
-                 for k, v in centre.mode.items()}
-        return gibbs_start.repeated(start, num_chains)
 
     def _inner_kwargs(self, model_kwargs, gibbs, curvature, centre=None):
         """The SG kernel's keyword arguments: Gibbs values, curvature, control variates' centre."""

@@ -23,9 +23,16 @@ site). Each step costs a second minibatch gradient, at the centre.
 
 The centre is an approximate posterior mode (:func:`~numpyro_sgrld.core.estimators.find_mode`:
 Adam on minibatch gradients of the model's potential over every latent site, unconstrained).
+The estimator is unbiased wherever the chain is, but its noise grows with the chain's distance
+from the centre (Baker et al. 2019), and a network's posterior lies far from its mode: on the
+unit-horseshoe MLP of ``docs/benchmarks.md`` control variates at the mode leave the noise at
+NUTS's draws as large as the plain minibatch gradient's or up to 60 times larger, and the
+chains started at the draws where it is larger leave the posterior in warm-up. So the chains
+that do not start at the centre (``init_params``) keep them only where they cut the noise
+there as the SG kernels' warm-up switch asks (:func:`pays`); each chain decides at its start.
 """
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +43,7 @@ from numpyro.distributions import biject_to
 from numpyro.infer.hmc_gibbs import GIBBS_SITES_KWARG
 
 from numpyro_sgrld.core.estimators import find_mode
+from numpyro_sgrld.core.gradients import CONTROL_VARIATE_GAIN, CONTROL_VARIATE_PROBES
 from numpyro_sgrld.data.subsample import (
     as_jax_array,
     draw_indices,
@@ -45,8 +53,8 @@ from numpyro_sgrld.data.subsample import (
 from numpyro_sgrld.sampler.decentring import CURVATURE_KWARG, SUFFIX, fully_non_centred
 from numpyro_sgrld.sampler.potentials import minibatch_potential
 
-__all__ = ["CV_KWARG", "FACTOR", "ModelCentre", "applies", "centre",
-           "check_likelihood_free_of", "check_option", "corrected", "data_loglik"]
+__all__ = ["CV_KWARG", "FACTOR", "ModelCentre", "applies", "at_start", "centre",
+           "check_likelihood_free_of", "check_option", "corrected", "data_loglik", "pays"]
 
 #: The keyword argument that carries the :class:`ModelCentre` to the SG kernel's model.
 CV_KWARG = "_sgrld_model_centre"
@@ -56,12 +64,14 @@ FACTOR = "_sgrld_control_variate"
 
 class ModelCentre(NamedTuple):
     r"""The centre :math:`\theta_0` (``values``: the SG sites' constrained values), the
-    full-data gradient of the log-likelihood there (``grad``, a dict like ``values``), and the
-    mode of every latent site (``mode``, constrained), where the chains start."""
+    full-data gradient of the log-likelihood there (``grad``, a dict like ``values``), the
+    mode of every latent site (``mode``, constrained), where the chains start, and whether the
+    correction is applied (``on``: a chain's :func:`pays`; ``True`` at the centre itself)."""
 
     values: dict
     grad: dict
     mode: dict
+    on: Any = True
 
 
 def data_loglik(model, values, model_args, model_kwargs, excluded=()):
@@ -110,7 +120,55 @@ def centre(model, sg_sites, key, model_args, model_kwargs, num_steps=1000, child
     rest = {n: v for n, v in values.items() if n not in sg_sites}
     grad = jax.jit(jax.grad(lambda t: data_loglik(full_batch(model), {**rest, **t}, args,
                                                   kwargs)))(theta)
-    return ModelCentre(theta, grad, values)
+    return ModelCentre(theta, grad, values, jnp.ones((), bool))
+
+
+def pays(model, centre, values, spreads, key, model_args, model_kwargs):
+    r"""Whether control variates centred at ``centre`` cut the SG gradient's noise at
+    ``values`` (every latent site, constrained, the children centred) to at most
+    :data:`~numpyro_sgrld.core.gradients.CONTROL_VARIATE_GAIN` of the plain minibatch
+    gradient's, the SG kernels' warm-up switch
+    (:func:`~numpyro_sgrld.core.gradients.activate_control_variates`): over
+    :data:`~numpyro_sgrld.core.gradients.CONTROL_VARIATE_PROBES` pairs of independent
+    minibatches the noise :math:`e = g_1 - g_2` of the plain estimator against
+    :math:`e' = (g_1 - g_1^c) - (g_2 - g_2^c)` (:math:`g^c` at the centre, same minibatch),
+    in the SG kernel's coordinates: each decentred child's gradient times its ``spreads``
+    :math:`c` (``{child: c}``), the other sites' as they are."""
+    args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
+    plates = find_subsample_plates(model, args, kwargs)
+    theta = {s: values[s] for s in centre.values}
+    rest = {n: v for n, v in values.items() if n not in theta}
+    grad = jax.grad(lambda t, idx: data_loglik(model, {**rest, **idx, **t}, args, kwargs))
+
+    def probe(j, carry):
+        k1, k2 = random.split(random.fold_in(key, j))
+        i1, i2 = draw_indices(k1, plates, None)[0], draw_indices(k2, plates, None)[0]
+        g1, g2 = grad(theta, i1), grad(theta, i2)
+        c1, c2 = grad(centre.values, i1), grad(centre.values, i2)
+        plain, centred = carry
+        for s in theta:
+            c = spreads.get(s, 1.0)
+            plain = plain + jnp.sum((c * (g1[s] - g2[s])) ** 2)
+            centred = centred + jnp.sum((c * ((g1[s] - c1[s]) - (g2[s] - c2[s]))) ** 2)
+        return plain, centred
+
+    zero = jnp.zeros((), jnp.result_type(float))
+    plain, centred = jax.lax.fori_loop(0, CONTROL_VARIATE_PROBES, probe, (zero, zero))
+    return (centred <= CONTROL_VARIATE_GAIN * plain) & (plain > 0)
+
+
+def at_start(model, centre, latent, init_params, key, *, transforms, loc_scale, model_args,
+             model_kwargs):
+    """A chain's ``centre`` with ``on`` where the control variates :func:`pays` at its start:
+    ``latent`` (every latent site, constrained) with the SG sites of ``init_params``
+    (unconstrained, the children centred; ``transforms`` constrain them), the children's
+    :math:`c` their prior scales (the data curvature is learnt in warm-up, 0 at the start:
+    ``loc_scale(values, model_args, model_kwargs) -> {child: (loc, scale)}``)."""
+    values = {**latent, **{k: transforms[k](v) for k, v in init_params.items()
+                           if k in centre.values}}
+    spreads = {s: scale for s, (_, scale) in loc_scale(values, model_args, model_kwargs).items()}
+    return centre._replace(on=pays(model, centre, values, spreads, random.fold_in(key, 2),
+                                   model_args, model_kwargs))
 
 
 def check_option(control_variate):
@@ -183,7 +241,8 @@ def corrected(model, plain, sg_sites, model_args, model_kwargs):
             return data_loglik(at, {**idx, **gibbs, **t}, args, own, excluded=gibbs)
 
         at_centre = jax.grad(loglik)(cv.values)
-        delta = {s: jax.lax.stop_gradient(cv.grad[s] - at_centre[s]) for s in sg_sites}
+        delta = {s: jax.lax.stop_gradient(jnp.where(cv.on, cv.grad[s] - at_centre[s], 0.0))
+                 for s in sg_sites}
         numpyro.factor(FACTOR, sum(jnp.sum(delta[s] * theta[s]) for s in sg_sites))
 
     return with_correction

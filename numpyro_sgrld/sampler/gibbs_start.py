@@ -12,7 +12,7 @@ from numpyro.distributions import biject_to
 from numpyro_sgrld.data.subsample import as_jax_array
 from numpyro_sgrld.sampler import decentring
 
-__all__ = ["decentred_sites", "latent_values", "repeated"]
+__all__ = ["decentred_sites", "latent_values", "mode_start", "repeated"]
 
 
 def repeated(tree, num_chains):
@@ -20,6 +20,14 @@ def repeated(tree, num_chains):
     if num_chains is None:
         return tree
     return jax.tree.map(lambda x: jnp.broadcast_to(x, (num_chains, *jnp.shape(x))), tree)
+
+
+def mode_start(centre, gibbs_sites, transforms, num_chains=None):
+    """The control variates' centre's mode as ``init_params`` (the Gibbs sites constrained,
+    the SG sites unconstrained by ``transforms``, as ``SGGibbs.init`` reads them), for
+    ``num_chains`` vectorised chains."""
+    start = {k: v if k in gibbs_sites else transforms[k].inv(v) for k, v in centre.mode.items()}
+    return repeated(start, num_chains)
 
 
 def latent_values(model, gibbs_sites, init_params, key, model_args, model_kwargs,
