@@ -15,7 +15,11 @@ non-centred as the reference writes the model; every 25th draw: 8 a chain)::
     python benchmarks/record.py docs/results/gibbs_network_stationarity.json -- \\
         python benchmarks/investigations/gibbs_network_stationarity.py
 
-The error's standard error takes the 32 chains as independent draws (the starts are 25 NUTS
+A second table gives, at each start, the control variates' gradient noise (centred at the
+default's mode search) over the plain minibatch gradient's (``gibbs_control_variates.noise``),
+whether the chain kept them (``SGGibbs`` keeps them where that is at most a quarter), and the
+chain's mean global log scale over its draws. The error's standard error takes the 32 chains
+as independent draws (the starts are 25 NUTS
 draws apart, the chains' noise is independent); the unit scales are compared up to
 relabelling (each draw's sorted), as ``benchmarks/accuracy/gibbs_network.py`` does.
 """
@@ -38,6 +42,8 @@ from numpyro.infer import MCMC, NUTS  # noqa: E402
 from presets import reference  # noqa: E402
 
 import numpyro_sgrld as ns  # noqa: E402
+from numpyro_sgrld.sampler import decentring  # noqa: E402
+from numpyro_sgrld.sampler import gibbs_control_variates as gibbs_cv  # noqa: E402
 
 NAME = "cancer_unit_horseshoe"
 GLOBAL, LOCAL = "net/mlp/linear_0/w_global", "net/mlp/linear_0/w_local"
@@ -115,6 +121,24 @@ def main():
     pooled = np.log(np.asarray(draws[GLOBAL]))
     print(f"  every chain's mean global log scale over its draws: min {pooled.mean(1).min():.2f}"
           f", max {pooled.mean(1).max():.2f}")
+    centre = kernel._centre  # the default's mode search, found at init
+    kept = np.asarray(mcmc.last_state.centre.on) if centre is not None else np.zeros(chains)
+    print("each start's gradient noise with control variates over the plain gradient's")
+    print("| chain | start's global log scale | noise ratio | control variates "
+          "| mean global log scale |")
+    print("|---|---|---|---|---|")
+    for c in range(chains):
+        values = {k: v[c] for k, v in init.items()}
+        ratio = np.nan
+        if centre is not None:
+            scales = decentring.loc_scale(problem["gibbs_model"], kernel.decentred_sites,
+                                          values, problem["train"], {})
+            plain, centred = gibbs_cv.noise(
+                problem["gibbs_model"], centre, values, {s: v[1] for s, v in scales.items()},
+                jax.random.PRNGKey(c), problem["train"], {})
+            ratio = float(centred / plain)
+        print(f"| {c} | {np.log(starts[GLOBAL][c]):.2f} | {ratio:.2f} "
+              f"| {'on' if kept[c] else 'off'} | {pooled[c].mean():.2f} |")
     for w in caught:
         if "cannot be trusted" in str(w.message):
             print(f"  verdict: {str(w.message)[:300]}")

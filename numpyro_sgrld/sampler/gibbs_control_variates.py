@@ -54,7 +54,8 @@ from numpyro_sgrld.sampler.decentring import CURVATURE_KWARG, SUFFIX, fully_non_
 from numpyro_sgrld.sampler.potentials import minibatch_potential
 
 __all__ = ["CV_KWARG", "FACTOR", "ModelCentre", "applies", "at_start", "centre",
-           "check_likelihood_free_of", "check_option", "corrected", "data_loglik", "pays"]
+           "check_likelihood_free_of", "check_option", "corrected", "data_loglik", "noise",
+           "pays"]
 
 #: The keyword argument that carries the :class:`ModelCentre` to the SG kernel's model.
 CV_KWARG = "_sgrld_model_centre"
@@ -123,17 +124,15 @@ def centre(model, sg_sites, key, model_args, model_kwargs, num_steps=1000, child
     return ModelCentre(theta, grad, values, jnp.ones((), bool))
 
 
-def pays(model, centre, values, spreads, key, model_args, model_kwargs):
-    r"""Whether control variates centred at ``centre`` cut the SG gradient's noise at
-    ``values`` (every latent site, constrained, the children centred) to at most
-    :data:`~numpyro_sgrld.core.gradients.CONTROL_VARIATE_GAIN` of the plain minibatch
-    gradient's, the SG kernels' warm-up switch
-    (:func:`~numpyro_sgrld.core.gradients.activate_control_variates`): over
+def noise(model, centre, values, spreads, key, model_args, model_kwargs):
+    r"""``(plain, centred)``: the summed squared noise of the plain minibatch gradient of the
+    log-likelihood at ``values`` (every latent site, constrained, the children centred) and
+    of the control-variate one centred at ``centre``, over
     :data:`~numpyro_sgrld.core.gradients.CONTROL_VARIATE_PROBES` pairs of independent
-    minibatches the noise :math:`e = g_1 - g_2` of the plain estimator against
-    :math:`e' = (g_1 - g_1^c) - (g_2 - g_2^c)` (:math:`g^c` at the centre, same minibatch),
-    in the SG kernel's coordinates: each decentred child's gradient times its ``spreads``
-    :math:`c` (``{child: c}``), the other sites' as they are."""
+    minibatches: :math:`e = g_1 - g_2` against :math:`e' = (g_1 - g_1^c) - (g_2 - g_2^c)`
+    (:math:`g^c` at the centre, same minibatch), in the SG kernel's coordinates: each
+    decentred child's gradient times its ``spreads`` :math:`c` (``{child: c}``), the other
+    sites' as they are."""
     args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
     plates = find_subsample_plates(model, args, kwargs)
     theta = {s: values[s] for s in centre.values}
@@ -153,7 +152,15 @@ def pays(model, centre, values, spreads, key, model_args, model_kwargs):
         return plain, centred
 
     zero = jnp.zeros((), jnp.result_type(float))
-    plain, centred = jax.lax.fori_loop(0, CONTROL_VARIATE_PROBES, probe, (zero, zero))
+    return jax.lax.fori_loop(0, CONTROL_VARIATE_PROBES, probe, (zero, zero))
+
+
+def pays(model, centre, values, spreads, key, model_args, model_kwargs):
+    """Whether control variates centred at ``centre`` cut the SG gradient's :func:`noise` at
+    ``values`` to at most :data:`~numpyro_sgrld.core.gradients.CONTROL_VARIATE_GAIN` of the
+    plain minibatch gradient's, the SG kernels' warm-up switch
+    (:func:`~numpyro_sgrld.core.gradients.activate_control_variates`)."""
+    plain, centred = noise(model, centre, values, spreads, key, model_args, model_kwargs)
     return (centred <= CONTROL_VARIATE_GAIN * plain) & (plain > 0)
 
 
