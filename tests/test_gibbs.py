@@ -653,9 +653,7 @@ def test_chains_started_away_from_the_centre_keep_control_variates_only_where_th
     gradient's noise to under 2 % and stay on; far out (the logits saturated) they leave
     50-70 % of it, short of the quarter the switch asks, and are off under "auto", kept
     under "mode" (required). Started at the centre (no ``init_params``) they are on."""
-    X = jax.random.normal(jax.random.PRNGKey(1), (200, 2))
-    y = (jax.random.uniform(jax.random.PRNGKey(2), (200,))
-         < jax.nn.sigmoid(X @ jnp.array([1.0, -1.0]))).astype(jnp.float32)
+    X, y = logistic_data()
     kernel = ns.SGGibbs(ns.SGLD(scaled_logistic), control_variate=control_variate)
     keys = jax.random.split(jax.random.PRNGKey(0), 2)
     start = {"s": jnp.ones(2), "w": jnp.array([[1.0, -1.0], [40.0, 40.0]])}
@@ -666,6 +664,45 @@ def test_chains_started_away_from_the_centre_keep_control_variates_only_where_th
     at_centre = ns.SGGibbs(ns.SGLD(scaled_logistic), control_variate=control_variate)
     np.testing.assert_array_equal(
         np.asarray(at_centre.init(keys, 200, None, (X, y), {}).centre.on), [True, True])
+
+
+def logistic_data():
+    X = jax.random.normal(jax.random.PRNGKey(1), (200, 2))
+    y = (jax.random.uniform(jax.random.PRNGKey(2), (200,))
+         < jax.nn.sigmoid(X @ jnp.array([1.0, -1.0]))).astype(jnp.float32)
+    return X, y
+
+
+def test_the_control_variates_are_retested_where_the_chain_is():
+    """The re-test after warm-up's approach reads the chain's position: at the centre they
+    stay on; with the weights moved far out (the logits saturated) they are off."""
+    from numpyro_sgrld.sampler import gibbs_warmup
+
+    X, y = logistic_data()
+    kernel = ns.SGGibbs(ns.SGLD(scaled_logistic))
+    state = kernel.init(jax.random.PRNGKey(0), 200, None, (X, y), {})
+    gibbs = {"s": state.z["s"]}
+    retest = kernel._warmup(gibbs_warmup.retest, (X, y), {})
+    assert bool(retest(state, gibbs).centre.on)
+    chain = state.sg_state.chain  # where the next step starts: its proposal (check_proposal)
+    far = chain._replace(proposal={**chain.proposal,
+                                   "w_decentered": jnp.array([40.0, 40.0]) / gibbs["s"]})
+    assert not bool(retest(state._replace(sg_state=state.sg_state._replace(chain=far)),
+                           gibbs).centre.on)
+
+
+def test_warm_up_retests_the_control_variates_after_its_approach(monkeypatch):
+    """Chains started at the centre keep their control variates there and have them decided
+    again at warm-up's step ``num_warmup // 5``: with the decision made 'off', every chain
+    ends with them off."""
+    from numpyro_sgrld.sampler import gibbs_control_variates as gcv
+
+    monkeypatch.setattr(gcv, "pays", lambda *args, **kwargs: jnp.zeros((), bool))
+    X, y = logistic_data()
+    mcmc = MCMC(ns.SGGibbs(ns.SGLD(scaled_logistic)), num_warmup=200, num_samples=10,
+                num_chains=2, chain_method="vectorized", progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(0), X, y)
+    np.testing.assert_array_equal(np.asarray(mcmc.last_state.centre.on), [False, False])
 
 
 def test_control_variates_at_the_centre_are_the_plain_gradients_where_off():

@@ -185,6 +185,10 @@ def main():
                   f"{ratios[1]:.2f} (NUTS b {floor_ratios[0]:.2f}–{floor_ratios[1]:.2f}), "
                   f"min ESS {ess:.0f}")
         if not a.non_centred:
+            if mcmc.last_state.centre is not None:
+                kept = np.ravel(mcmc.last_state.centre.on)
+                print(f"  each chain's control variates after warm-up: "
+                      f"{', '.join('on' if o else 'off' for o in kept)}")
             print(f"  the step's share of target_bias "
                   f"{float(np.mean(mcmc.last_state.bias_share)):.3f} (weakly informed "
                   f"children {float(np.mean(mcmc.last_state.children)):.1f})")

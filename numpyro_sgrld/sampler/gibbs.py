@@ -49,11 +49,19 @@ from numpyro.util import is_prng_key
 
 from numpyro_sgrld.core.gradients import minibatch
 from numpyro_sgrld.data.subsample import as_jax_array, compiled_subsampling, full_batch
-from numpyro_sgrld.sampler import conditionals, decentring, gibbs_bias, gibbs_start, interweaving
+from numpyro_sgrld.sampler import (
+    conditionals,
+    decentring,
+    gibbs_bias,
+    gibbs_start,
+    gibbs_warmup,
+    interweaving,
+)
 from numpyro_sgrld.sampler import gibbs_bias_check as bias_check
 from numpyro_sgrld.sampler import gibbs_control_variates as gibbs_cv
 from numpyro_sgrld.sampler import gibbs_kick as kick
 from numpyro_sgrld.sampler.kernel import SGMCMC
+from numpyro_sgrld.warmup.schedule import first_window_start
 
 __all__ = ["SGGibbs", "SGGibbsState"]
 
@@ -118,10 +126,11 @@ class SGGibbs(MCMCKernel):
     :param control_variate: ``"auto"`` (default): the SG kernel's gradient has control
         variates centred at a mode in the model's own coordinates
         (:mod:`~numpyro_sgrld.sampler.gibbs_control_variates`; found once, by the first
-        chain's ``init``, and every chain starts there; chains given ``init_params`` keep them
-        only where they cut the gradient's noise there to a quarter, ``gibbs_cv.pays``)
-        wherever no observed site depends on a Gibbs site; ``"mode"``: required (refused where
-        one does); ``None``: the plain minibatch gradient.
+        chain's ``init``, and every chain starts there; each chain keeps them only where they
+        cut the gradient's noise to a quarter, tested at a start given by ``init_params`` and
+        after warm-up's approach: ``gibbs_cv.pays``) wherever no observed site depends on a
+        Gibbs site; ``"mode"``: required (refused where one does, never tested); ``None``: the
+        plain minibatch gradient.
     :param interweave_every: ``"auto"`` (default): after warm-up, every
         :func:`~numpyro_sgrld.sampler.interweaving.auto_every` steps (reading about as many
         rows as the steps between), each Gibbs site that is a parent of a decentred site is
@@ -443,6 +452,11 @@ class SGGibbs(MCMCKernel):
             sg_state, gibbs, state.curvature, self.inner_kernel.run_info, self._bias_index,
             self._transforms_gibbs, self._per_chain, self._vectorized,
             lambda p, g, f: self._centred(p, g, f, model_args, model_kwargs)[1])
+        if self.control_variates and self._control_variate == "auto" and self._num_warmup:
+            state = lax.cond(i == first_window_start(self._num_warmup), self._warmup(
+                gibbs_warmup.retest, model_args, model_kwargs), lambda s, g: s,
+                state._replace(sg_state=sg_state), gibbs)
+            sg_state = state.sg_state
         sg_state = self.inner_kernel.sample(
             sg_state, model_args,
             self._inner_kwargs(model_kwargs, gibbs, state.curvature, state.centre))
@@ -450,33 +464,18 @@ class SGGibbs(MCMCKernel):
         state = SGGibbsState(None, sg_state, rng_key, state.curvature, state.centre,
                              state.children)
         if self.decentred_sites and self._num_warmup > 0:
-            learn = self._per_chain(
-                lambda s, g: self._learn_curvature(g, model_args, model_kwargs, s))
+            learn = self._warmup(gibbs_warmup.learn_curvature, model_args, model_kwargs,
+                                 children=self.decentred_sites)
             i = sg_state.i[0] if self._vectorized else sg_state.i
             state = lax.cond(i <= self._num_warmup, learn, lambda s, g: s, state, gibbs)
         return state._replace(z=self._record(state, gibbs, model_args, model_kwargs))
 
-    def _learn_curvature(self, gibbs, model_args, model_kwargs, state):
-        """Warm-up: :math:`F` averaged with one more of Hutchinson's estimates at the chain's
-        position, clipped at 0, the decentred sites moved to hold the centred ones; the
-        weakly informed children's count averaged at the same rate, and the step's share of
-        ``target_bias`` set from it."""
-        sg_state = state.sg_state
-        position = kick.position(sg_state)
-        sites, params = self._centred(position, gibbs, state.curvature, model_args,
-                                      model_kwargs)
-        key, rng_key = random.split(state.rng_key)
-        estimate = decentring.curvature_estimate(
-            conditioned(self._plain_model), self.decentred_sites, sites, key,
-            model_args, with_conditioning(model_kwargs or {}, gibbs))
-        rate = jnp.maximum(decentring.CURVATURE_RATE, 1.0 / sg_state.i)
-        curvature = {s: jnp.maximum((1 - rate) * f + rate * estimate[s], 0.0)
-                     for s, f in state.curvature.items()}
-        sg_state, children = gibbs_bias.learnt(
-            kick.moved(sg_state, sites, params, curvature), state.children, rate, params,
-            curvature)
-        return state._replace(sg_state=sg_state, rng_key=rng_key, curvature=curvature,
-                              children=children)
+    def _warmup(self, fn, model_args, model_kwargs, **more):
+        """A :mod:`~numpyro_sgrld.sampler.gibbs_warmup` function ``fn(state, gibbs)`` of a
+        chain, over the chains when they are vectorised."""
+        return self._per_chain(partial(
+            fn, centred=partial(self._centred, model_args=model_args, model_kwargs=model_kwargs),
+            model=self._plain_model, model_args=model_args, model_kwargs=model_kwargs, **more))
 
     def postprocess_fn(self, model_args, model_kwargs):
         """Constrained values under the model's own names (and its deterministic sites,

@@ -55,7 +55,7 @@ from numpyro_sgrld.sampler.potentials import minibatch_potential
 
 __all__ = ["CV_KWARG", "FACTOR", "ModelCentre", "applies", "at_start", "centre",
            "check_likelihood_free_of", "check_option", "corrected", "data_loglik", "noise",
-           "pays"]
+           "pays", "retested"]
 
 #: The keyword argument that carries the :class:`ModelCentre` to the SG kernel's model.
 CV_KWARG = "_sgrld_model_centre"
@@ -175,6 +175,16 @@ def at_start(model, centre, latent, init_params, key, *, transforms, loc_scale, 
                            if k in centre.values}}
     spreads = {s: scale for s, (_, scale) in loc_scale(values, model_args, model_kwargs).items()}
     return centre._replace(on=pays(model, centre, values, spreads, random.fold_in(key, 2),
+                                   model_args, model_kwargs))
+
+
+def retested(centre, model, sites, gibbs, spreads, key, model_args, model_kwargs):
+    """A chain's ``centre`` with ``on`` re-decided by :func:`pays` at its position (``sites``:
+    the SG sites constrained, the children centred; ``gibbs``: the Gibbs sites; ``spreads``:
+    the children's :math:`c`), where warm-up's approach has brought it to the posterior's bulk
+    (:func:`~numpyro_sgrld.warmup.schedule.first_window_start`): a chain that started at the
+    centre has moved from it, and a network's chains far."""
+    return centre._replace(on=pays(model, centre, {**sites, **gibbs}, spreads, key,
                                    model_args, model_kwargs))
 
 
