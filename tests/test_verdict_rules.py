@@ -78,6 +78,10 @@ def test_chains_that_stopped_are_named_instead_of_their_mixing():
     rejected = judgement(np.array([np.inf] * 4), np.zeros(4), sites, 990, 1000, num_chains=4,
                          step_size=np.full(4, 1e-3))
     assert not any("stopped" in p for p in rejected.problems)  # the rejections are why
+    # an R-hat that is not finite is read as what it is, not against a bound at an ESS of 0
+    assert "split R-hat inf at 'x'[0] (the draws there do not change within a chain)" in (
+        rejected.problems[0])
+    assert "trusted: <=" not in rejected.problems[0]
     slow = judgement(np.array([1.0, 1.5]), np.array([500.0, 10.0]), sites[:2], num_chains=4)
     assert slow.problems[0].startswith("The chains have not mixed")
     assert not any("stopped" in p for p in slow.problems)

@@ -288,9 +288,10 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
                  if num_steps else "")
         failed = []
         if worst_r:
-            failed.append(f"split R-hat {worst_r[0]:.3g} at {site_name(worst_r[1])} "
-                          f"(trusted: <= {worst_r[2]:.3f} with {num_chains} chain"
-                          f"{'s' if num_chains != 1 else ''} at its ESS)")
+            failed.append(f"split R-hat {worst_r[0]:.3g} at {site_name(worst_r[1])} " + (
+                f"(trusted: <= {worst_r[2]:.3f} with {num_chains} chain"
+                f"{'s' if num_chains != 1 else ''} at its ESS)" if np.isfinite(worst_r[0])
+                else "(the draws there do not change within a chain)"))
         if worst_e:
             failed.append(f"bulk ESS {np.floor(worst_e[0]):.0f} at {site_name(worst_e[1])} "
                           f"(trusted: >= {MIN_ESS})")
