@@ -127,7 +127,8 @@ def test_the_mixing_hint_asks_for_draws_more_often_than_the_run_made():
     assert "interweave_every=None" in given and "interweave_every=10)" not in given
 
 
-@pytest.mark.parametrize("runs", [pytest.param(True, marks=pytest.mark.slow), False])
+@pytest.mark.slow  # the hint's wording from the counts: the next test, in the default run
+@pytest.mark.parametrize("runs", [True, False])
 def test_the_run_counts_the_non_centred_draws_that_ran(runs, monkeypatch):
     """After warm-up the run monitor counts the sweeps at which a non-centred draw was due
     and those at which it ran: all of them where the test before each draw always passes,
@@ -186,7 +187,8 @@ def test_the_non_centred_draw_runs_only_where_the_data_refuse_the_site_far_out(m
     assert bool(jnp.all(new == tau)) is not refused
 
 
-@pytest.mark.parametrize("interweave, carried", [(True, False), (False, True)])
+@pytest.mark.parametrize("interweave, carried", [
+    pytest.param(True, False, marks=pytest.mark.slow), (False, True)])
 def test_the_half_kick_is_carried_unless_an_interwoven_draw_moved_the_children(interweave,
                                                                               carried):
     X, y = data()
