@@ -27,9 +27,11 @@ The estimator is unbiased wherever the chain is, but its noise grows with the ch
 from the centre (Baker et al. 2019), and a network's posterior lies far from its mode: on the
 unit-horseshoe MLP of ``docs/benchmarks.md`` control variates at the mode leave the noise at
 NUTS's draws as large as the plain minibatch gradient's or up to 60 times larger, and the
-chains started at the draws where it is larger leave the posterior in warm-up. So the chains
-that do not start at the centre (``init_params``) keep them only where they cut the noise
-there as the SG kernels' warm-up switch asks (:func:`pays`); each chain decides at its start.
+chains started at the draws where it is larger leave the posterior in warm-up. So each chain
+keeps them only where they cut the noise as the SG kernels' warm-up switch asks
+(:func:`pays`), tested at a start given by ``init_params`` (:func:`at_start`; a chain that
+starts at the centre has them on) and again once warm-up's approach has brought the chain to
+the posterior's bulk (:func:`retested`).
 """
 
 from typing import Any, NamedTuple
