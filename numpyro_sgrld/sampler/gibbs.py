@@ -127,7 +127,7 @@ class SGGibbs(MCMCKernel):
         variates centred at a mode in the model's own coordinates
         (:mod:`~numpyro_sgrld.sampler.gibbs_control_variates`; found once, by the first
         chain's ``init``, and every chain starts there; each chain keeps them only where they
-        cut the gradient's noise to a quarter, tested at a start given by ``init_params`` and
+        do not raise the gradient's noise, tested at a start given by ``init_params`` and
         after warm-up's approach: ``gibbs_cv.pays``) wherever no observed site depends on a
         Gibbs site; ``"mode"``: required (refused where one does, never tested); ``None``: the
         plain minibatch gradient.

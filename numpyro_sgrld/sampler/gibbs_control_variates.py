@@ -28,10 +28,9 @@ from the centre (Baker et al. 2019), and a network's posterior lies far from its
 unit-horseshoe MLP of ``docs/benchmarks.md`` control variates at the mode leave the noise at
 NUTS's draws as large as the plain minibatch gradient's or up to 60 times larger, and the
 chains started at the draws where it is larger leave the posterior in warm-up. So each chain
-keeps them only where they cut the noise as the SG kernels' warm-up switch asks
-(:func:`pays`), tested at a start given by ``init_params`` (:func:`at_start`; a chain that
-starts at the centre has them on) and again once warm-up's approach has brought the chain to
-the posterior's bulk (:func:`retested`).
+keeps them only where they do not raise the noise (:func:`pays`), tested at a start given by
+``init_params`` (:func:`at_start`; a chain that starts at the centre has them on) and again
+once warm-up's approach has brought the chain to the posterior's bulk (:func:`retested`).
 """
 
 from typing import Any, NamedTuple
@@ -45,7 +44,7 @@ from numpyro.distributions import biject_to
 from numpyro.infer.hmc_gibbs import GIBBS_SITES_KWARG
 
 from numpyro_sgrld.core.estimators import find_mode
-from numpyro_sgrld.core.gradients import CONTROL_VARIATE_GAIN, CONTROL_VARIATE_PROBES
+from numpyro_sgrld.core.gradients import CONTROL_VARIATE_PROBES
 from numpyro_sgrld.data.subsample import (
     as_jax_array,
     draw_indices,
@@ -55,7 +54,7 @@ from numpyro_sgrld.data.subsample import (
 from numpyro_sgrld.sampler.decentring import CURVATURE_KWARG, SUFFIX, fully_non_centred
 from numpyro_sgrld.sampler.potentials import minibatch_potential
 
-__all__ = ["CV_KWARG", "FACTOR", "ModelCentre", "applies", "at_start", "centre",
+__all__ = ["CV_KWARG", "FACTOR", "NOISE_LIMIT", "ModelCentre", "applies", "at_start", "centre",
            "check_likelihood_free_of", "check_option", "corrected", "data_loglik", "noise",
            "pays", "retested"]
 
@@ -63,6 +62,11 @@ __all__ = ["CV_KWARG", "FACTOR", "ModelCentre", "applies", "at_start", "centre",
 CV_KWARG = "_sgrld_model_centre"
 #: The name of the correction's factor site.
 FACTOR = "_sgrld_control_variate"
+#: Control variates are kept where their gradient's noise is at most this many times the plain
+#: minibatch gradient's: where they do not raise it. A chain without them still computes the
+#: centre's minibatch gradient, so, unlike the SG kernels' own switch (which asks for a cut to
+#: a quarter, paying for their second gradient), any noise they take away is a gain.
+NOISE_LIMIT = 1.0
 
 
 class ModelCentre(NamedTuple):
@@ -158,12 +162,12 @@ def noise(model, centre, values, spreads, key, model_args, model_kwargs):
 
 
 def pays(model, centre, values, spreads, key, model_args, model_kwargs):
-    """Whether control variates centred at ``centre`` cut the SG gradient's :func:`noise` at
-    ``values`` to at most :data:`~numpyro_sgrld.core.gradients.CONTROL_VARIATE_GAIN` of the
-    plain minibatch gradient's, the SG kernels' warm-up switch
-    (:func:`~numpyro_sgrld.core.gradients.activate_control_variates`)."""
+    """Whether control variates centred at ``centre`` leave the SG gradient's :func:`noise` at
+    ``values`` at most :data:`NOISE_LIMIT` times the plain minibatch gradient's (the SG
+    kernels' warm-up switch, :func:`~numpyro_sgrld.core.gradients.activate_control_variates`,
+    measures it the same way)."""
     plain, centred = noise(model, centre, values, spreads, key, model_args, model_kwargs)
-    return (centred <= CONTROL_VARIATE_GAIN * plain) & (plain > 0)
+    return (centred <= NOISE_LIMIT * plain) & (plain > 0)
 
 
 def at_start(model, centre, latent, init_params, key, *, transforms, loc_scale, model_args,
