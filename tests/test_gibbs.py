@@ -540,7 +540,18 @@ def test_a_networks_centred_horseshoe_and_learnt_precisions_are_found():
     assert len(gaussian_children(model, tuple(sites), args, {})) == 4
 
 
-def test_a_networks_decentred_weights_are_judged_as_a_networks():
+@pytest.fixture(scope="module")
+def network_start():
+    """``(kernel, state, args)``: ``SGGibbs(SGLD)`` on :func:`_network`, initialised."""
+    model, args = _network()
+    kernel = ns.SGGibbs(ns.SGLD(model, step_size=1e-3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        state = kernel.init(jax.random.PRNGKey(0), 10, None, args, {})
+    return kernel, state, args
+
+
+def test_a_networks_decentred_weights_are_judged_as_a_networks(network_start):
     """Within Gibbs the weights under Gibbs-updated scales are moved decentred
     (``"{w}_decentered"``) and judged centred, under their own names: the verdict judges
     them as a network's (function space), not by their weight-space R-hat, under those names,
@@ -548,16 +559,38 @@ def test_a_networks_decentred_weights_are_judged_as_a_networks():
     from numpyro_sgrld.sampler.decentring import SUFFIX
     from numpyro_sgrld.verdict.run import describe
 
-    model, args = _network()
-    kernel = ns.SGGibbs(ns.SGLD(model, step_size=1e-3))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        state = kernel.init(jax.random.PRNGKey(0), 10, None, args, {})
+    kernel, state, _ = network_start
     assert kernel.decentred_sites
     for sites in (kernel.inner_kernel.network_sites, describe(kernel).network_sites):
         assert set(kernel.decentred_sites) <= sites, sites
         assert not any(s.endswith(SUFFIX) for s in sites), sites
         assert sites <= set(state.z), sites  # the names the draws are recorded under
+
+
+def test_a_networks_per_unit_scales_are_judged_up_to_relabelling(network_start):
+    """The unit horseshoe's per-unit local scales (a network bridge's marked sites) are judged
+    sorted, under ``"... (sorted)"``: permuting the units leaves what the verdict reads
+    unchanged (chains holding the units in different orders draw from one law), while the
+    global scale is judged as it is."""
+    from numpyro_sgrld.sampler.run_verdict import SORTED
+
+    kernel, state, args = network_start
+    local = sorted(s for s in kernel.gibbs_sites if s.endswith("_local"))
+    single = sorted(s for s in kernel.gibbs_sites if s.endswith("_global"))
+    gibbs = {k: state.z[k] for k in kernel.gibbs_sites}
+    kwargs = kernel._inner_kwargs({}, gibbs, state.curvature)
+    judged = kernel.inner_kernel.judged_values(state.sg_state.z, args, kwargs)
+    assert {s + SORTED for s in local} <= set(judged) and not set(local) & set(judged)
+    assert set(single) <= set(judged)
+    for s in local:
+        np.testing.assert_allclose(judged[s + SORTED], np.sort(np.log(np.ravel(gibbs[s]))),
+                                   rtol=1e-6)
+    permuted = {**gibbs, **{s: gibbs[s][::-1] for s in local}}
+    kwargs = kernel._inner_kwargs({}, permuted, state.curvature)
+    again = kernel.inner_kernel.judged_values(state.sg_state.z, args, kwargs)
+    for s in local:
+        np.testing.assert_array_equal(again[s + SORTED], judged[s + SORTED])
+        assert not np.array_equal(permuted[s], gibbs[s])
 
 
 @pytest.mark.slow

@@ -127,14 +127,13 @@ def test_the_mixing_hint_asks_for_draws_more_often_than_the_run_made():
     assert "interweave_every=None" in given and "interweave_every=10)" not in given
 
 
-@pytest.mark.slow  # the hint's wording from the counts: the next test, in the default run
-@pytest.mark.parametrize("runs", [True, False])
-def test_the_run_counts_the_non_centred_draws_that_ran(runs, monkeypatch):
+@pytest.mark.slow  # the draw's own guard: the next test, in the default run
+@pytest.mark.parametrize("refused", [True, False])
+def test_every_non_centred_draw_due_after_warm_up_runs(refused, monkeypatch):
     """After warm-up the run monitor counts the sweeps at which a non-centred draw was due
-    and those at which it ran: all of them where the test before each draw always passes,
-    none where it never does, and then the verdict's hint says that more draws would be
-    skipped too (not "interweave_every=10 draws them more often")."""
-    monkeypatch.setattr(interweaving, "SATURATION_DROP", -np.inf if runs else np.inf)
+    and those at which it ran: all of them, whether or not the data refuse the site far out
+    (the test guards warm-up's draws only)."""
+    monkeypatch.setattr(interweaving, "SATURATION_DROP", -np.inf if refused else np.inf)
     X, y = data()
     kernel = ns.SGGibbs(ns.SGLD(partial(regression, subsample_size=20), step_size=1e-3),
                         interweave_every=5)
@@ -145,34 +144,15 @@ def test_the_run_counts_the_non_centred_draws_that_ran(runs, monkeypatch):
         mcmc.run(jax.random.PRNGKey(0), X, y)
     kept = mcmc.last_state.sg_state.monitor.composed
     np.testing.assert_array_equal(kept.due, [6, 6])  # steps 20, 25, ..., 45
-    np.testing.assert_array_equal(kept.ran, [6, 6] if runs else [0, 0])
-    hint = kernel.inner_kernel.mixing_hint(kept)
-    skipped = "none of the 12 non-centred draws due after warm-up ran" in hint
-    assert skipped is not runs, hint
-    assert ("interweave_every=None" in hint) is runs
-
-
-def test_the_hint_says_where_every_non_centred_draw_was_skipped():
-    """With the run's counts: where none of the due draws ran, no rate of them is proposed;
-    where some ran, or none was due, the hint is as without counts."""
-    from numpyro_sgrld.sampler.gibbs_bias_check import init
-
-    plan, counts = Schedule(260, 2000), init(1, 1)
-    none_ran = interweaving.mixing_hint(("tau",), plan, ("w",), kept=counts._replace(
-        due=np.array([40, 40]), ran=np.array([0, 0])))
-    some_ran = interweaving.mixing_hint(("tau",), plan, ("w",), kept=counts._replace(
-        due=np.array([40, 40]), ran=np.array([0, 3])))
-    assert "none of the 80 non-centred draws due after warm-up ran" in none_ran
-    assert "interweave_every=10" not in none_ran and "gibbs_fn" in none_ran
-    assert some_ran == interweaving.mixing_hint(("tau",), plan, ("w",))
-    assert interweaving.mixing_hint(("tau",), plan, ("w",), kept=counts) == some_ran
+    np.testing.assert_array_equal(kept.ran, [6, 6])
 
 
 @pytest.mark.parametrize("model, refused", [(regression, True), (saturating, False)])
-def test_the_non_centred_draw_runs_only_where_the_data_refuse_the_site_far_out(model, refused):
+def test_a_warm_up_draw_runs_only_where_the_data_refuse_the_site_far_out(model, refused):
     """On a linear predictor the log-likelihood falls without bound as the scale grows: the
-    draw runs. On a saturating tanh unit it stays bounded: the draw is skipped and the value
-    kept exactly (where it would take the scale far out, docs/gibbs.md)."""
+    draw runs. On a saturating tanh unit it stays bounded: a guarded draw (in warm-up) is
+    skipped and the value kept exactly (where it would take the scale far out and the
+    step-size adaptation with it, docs/gibbs.md); an unguarded one (after warm-up) runs."""
     X, y = data()
     nc_model = interweaving.non_centred_model(model, ("w",))
     transform = biject_to(constraints.positive)
@@ -182,9 +162,10 @@ def test_the_non_centred_draw_runs_only_where_the_data_refuse_the_site_far_out(m
     u, unravel = ravel_pytree(transform.inv(tau))
     assert bool(interweaving.refuses_far(nc_model, "tau", transform, unravel, u, (X, y), {},
                                          values)) is refused
-    draw = interweaving.non_centred_update(nc_model, "tau", transform, (X, y), {})
-    new = jax.jit(draw)(jax.random.PRNGKey(3), values)
-    assert bool(jnp.all(new == tau)) is not refused
+    draw = jax.jit(interweaving.non_centred_update(nc_model, "tau", transform, (X, y), {}))
+    guarded = draw(jax.random.PRNGKey(3), values, True)
+    assert bool(jnp.all(guarded == tau)) is not refused
+    assert not bool(jnp.any(draw(jax.random.PRNGKey(3), values, False) == tau))
 
 
 @pytest.mark.parametrize("interweave, carried", [

@@ -104,6 +104,8 @@ def main():
                              "chain starts at its own prior draw)")
     parser.add_argument("--chain-method", default="sequential",
                         choices=["sequential", "vectorized"])
+    parser.add_argument("--option", nargs="*", default=[], metavar="NAME=VALUE",
+                        help="the kernels' own options, numbers (e.g. friction=0.01)")
     parser.add_argument("--target-bias", type=float, default=None,
                         help="the SG kernel's target_bias (default: its default; within Gibbs "
                              "its step aims at a share of it)")
@@ -124,6 +126,7 @@ def main():
     thinning = max(1, a.num_samples * chains // (meta["chains"] * meta["draws"]))
     for name in a.kernels:
         own = {} if a.target_bias is None else {"target_bias": a.target_bias}
+        own.update({k: float(v) for k, v in (o.split("=", 1) for o in a.option)})
         if a.non_centred:
             kernel = getattr(ns, name)(problem["model"], **own)
         else:
@@ -131,7 +134,8 @@ def main():
                                 interweave_every=a.interweave_every,
                                 control_variate=None if a.control_variate == "none" else "auto")
         option = ("" if a.non_centred else interweave_label(a.interweave_every)) + (
-            f", target_bias={a.target_bias}" if a.target_bias is not None else "") + (
+            f", target_bias={a.target_bias}" if a.target_bias is not None else "") + "".join(
+            f", {o}" for o in a.option) + (
             ", control_variate=None" if a.control_variate == "none" else "")
         starts = None
         if a.chain_method == "vectorized":  # the chains' starts, as MCMC.run initialises them
@@ -193,7 +197,7 @@ def main():
                   f"{float(np.mean(mcmc.last_state.bias_share)):.3f} (weakly informed "
                   f"children {float(np.mean(mcmc.last_state.children)):.1f})")
         for w in warned:
-            print(f"  verdict: {w[:400]}")
+            print(f"  verdict: {w}")
             advised = re.search(r"num_samples of at least ([0-9,]+)", w)
             if advised:
                 print(f"  the verdict asks for num_samples >= {advised.group(1)}")

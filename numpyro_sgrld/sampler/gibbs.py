@@ -61,6 +61,7 @@ from numpyro_sgrld.sampler import gibbs_bias_check as bias_check
 from numpyro_sgrld.sampler import gibbs_control_variates as gibbs_cv
 from numpyro_sgrld.sampler import gibbs_kick as kick
 from numpyro_sgrld.sampler.kernel import SGMCMC
+from numpyro_sgrld.sampler.run_verdict import up_to_relabelling
 from numpyro_sgrld.warmup.schedule import first_window_start
 
 __all__ = ["SGGibbs", "SGGibbsState"]
@@ -135,11 +136,11 @@ class SGGibbs(MCMCKernel):
         :func:`~numpyro_sgrld.sampler.interweaving.auto_every` steps (reading about as many
         rows as the steps between), each Gibbs site that is a parent of a decentred site is
         drawn again given the children's non-centred values ``(w - mu) / sigma`` and all the
-        data where the data refuse it far out (Yu & Meng 2011;
-        :mod:`~numpyro_sgrld.sampler.interweaving`): a scale and its children move together
-        across the funnel the centred update crosses slowly; ``k``: every ``k``-th step in
-        warm-up, then every ``k`` up to a multiple of ``gibbs_every`` (on the sweeps' steps);
-        ``None``: the centred update only (no data read).
+        data (Yu & Meng 2011; :mod:`~numpyro_sgrld.sampler.interweaving`): a scale and its
+        children move together across the funnel the centred update crosses slowly; ``k``:
+        every ``k``-th step in warm-up (where the data refuse the site far out), then every
+        ``k`` up to a multiple of ``gibbs_every`` (on the sweeps' steps); ``None``: the
+        centred update only (no data read).
 
     Example::
 
@@ -298,11 +299,12 @@ class SGGibbs(MCMCKernel):
                     centre, latent, init_params, chains_key_trace)
         gibbs = {k: latent[k] for k in self.gibbs_sites}
         self._transforms_gibbs = {k: transforms[k] for k in sorted(self.gibbs_sites)}
-        self.inner_kernel.judged_values = partial(self._judged, self._transforms_gibbs)
+        relabelled = gibbs_start.relabelled_sites(plain, self.gibbs_sites, key_trace,
+                                                  model_args, model_kwargs)
+        self.inner_kernel.judged_values = partial(self._judged, self._transforms_gibbs, relabelled)
         self.inner_kernel.judged_name = partial(decentring.judged_name, self.decentred_sites)
-        self.inner_kernel.mixing_hint = partial(  # given the run's counts of interwoven draws
-            interweaving.mixing_hint, self.gibbs_sites, self.interweave_schedule,
-            self.decentred_sites, self.gibbs_every)
+        self.inner_kernel.mixing_hint = interweaving.mixing_hint(
+            self.gibbs_sites, self.interweave_schedule, self.decentred_sites, self.gibbs_every)
         curvature = {s: jnp.zeros(jnp.shape(latent[s]), jnp.result_type(latent[s]))
                      for s in self.decentred_sites}
         sg_params = None
@@ -369,24 +371,23 @@ class SGGibbs(MCMCKernel):
         params = self._loc_scale({**sites, **gibbs}, model_args, model_kwargs)
         return decentring.centred(sites, params, curvature), params
 
-    def _judged(self, transforms, z, model_args, model_kwargs):
-        """What the verdict judges (the SG kernel's ``judged_values``:
-        :func:`~numpyro_sgrld.sampler.run_verdict.judged`), from the SG kernel's position and
-        keyword arguments: the Gibbs sites (unconstrained) and the SG kernel's sites, its
-        decentred ones centred."""
+    def _judged(self, transforms, relabelled, z, model_args, model_kwargs):
+        """What the verdict judges (``run_verdict.judged``) from the SG kernel's position and
+        keyword arguments: the Gibbs sites unconstrained (``relabelled`` ones, a network's
+        per-unit scales, sorted: ``up_to_relabelling``), the SG sites, decentred ones centred."""
         gibbs = model_kwargs[GIBBS_SITES_KWARG]
         if self.decentred_sites:
-            own = {k: v for k, v in model_kwargs.items()
-                   if k not in (GIBBS_SITES_KWARG, decentring.CURVATURE_KWARG,
-                                gibbs_cv.CV_KWARG)}
+            own = {k: v for k, v in model_kwargs.items() if k not in (
+                GIBBS_SITES_KWARG, decentring.CURVATURE_KWARG, gibbs_cv.CV_KWARG)}
             sites = transform_fn(self.inner_kernel.setup.inv_transforms, z)
             params = self._loc_scale({**sites, **gibbs}, model_args, own)
             z = decentring.centred(z, params, model_kwargs[decentring.CURVATURE_KWARG])
-        return {**z, **{name: t.inv(gibbs[name]) for name, t in transforms.items()}}
+        gibbs = {name: t.inv(gibbs[name]) for name, t in transforms.items()}
+        return {**z, **up_to_relabelling(gibbs, relabelled)}
 
     def _recorded(self, state, gibbs, model_args, model_kwargs):
-        """What ``MCMC`` records: the Gibbs sites, the SG sites (unconstrained), the decentred
-        ones centred."""
+        """What ``MCMC`` records: the Gibbs sites, the SG sites (unconstrained, decentred ones
+        centred)."""
         z = state.sg_state.z
         if self.decentred_sites:
             sites = transform_fn(self.inner_kernel.setup.inv_transforms, z)
@@ -418,9 +419,9 @@ class SGGibbs(MCMCKernel):
                 lambda g, s: interweaving.interweave(
                     key_nc, self._non_centred_draws, partial(
                         self._loc_scale, model_args=model_args, model_kwargs=model_kwargs),
-                    g, s),
+                    g, s, state.sg_state.i < self.interweave_schedule.start),
                 lambda g, s: (g, s), gibbs, sites)
-            ran = interweaving.changed(centred, gibbs)  # the draw not skipped (refuses_far)
+            ran = interweaving.changed(centred, gibbs)  # not skipped (refuses_far, warm-up)
             sg_state = bias_check.interwoven(sg_state, interweave, ran, self.inner_kernel.run_info)
         if self.decentred_sites:
             params = self._loc_scale({**sites, **gibbs}, model_args, model_kwargs)

@@ -11,8 +11,9 @@ from numpyro.distributions import biject_to
 
 from numpyro_sgrld.data.subsample import as_jax_array
 from numpyro_sgrld.sampler import decentring
+from numpyro_sgrld.sampler.setup import network_sites
 
-__all__ = ["decentred_sites", "latent_values", "mode_start", "repeated"]
+__all__ = ["decentred_sites", "latent_values", "mode_start", "relabelled_sites", "repeated"]
 
 
 def repeated(tree, num_chains):
@@ -70,3 +71,13 @@ def decentred_sites(model, gibbs_sites, model_args, model_kwargs):
             f" {e}), so the SG kernel moves every site as the model writes it.", UserWarning,
             stacklevel=3)
         return ()
+
+
+def relabelled_sites(model, gibbs_sites, key, model_args, model_kwargs):
+    """The Gibbs sites that a network bridge marked as relabelled by permuting the units
+    (:func:`~numpyro_sgrld.sampler.setup.network_sites`: a unit-wise horseshoe's per-unit
+    scales), which the verdict judges up to relabelling
+    (:func:`~numpyro_sgrld.sampler.run_verdict.up_to_relabelling`)."""
+    args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
+    trace = handlers.trace(handlers.seed(model, key)).get_trace(*args, **kwargs)
+    return tuple(sorted(network_sites(trace) & set(gibbs_sites)))

@@ -30,11 +30,14 @@ a few full-data evaluations of the likelihood per element.
 
 By default (``interweave_every="auto"``) the draws run after warm-up only, every
 :func:`auto_every` steps, so that they read about as many data rows as the SG steps between
-them; each runs only where the data refuse the site far out (:func:`refuses_far`): on a
-network whose units saturate, the likelihood given :math:`\tilde w` stays bounded as a scale
-grows, the conditional reaches scales the SG steps cannot follow, and the draw is skipped.
-Whether it runs depends on :math:`\tilde w` and the other sites only, never on :math:`g`,
-so the draw-or-keep leaves the joint posterior invariant as the draw does.
+them. A draw in warm-up (``interweave_every`` a number) runs only where the data refuse the
+site far out (:func:`refuses_far`): on a network whose units saturate, the likelihood given
+:math:`\tilde w` stays bounded as a scale grows, and a draw far out, where the units'
+gradient vanishes, drives the step-size adaptation to a vanishing step that freezes the
+chain. Whether it runs depends on :math:`\tilde w` and the other sites only, never on
+:math:`g`, so the draw-or-keep leaves the joint posterior invariant as the draw does. After
+warm-up the step is fixed and every due draw runs: on the unit-horseshoe network of
+``docs/benchmarks.md`` they are what mixes its scales.
 """
 
 import math
@@ -42,7 +45,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax, random
 from jax.flatten_util import ravel_pytree
 from numpyro.infer.util import log_density
@@ -181,14 +183,15 @@ def refuses_far(nc_model, name, transform, unravel, flat, model_args, model_kwar
 
 
 def non_centred_update(nc_model, name, transform, model_args, model_kwargs):
-    r"""``draw(key, values) -> value``: site ``name`` drawn from its non-centred conditional
-    (module docstring) by a slice step on each element of its unconstrained value in turn
-    where the data refuse it far out (:func:`refuses_far`), else kept; ``values``
-    (constrained) hold every other latent site, the Gibbs sites' and the children's
-    :math:`\tilde w` under ``"{w}_decentered"`` (not the children themselves)."""
+    r"""``draw(key, values, guarded=False) -> value``: site ``name`` drawn from its
+    non-centred conditional (module docstring) by a slice step on each element of its
+    unconstrained value in turn; where ``guarded`` (a draw in warm-up), only where the data
+    refuse it far out (:func:`refuses_far`), else kept. ``values`` (constrained) hold every
+    other latent site, the Gibbs sites' and the children's :math:`\tilde w` under
+    ``"{w}_decentered"`` (not the children themselves)."""
     model_args, model_kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
 
-    def draw(key, values):
+    def draw(key, values, guarded=False):
         u, unravel = ravel_pytree(transform.inv(values[name]))
 
         def logp(flat):
@@ -202,12 +205,11 @@ def non_centred_update(nc_model, name, transform, model_args, model_kwargs):
         def element(i, u):
             return u.at[i].set(slice_step(keys[i], lambda v: logp(u.at[i].set(v)), u[i]))
 
-        refused = refuses_far(nc_model, name, transform, unravel, u, model_args,
-                              model_kwargs, values)
-        drawn = lax.cond(refused, lambda u: lax.fori_loop(0, u.size, element, u),
-                         lambda u: u, u)
+        runs = jnp.logical_not(guarded) | refuses_far(nc_model, name, transform, unravel, u,
+                                                      model_args, model_kwargs, values)
+        drawn = lax.cond(runs, lambda u: lax.fori_loop(0, u.size, element, u), lambda u: u, u)
         # skipped: the value itself, not its round trip through the transform
-        return jnp.where(refused, transform(unravel(drawn)), values[name])
+        return jnp.where(runs, transform(unravel(drawn)), values[name])
 
     return draw
 
@@ -226,40 +228,30 @@ def set_up(model, gibbs_sites, children, transforms, model_args, model_kwargs,
                    for g in sites}
 
 
-def interweave(key, draws, loc_scale, gibbs, sites):
+def interweave(key, draws, loc_scale, gibbs, sites, guarded=False):
     r"""``(gibbs, sites)`` after the non-centred draw of each site of ``draws`` in turn
-    (:func:`set_up`), the children moved with them: :math:`\tilde w` held,
-    :math:`w = \mu(g') + \sigma(g')\,\tilde w`. ``sites`` are the other latent sites'
-    constrained values, the children centred; ``loc_scale(values) -> {child: (loc, scale)}``."""
+    (:func:`set_up`; ``guarded``, in warm-up: :func:`non_centred_update`), the children moved
+    with them: :math:`\tilde w` held, :math:`w = \mu(g') + \sigma(g')\,\tilde w`. ``sites``
+    are the other latent sites' constrained values, the children centred;
+    ``loc_scale(values) -> {child: (loc, scale)}``."""
     params = loc_scale({**sites, **gibbs})
     tilde = non_centred(sites, params)
     values = {**{k: v for k, v in sites.items() if k not in params}, **tilde, **gibbs}
     for k, name in zip(random.split(key, len(draws)), draws):
-        values[name] = draws[name](k, values)
+        values[name] = draws[name](k, values, guarded)
     gibbs = {k: values[k] for k in gibbs}
     params = loc_scale({**sites, **gibbs})
     moved = {c: loc + scale * tilde[c + SUFFIX] for c, (loc, scale) in params.items()}
     return gibbs, {**sites, **moved}
 
 
-def mixing_hint(gibbs_sites, plan, children, gibbs_every=1, kept=None):
+def mixing_hint(gibbs_sites, plan, children, gibbs_every=1):
     """What the verdict advises where the chains within Gibbs may not mix with more steps
     (``plan``: the run's :class:`Schedule`, or ``None``; ``gibbs_every``: the SG steps
-    between sweeps after warm-up, where the draws run; ``kept``: the run's
-    :class:`~numpyro_sgrld.sampler.gibbs_bias_check.GibbsMoments`, whose counts tell whether
-    the draws due after warm-up ran, or ``None``)."""
+    between sweeps after warm-up, where the draws run)."""
     names = ", ".join(map(repr, gibbs_sites))
-    far = ("interweave_every=None where those draws take a scale far out (a network's "
-           "saturating units: docs/gibbs.md)")
-    due = 0 if kept is None else int(np.sum(np.asarray(kept.due)))
-    if plan is not None and due > 0 and int(np.sum(np.asarray(kept.ran))) == 0:
-        return (f"Within Gibbs (the Gibbs sites {names} drawn exactly given their Gaussian "
-                f"children), none of the {due:,} non-centred draws due after warm-up ran: the "
-                "data do not refuse those sites far out (the likelihood stays bounded as a "
-                "scale grows, as where a network's units saturate: docs/gibbs.md), so more of "
-                "them would be skipped too and interweave_every changes nothing: the sites "
-                "move only as fast as their children (more steps, above), or give a gibbs_fn "
-                "that draws them jointly with what they depend on")
+    far = ("interweave_every=None where those draws take a scale so far out that the chains "
+           "stop (docs/gibbs.md)")
     if plan is not None and plan.start > 0 and not plan.warmup_every:
         if plan.every > on_sweeps(AUTO_MIN_EVERY, gibbs_every):
             every, how = AUTO_MIN_EVERY, "more often"

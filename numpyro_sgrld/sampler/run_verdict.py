@@ -33,7 +33,11 @@ from numpyro_sgrld.verdict import evaluation, monitor
 from numpyro_sgrld.verdict.judge import judgement
 from numpyro_sgrld.verdict.run import describe
 
-__all__ = ["arm", "judged", "observe", "observed", "report"]
+__all__ = ["SORTED", "arm", "judged", "observe", "observed", "report", "up_to_relabelling"]
+
+#: The suffix of the name under which a site is judged up to relabelling its elements
+#: (:func:`up_to_relabelling`).
+SORTED = " (sorted)"
 
 
 class _RunInfo(NamedTuple):
@@ -72,6 +76,18 @@ def judged(kernel, z, model_args=(), model_kwargs=None):
     decentred sites centred), ``judged_values(z, model_args, model_kwargs)``."""
     values = kernel.judged_values
     return z if values is None else values(z, model_args, model_kwargs or {})
+
+
+def up_to_relabelling(values, sites):
+    """``values`` (``{site: array}``) with each of ``sites`` replaced by its elements sorted,
+    under the name ``site + SORTED``: the order statistics, which a permutation of the
+    elements leaves alone. A network's per-unit sites (a unit-wise horseshoe's local scales)
+    have a posterior that permuting the units maps to itself, so chains that hold the units
+    in different orders draw from the same law; their R-hat unit by unit reads that as
+    chains that have not mixed, while the sorted values' R-hat reads the law up to
+    relabelling."""
+    return {**{k: v for k, v in values.items() if k not in sites},
+            **{k + SORTED: jnp.sort(jnp.ravel(values[k])) for k in sites if k in values}}
 
 
 def arm(kernel, state, num_warmup, vectorized, model_args=(), model_kwargs=None):
