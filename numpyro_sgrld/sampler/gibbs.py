@@ -299,9 +299,7 @@ class SGGibbs(MCMCKernel):
                     centre, latent, init_params, chains_key_trace)
         gibbs = {k: latent[k] for k in self.gibbs_sites}
         self._transforms_gibbs = {k: transforms[k] for k in sorted(self.gibbs_sites)}
-        relabelled = gibbs_start.relabelled_sites(plain, self.gibbs_sites, key_trace,
-                                                  model_args, model_kwargs)
-        self.inner_kernel.judged_values = partial(self._judged, self._transforms_gibbs, relabelled)
+        self.inner_kernel.judged_values = partial(self._judged, self._transforms_gibbs)
         self.inner_kernel.judged_name = partial(decentring.judged_name, self.decentred_sites)
         self.inner_kernel.mixing_hint = interweaving.mixing_hint(
             self.gibbs_sites, self.interweave_schedule, self.decentred_sites, self.gibbs_every)
@@ -371,10 +369,10 @@ class SGGibbs(MCMCKernel):
         params = self._loc_scale({**sites, **gibbs}, model_args, model_kwargs)
         return decentring.centred(sites, params, curvature), params
 
-    def _judged(self, transforms, relabelled, z, model_args, model_kwargs):
+    def _judged(self, transforms, z, model_args, model_kwargs):
         """What the verdict judges (``run_verdict.judged``) from the SG kernel's position and
-        keyword arguments: the Gibbs sites unconstrained (``relabelled`` ones, a network's
-        per-unit scales, sorted: ``up_to_relabelling``), the SG sites, decentred ones centred."""
+        keyword arguments: the Gibbs sites unconstrained (a network's per-unit scales sorted:
+        ``up_to_relabelling``), the SG sites, decentred ones centred."""
         gibbs = model_kwargs[GIBBS_SITES_KWARG]
         if self.decentred_sites:
             own = {k: v for k, v in model_kwargs.items() if k not in (
@@ -383,7 +381,8 @@ class SGGibbs(MCMCKernel):
             params = self._loc_scale({**sites, **gibbs}, model_args, own)
             z = decentring.centred(z, params, model_kwargs[decentring.CURVATURE_KWARG])
         gibbs = {name: t.inv(gibbs[name]) for name, t in transforms.items()}
-        return {**z, **up_to_relabelling(gibbs, relabelled)}
+        return {**z, **up_to_relabelling(gibbs, gibbs_start.relabelled_sites(
+            self.inner_kernel.setup.trace, self.gibbs_sites))}
 
     def _recorded(self, state, gibbs, model_args, model_kwargs):
         """What ``MCMC`` records: the Gibbs sites, the SG sites (unconstrained, decentred ones

@@ -11,7 +11,7 @@ from numpyro.distributions import biject_to
 
 from numpyro_sgrld.data.subsample import as_jax_array
 from numpyro_sgrld.sampler import decentring
-from numpyro_sgrld.sampler.setup import network_sites
+from numpyro_sgrld.sampler.setup import NETWORK
 
 __all__ = ["decentred_sites", "latent_values", "mode_start", "relabelled_sites", "repeated"]
 
@@ -73,11 +73,10 @@ def decentred_sites(model, gibbs_sites, model_args, model_kwargs):
         return ()
 
 
-def relabelled_sites(model, gibbs_sites, key, model_args, model_kwargs):
-    """The Gibbs sites that a network bridge marked as relabelled by permuting the units
-    (:func:`~numpyro_sgrld.sampler.setup.network_sites`: a unit-wise horseshoe's per-unit
-    scales), which the verdict judges up to relabelling
-    (:func:`~numpyro_sgrld.sampler.run_verdict.up_to_relabelling`)."""
-    args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
-    trace = handlers.trace(handlers.seed(model, key)).get_trace(*args, **kwargs)
-    return tuple(sorted(network_sites(trace) & set(gibbs_sites)))
+def relabelled_sites(trace, gibbs_sites):
+    """The Gibbs sites that a network bridge marked (:data:`~numpyro_sgrld.sampler.setup.NETWORK`)
+    as relabelled by permuting the units (a unit-wise horseshoe's per-unit scales), in a
+    ``trace`` of the model (the SG kernel's, where they are conditioned on), which the verdict
+    judges up to relabelling (:func:`~numpyro_sgrld.sampler.run_verdict.up_to_relabelling`)."""
+    return tuple(sorted(name for name in gibbs_sites if name in trace
+                        and (trace[name].get("infer") or {}).get(NETWORK)))
