@@ -97,6 +97,9 @@ def test_the_check_names_a_gibbs_site_beyond_the_bound_and_its_error_only():
     assert said(1.01, 0.001) == []  # about 0.09 sd: within the bound
     assert said(1.03, 0.02) == []  # about 0.27 +- 0.18 sd: within its error
     assert "narrows" in said(0.97, 0.001)[0]
+    # at or below 0 a reading is no ratio of spreads (chains far from equilibrium): the
+    # equipartition check names it, and no shift is predicted from it
+    assert said(0.0, 0.001) == [] and said(-4.8, 0.3) == []
 
 
 def judged_run(children, predictor_sd, num_samples, chain_method="vectorized",

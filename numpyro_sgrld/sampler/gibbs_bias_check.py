@@ -170,7 +170,9 @@ def predicted_shifts(moments, readings, readings_se):
 def problems(moments, temperatures, groups, gibbs_names, run, bound):
     """The verdict's problem (a one-item list) where a Gibbs coordinate's predicted shift
     (:func:`predicted_shifts`) is beyond ``bound`` sds and beyond its error; ``[]`` where
-    none is or nothing was kept. ``groups``: the decentred groups' names among the
+    none is, where nothing was kept, or where a group of children reads at or below 0 (its
+    reading is then no ratio of spreads to predict from: the chains are far from equilibrium
+    there, as the equipartition check says). ``groups``: the decentred groups' names among the
     ``temperatures``' (:func:`group_names`); ``gibbs_names``: the Gibbs coordinates'
     ``(site, index)``; ``run``: the :class:`~numpyro_sgrld.verdict.run.Run`."""
     if moments is None or temperatures is None or not groups:
@@ -180,6 +182,8 @@ def problems(moments, temperatures, groups, gibbs_names, run, bound):
         return []
     k = [at[g] for g in groups]
     estimate, se = np.asarray(temperatures.estimate)[k], np.asarray(temperatures.se)[k]
+    if not np.all(estimate > 0):  # no spread ratio there: the chains are far from
+        return []  # equilibrium, which the equipartition check names; no shift is predicted
     shift, error = predicted_shifts(moments, estimate, se)
     z = equipartition.critical_z(len(gibbs_names), temperatures.batches or None)
     beyond = [i for i in range(len(shift))

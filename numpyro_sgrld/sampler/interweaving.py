@@ -261,7 +261,8 @@ def mixing_hint(gibbs_sites, plan, children, gibbs_every=1):
         return (f"Within Gibbs (the Gibbs sites {names} drawn exactly given their Gaussian "
                 f"children, and every {plan.every} steps after warm-up also given their "
                 f"non-centred values and all the data), SGGibbs(..., interweave_every={every})"
-                f" draws them non-centred {how}, warm-up included; or " + far)
+                f" draws them non-centred {how}, in warm-up too where the data refuse them far "
+                "out; or " + far)
     if plan is not None:
         return (f"Within Gibbs (the Gibbs sites {names} drawn exactly, also given their "
                 f"children's non-centred values and all the data), set {far}, or give a "
