@@ -246,8 +246,6 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
     arguments as :func:`verdict`'s (``kernel`` a kernel or its
     :class:`~numpyro_sgrld.verdict.run.Run`)."""
     run = describe(kernel)
-    if callable(run.mixing_hint):  # a composing kernel's, given what it kept of the run
-        run = run._replace(mixing_hint=run.mixing_hint(composed))
     problems, notes = [], []
     network = frozenset(network_sites or ())
     centring = [np.nan] * len(sites) if centring is None else list(centring)

@@ -26,8 +26,7 @@ class Run(NamedTuple):
     - **target_bias**, **settings**, **cycles** – the adaptation's bias target, the learnt
       settings the kernel started from, a cyclical kernel's cycles.
     - **mixing_hint** – what to advise where more steps may not mix, given by a kernel that
-      composes this one (:class:`~numpyro_sgrld.SGGibbs`), in place of a reparametrisation:
-      text, or a function of what that kernel kept in the run monitor (``composed``) giving it.
+      composes this one (:class:`~numpyro_sgrld.SGGibbs`), in place of a reparametrisation.
     - **bias_hint** – a note on the step's bias that such a kernel adds (what the checks do
       not see within Gibbs, and how to check it).
     - **composed_check** – the check such a kernel makes of what it kept in the run monitor:
