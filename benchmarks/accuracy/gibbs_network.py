@@ -19,6 +19,10 @@ reference
         python benchmarks/accuracy/gibbs_network.py --kernels SGLD SGHMC
     python benchmarks/record.py docs/results/gibbs_network_quarter.json -- \\
         python benchmarks/accuracy/gibbs_network.py --kernels SGLD --target-bias 0.05
+    python benchmarks/record.py docs/results/gibbs_network_asked_seed1.json -- \\
+        python benchmarks/accuracy/gibbs_network.py --kernels SGLD --num-samples 41000 --seed 1
+
+(``--option NAME=VALUE`` passes a kernel option, ``--seed`` the run's key.)
 """
 
 import argparse
@@ -90,6 +94,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kernels", nargs="+", default=["SGLD"])
     parser.add_argument("--num-warmup", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--num-samples", type=int, default=20000)
     parser.add_argument("--interweave-every", type=interweave_option, default="auto",
                         help="SGGibbs's interweave_every: auto (its default), none or "
@@ -141,7 +146,7 @@ def main():
         if a.chain_method == "vectorized":  # the chains' starts, as MCMC.run initialises them
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                starts = kernel.init(jax.random.split(jax.random.PRNGKey(0), chains),
+                starts = kernel.init(jax.random.split(jax.random.PRNGKey(a.seed), chains),
                                      a.num_warmup, None, problem["train"], {}).z
         mcmc = MCMC(kernel, num_warmup=a.num_warmup, num_samples=a.num_samples,
                     num_chains=chains, thinning=thinning, chain_method=a.chain_method,
@@ -149,7 +154,7 @@ def main():
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             start = time.perf_counter()
-            mcmc.run(jax.random.PRNGKey(0), *problem["train"])
+            mcmc.run(jax.random.PRNGKey(a.seed), *problem["train"])
             jax.block_until_ready(mcmc.get_samples())
             seconds = time.perf_counter() - start
         warned = [str(w.message) for w in caught if "cannot be trusted" in str(w.message)]
