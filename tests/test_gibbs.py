@@ -561,6 +561,7 @@ def test_a_networks_decentred_weights_are_judged_as_a_networks(network_start):
 
     kernel, state, _ = network_start
     assert kernel.decentred_sites
+    assert "more steps after warm-up" in describe(kernel).warmup_advice  # draws after it
     for sites in (kernel.inner_kernel.network_sites, describe(kernel).network_sites):
         assert set(kernel.decentred_sites) <= sites, sites
         assert not any(s.endswith(SUFFIX) for s in sites), sites

@@ -108,6 +108,23 @@ def test_a_number_of_steps_interweaves_on_the_sweeps_after_warm_up(every, gibbs_
                                       np.arange(0, num_warmup, every))
 
 
+def test_a_networks_advice_within_gibbs_asks_for_steps_after_warm_up_where_the_draws_run():
+    """Where the non-centred draws run after warm-up only, a network's mixing advice asks for
+    more steps after it instead of a longer warm-up (which has none of the draws); with draws
+    in warm-up too, or none, it is the networks' longer warm-up."""
+    from numpyro_sgrld.verdict.advice import NETWORK_WARMUP, network_mixing_advice
+    from numpyro_sgrld.verdict.run import Run
+
+    longer = f"{NETWORK_WARMUP:,}"
+    after = interweaving.warmup_advice(Schedule(213, 2000))
+    said = network_mixing_advice(4, Run(warmup_advice=after))
+    assert "more steps after warm-up" in said and "every 213 steps" in said
+    assert longer not in said
+    for plan in (Schedule(10, 2000, 10), None):
+        assert interweaving.warmup_advice(plan) is None
+        assert longer in network_mixing_advice(4, Run(warmup_advice=None))
+
+
 def test_the_mixing_hint_asks_for_draws_more_often_than_the_run_made():
     """After warm-up the hint proposes a rate above the run's: every 10th step where the
     auto rate was slower, every step where it already was 10."""

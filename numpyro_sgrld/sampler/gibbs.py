@@ -303,6 +303,7 @@ class SGGibbs(MCMCKernel):
         self.inner_kernel.judged_name = partial(decentring.judged_name, self.decentred_sites)
         self.inner_kernel.mixing_hint = interweaving.mixing_hint(
             self.gibbs_sites, self.interweave_schedule, self.decentred_sites, self.gibbs_every)
+        self.inner_kernel.warmup_advice = interweaving.warmup_advice(self.interweave_schedule)
         curvature = {s: jnp.zeros(jnp.shape(latent[s]), jnp.result_type(latent[s]))
                      for s in self.decentred_sites}
         sg_params = None

@@ -91,11 +91,14 @@ def nuts_cost_note(kernel):
 
 
 def network_mixing_advice(num_chains, kernel=None):
-    """What to do when a network's chains have not mixed on the evaluation batch."""
+    """What to do when a network's chains have not mixed on the evaluation batch (a
+    composing kernel's ``warmup_advice`` in place of the longer warm-up)."""
+    warmup = describe(kernel).warmup_advice or (
+        f"a longer num_warmup (on the networks measured, {NETWORK_WARMUP:,} or more: "
+        "docs/choosing.md), not more kept draws")
     return ("For a network: chains still drifting towards a better fit after warm-up (each "
-            "chain's first half reads lower than its second) need a longer num_warmup (on the "
-            f"networks measured, {NETWORK_WARMUP:,} or more: docs/choosing.md), not more kept "
-            "draws; chains settled in modes that predict differently do not agree "
+            f"chain's first half reads lower than its second) need {warmup}; chains settled "
+            "in modes that predict differently do not agree "
             "with more steps, and the predictive ensemble then needs more chains (its error "
             f"shrinks as 1/sqrt(chains); this run has {int(num_chains or 1)})."
             + nuts_cost_note(kernel))

@@ -29,6 +29,9 @@ class Run(NamedTuple):
       composes this one (:class:`~numpyro_sgrld.SGGibbs`), in place of a reparametrisation.
     - **bias_hint** – a note on the step's bias that such a kernel adds (what the checks do
       not see within Gibbs, and how to check it).
+    - **warmup_advice** – what such a kernel advises in place of a network's longer warm-up
+      (within Gibbs, where the draws that mix the scales run after warm-up only); ``None``:
+      the longer warm-up.
     - **composed_check** – the check such a kernel makes of what it kept in the run monitor:
       ``composed_check(kept, temperatures, run=..., bound=...)``, a list of problems
       (:func:`numpyro_sgrld.sampler.gibbs_bias_check.problems`); ``None`` without.
@@ -53,6 +56,7 @@ class Run(NamedTuple):
     cycles: Any = None
     mixing_hint: Any = None
     bias_hint: Any = None
+    warmup_advice: Any = None
     composed_check: Any = None
 
 
@@ -61,7 +65,7 @@ class Run(NamedTuple):
 #: it judges as a network's.
 INNER_CHOICES = ("algorithm", "metric", "integrator", "correction", "temperature",
                  "adapts_step_size", "target_bias", "settings", "cycles", "mixing_hint",
-                 "bias_hint", "composed_check", "network_sites")
+                 "bias_hint", "warmup_advice", "composed_check", "network_sites")
 
 
 def describe(kernel):
