@@ -121,8 +121,9 @@ def test_a_networks_advice_within_gibbs_asks_for_steps_after_warm_up_where_the_d
     assert "more steps after warm-up" in said and "every 213 steps" in said
     assert longer not in said
     for plan in (Schedule(10, 2000, 10), None):
-        assert interweaving.warmup_advice(plan) is None
-        assert longer in network_mixing_advice(4, Run(warmup_advice=None))
+        advice = interweaving.warmup_advice(plan)
+        assert advice is None
+        assert longer in network_mixing_advice(4, Run(warmup_advice=advice))
 
 
 def test_the_mixing_hint_asks_for_draws_more_often_than_the_run_made():
