@@ -422,7 +422,6 @@ class SGGibbs(MCMCKernel):
                     g, s, state.sg_state.i < self.interweave_schedule.start),
                 lambda g, s: (g, s), gibbs, sites)
             ran = interweaving.changed(centred, gibbs)  # not skipped (refuses_far, warm-up)
-            sg_state = bias_check.interwoven(sg_state, interweave, ran, self.inner_kernel.run_info)
         if self.decentred_sites:
             params = self._loc_scale({**sites, **gibbs}, model_args, model_kwargs)
             sg_state = kick.moved(sg_state, sites, params, state.curvature)

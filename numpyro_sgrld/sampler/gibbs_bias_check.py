@@ -48,7 +48,7 @@ import numpy as np
 from numpyro_sgrld.core import equipartition
 from numpyro_sgrld.sampler import decentring, gibbs_kick, gibbs_start
 
-__all__ = ["GibbsMoments", "arm", "coordinates", "group_names", "init", "interwoven", "kept",
+__all__ = ["GibbsMoments", "arm", "coordinates", "group_names", "init", "kept",
            "log_spreads", "predicted_shifts", "problems", "update"]
 
 
@@ -59,9 +59,6 @@ class GibbsMoments(NamedTuple):
     - **count** – steps counted; **origin_theta**, **origin_spread** – the first values.
     - **theta**, **theta2** – sums of ``theta - origin`` and of its square.
     - **spread** – sums of ``L - origin``; **cross** – ``(K, J)`` sums of their products.
-    - **due**, **ran** – the sweeps at which the non-centred draws of interweaving were due,
-      and those at which they ran (moved a Gibbs site: not skipped by
-      :func:`~numpyro_sgrld.sampler.interweaving.refuses_far`; :func:`interwoven`).
     """
 
     count: Any
@@ -71,8 +68,6 @@ class GibbsMoments(NamedTuple):
     theta2: Any
     spread: Any
     cross: Any
-    due: Any
-    ran: Any
 
 
 def group_names(z, decentred_sites):
@@ -104,7 +99,7 @@ def init(num_gibbs, num_groups, dtype=jnp.float32):
     """Empty moments for ``num_gibbs`` Gibbs coordinates and ``num_groups`` groups."""
     k, j = jnp.zeros((num_gibbs,), dtype), jnp.zeros((num_groups,), dtype)
     n = jnp.zeros((), jnp.int32)
-    return GibbsMoments(n, k, j, k, k, j, jnp.zeros((num_gibbs, num_groups), dtype), n, n)
+    return GibbsMoments(n, k, j, k, k, j, jnp.zeros((num_gibbs, num_groups), dtype))
 
 
 def update(m, theta, spread, offset):
@@ -112,7 +107,6 @@ def update(m, theta, spread, offset):
     ``offset``: the step's index after warm-up (negative in warm-up: unchanged; 0 starts
     afresh)."""
     first = offset == 0
-    counts = m.due, m.ran  # counted by the sweep, before this
     m = jax.tree.map(lambda x: jnp.where(first, jnp.zeros_like(x), x), m)
     origin_theta = jnp.where(first, theta, m.origin_theta)
     origin_spread = jnp.where(first, spread, m.origin_spread)
@@ -120,24 +114,7 @@ def update(m, theta, spread, offset):
     t, s = (theta - origin_theta) * weight, (spread - origin_spread) * weight
     return GibbsMoments(m.count + (offset >= 0).astype(jnp.int32), origin_theta,
                         origin_spread, m.theta + t, m.theta2 + t * t, m.spread + s,
-                        m.cross + t[:, None] * s[None, :], *counts)
-
-
-def interwoven(sg_state, due, ran, run_info):
-    """``sg_state`` with its monitor's counts of the non-centred draws (:class:`GibbsMoments`'
-    ``due`` and ``ran``) advanced at one chain's sweep after warm-up (started afresh at its
-    first step): whether they were ``due`` there and whether they ``ran``; unchanged without
-    moments or before warm-up's end."""
-    monitor = sg_state.monitor
-    if monitor is None or monitor.composed is None or run_info is None:
-        return sg_state
-    offset = monitor.transitions - run_info.num_warmup
-    offset = jnp.where(offset >= 0, offset % run_info.num_samples, -1)
-    m, after = monitor.composed, (offset >= 0).astype(jnp.int32)
-    due_n, ran_n = (jnp.where(offset == 0, 0, c) for c in (m.due, m.ran))
-    m = m._replace(due=due_n + after * jnp.asarray(due, jnp.int32),
-                   ran=ran_n + after * jnp.asarray(ran, jnp.int32))
-    return sg_state._replace(monitor=monitor._replace(composed=m))
+                        m.cross + t[:, None] * s[None, :])
 
 
 def predicted_shifts(moments, readings, readings_se):
