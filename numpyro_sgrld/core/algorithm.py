@@ -76,9 +76,9 @@ class Algorithm(NamedTuple):
         """The chain's first :class:`~numpyro_sgrld.core.state.ChainState`: :func:`init`."""
         return init(self, start, target, step_size, proposal_next_step)
 
-    def step(self, state, key, target, idx, step_size):
+    def step(self, state, key, target, idx, step_size, site_scale=None):
         """One step: :func:`step`."""
-        return step(self, state, key, target, idx, step_size)
+        return step(self, state, key, target, idx, step_size, site_scale)
 
 
 def compose(metric, integrator, gradient=None, correction=None, *, temperature=1.0,
@@ -200,11 +200,12 @@ def start(state):
     return state.z if state.proposal is None else state.proposal
 
 
-def step(spec, state, key, target, idx, step_size):
+def step(spec, state, key, target, idx, step_size, site_scale=None):
     r"""One step of the :class:`Algorithm` ``spec`` from ``state`` (a
     :class:`~numpyro_sgrld.core.state.ChainState`) with the random ``key``, on the minibatch
     ``idx`` of ``target`` (a :class:`~numpyro_sgrld.core.gradients.Target`), of size ``step_size``
-    (:math:`h`): ``(new state, StepInfo)``.
+    (:math:`h`): ``(new state, StepInfo)``. ``site_scale`` (``{site: s}``, or ``None``) scales
+    the metric of the sites it names (:func:`~numpyro_sgrld.core.composition.site_scaled`).
 
     .. math::
         \theta' = \mathrm{step}\big(\theta,\ \nabla\hat U_B(\theta),\ D(\theta)\big),
@@ -228,7 +229,7 @@ def step(spec, state, key, target, idx, step_size):
     check = spec.check
     z, sampler_state, preconditioner = transition_with_preconditioner(
         spec.sampler, key, position, state.sampler_state, est.grad, est.oracle,
-        step_size, spec.temperature, context(target, state.i, est.aux),
+        step_size, spec.temperature, context(target, state.i, est.aux), site_scale,
     )
     grad_norm = tree_norm(est.grad)
     ready = usable(est.value, grad_norm, step_size)

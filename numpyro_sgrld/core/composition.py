@@ -18,6 +18,7 @@ asks the gradient estimator on the minibatch it is given, builds the
 
 from typing import Any, NamedTuple
 
+import jax.numpy as jnp
 from jax import random
 
 from numpyro_sgrld.core.acceptance import averages_gradient
@@ -37,6 +38,7 @@ __all__ = [
     "SamplerState",
     "build_sampler",
     "init_sampler",
+    "site_scaled",
     "transition_with_preconditioner",
 ]
 
@@ -114,14 +116,38 @@ def init_sampler(sampler, key, position, curvature, context, step_size, temperat
     )
 
 
+def site_scaled(preconditioner, site_scale):
+    r"""The :class:`~numpyro_sgrld.core.metrics.Preconditioner` :math:`D' = S^{1/2} D S^{1/2}`,
+    :math:`S` diagonal with the value ``site_scale[k]`` on every coordinate of site ``k`` (1 on
+    the sites it does not name), with the root :math:`S^{1/2}R` of :math:`D'`. A constant
+    :math:`S` leaves a constant metric's stationary law alone (any constant positive-definite
+    :math:`D'` does); it is the step :math:`h s_k` on site ``k``. Only for metrics without a
+    Γ drift (a constant :math:`D`): the drift of a position-dependent :math:`D'` differs."""
+    root = {k: jnp.sqrt(s) for k, s in site_scale.items()}
+
+    def scaled(v):
+        return {k: x * root[k] if k in root else x for k, x in v.items()}
+
+    transpose = preconditioner.noise_transpose or preconditioner.noise
+    return preconditioner._replace(
+        drift=lambda v: scaled(preconditioner.drift(scaled(v))),
+        noise=lambda xi: scaled(preconditioner.noise(xi)),
+        noise_transpose=lambda v: transpose(scaled(v)))
+
+
 def transition_with_preconditioner(
-    sampler, key, position, state, grad, oracle, step_size, temperature, context
+    sampler, key, position, state, grad, oracle, step_size, temperature, context,
+    site_scale=None,
 ):
     """One step from ``position`` with the step's
     :class:`~numpyro_sgrld.core.metrics.Preconditioner`: ``(position, SamplerState,
     preconditioner)`` (step-size adaptation reads the preconditioner). ``oracle(z) ->
-    (value, grad)`` is the gradient estimator on this step's minibatch."""
+    (value, grad)`` is the gradient estimator on this step's minibatch; ``site_scale``
+    (``{site: s}``, for a metric without a correction; ``None``: none) scales the metric of
+    the sites it names (:func:`site_scaled`)."""
     preconditioner, metric_state = sampler.metric.update(grad, state.metric, position, context)
+    if site_scale is not None:
+        preconditioner = site_scaled(preconditioner, site_scale)
     correction_state = state.correction
     if sampler.correction is not None:
         key, key_probe = random.split(key)

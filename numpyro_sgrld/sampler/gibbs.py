@@ -15,8 +15,8 @@ One transition of :class:`SGGibbs` is
    the Gibbs sites' Gaussian children moved partially non-centred
    (:mod:`numpyro_sgrld.sampler.decentring`);
 3. in warm-up, the children's data curvature learnt (:mod:`~numpyro_sgrld.sampler.decentring`),
-   and the share of ``target_bias`` the adapted step aims at
-   (:mod:`~numpyro_sgrld.sampler.gibbs_bias`).
+   and the share of ``target_bias`` the adapted step aims at, with the whole of it after
+   warm-up for the sites no exact draw reads (:mod:`~numpyro_sgrld.sampler.gibbs_bias`).
 
 After warm-up (``interweave_every="auto"``, the default), every few sweeps also draw the
 scales given their children's non-centred values and all the data
@@ -30,8 +30,7 @@ model's scales given the weights), the sweep costs no pass over the data.
 The SG kernel's own control variates would be centred in its coordinates, which move with the
 Gibbs sites every sweep: a kernel whose estimator needs the full data is refused, and the
 default one of ``step_size=None`` is replaced by the minibatch gradient, which ``SGGibbs``
-corrects with control variates centred in the model's coordinates
-(:mod:`~numpyro_sgrld.sampler.gibbs_control_variates`, ``control_variate``).
+corrects with control variates centred in the model's coordinates (``control_variate``).
 """
 
 from functools import partial
@@ -254,6 +253,9 @@ class SGGibbs(MCMCKernel):
                                                         model_args, model_kwargs)
             self.gibbs_sites = tuple(found)
             self._gibbs_fn = conditionals.declared_sweep(found)
+            others = gibbs_start.outside_blankets(plain, self.gibbs_sites, model_args,
+                                                  model_kwargs)
+            self.inner_kernel.site_scale = gibbs_bias.full_step(self.inner_kernel, others)
         if self.decentred_sites is None:
             self.decentred_sites = gibbs_start.decentred_sites(
                 plain, self.gibbs_sites, model_args, model_kwargs) if self._decentre else ()

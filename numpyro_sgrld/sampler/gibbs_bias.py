@@ -33,13 +33,26 @@ none) the step aims at :data:`FIXED_SHARE`.
 The count does not say how long the scale keeps each push: where nothing but its prior and
 weakly informed children hold a scale, its correlation time is long and the share is not
 enough (``docs/gibbs.md``: such a scale 0.25-0.44 of its sd off at the default).
+
+The share is for the sites the exact draws read. An SG site outside every Gibbs site's
+Markov blanket (a network's biases and later layers, beside a first layer's scales) enters
+none of those draws, yet a scalar step slows it by the same share (its relaxation time grows
+as :math:`1/h`). After warm-up such sites step :math:`h/s` (:func:`full_step`: the metric
+:math:`D' = S^{1/2} D S^{1/2}`, :math:`S = 1/s` on them and 1 elsewhere, for a constant
+metric). With :math:`\mu` the adapted step's worst-direction bias rate in the metric
+:math:`D` (:mod:`~numpyro_sgrld.warmup.adaptation`), :math:`h = s\delta/\mu`, and
+:math:`hD' = (\delta/\mu)\, D''` with :math:`D'' \preceq D` (:math:`s` on the blanket's sites,
+1 on the others), so the worst direction's bias stays within the whole ``target_bias``
+:math:`\delta` and the blanket's sites keep their step :math:`h`.
 """
 import jax.numpy as jnp
 
+from numpyro_sgrld.core.metrics import Constant
+from numpyro_sgrld.core.traits import trait
 from numpyro_sgrld.verdict.judge import MEAN_ERROR
 
-__all__ = ["BIAS_SHARE_SCALE", "FIXED_SHARE", "bias_hint", "learnt", "share", "start",
-           "weakly_informed", "with_share"]
+__all__ = ["BIAS_SHARE_SCALE", "FIXED_SHARE", "bias_hint", "full_step", "learnt", "share",
+           "start", "weakly_informed", "with_share"]
 
 #: :math:`c` in the share :math:`\min(1, c/\sqrt n)`: the share that kept the global scale of
 #: the sparse regressions within 0.05 of its sd at :math:`n \approx 9` (half) and
@@ -95,6 +108,26 @@ def learnt(sg_state, children, rate, params, curvature):
     ``params`` and ``curvature`` (weight ``rate``), the share set from it."""
     children = (1 - rate) * children + rate * weakly_informed(params, curvature)
     return with_share(sg_state, share(children)), children
+
+
+def full_step(kernel, sites):
+    """The SG ``kernel``'s ``site_scale`` rule ``(i, warmup_state) -> {site: factor}``: after
+    warm-up, ``1 / bias_share`` on ``sites`` (those outside every Gibbs site's Markov
+    blanket), 1 before (module docstring). ``None`` where there are none, where the step is not
+    adapted, or where the kernel's metric is not constant or carries a Γ correction (the
+    scaled metric's drift would differ)."""
+    sampler = kernel.algorithm.sampler
+    if (not sites or not kernel.adapts_step_size or sampler.correction is not None
+            or trait(sampler.metric, Constant) is None):
+        return None
+
+    def rule(i, warm):
+        if warm is None or warm.step.bias_share is None:
+            return None
+        factor = jnp.where(i >= warm.num_warmup, 1.0 / warm.step.bias_share, 1.0)
+        return {site: factor for site in sites}
+
+    return rule
 
 
 def bias_hint(adapts_step_size):

@@ -13,7 +13,8 @@ from numpyro_sgrld.data.subsample import as_jax_array
 from numpyro_sgrld.sampler import decentring
 from numpyro_sgrld.sampler.setup import NETWORK
 
-__all__ = ["decentred_sites", "latent_values", "mode_start", "relabelled_sites", "repeated"]
+__all__ = ["decentred_sites", "latent_values", "mode_start", "outside_blankets",
+           "relabelled_sites", "repeated"]
 
 
 def repeated(tree, num_chains):
@@ -71,6 +72,33 @@ def decentred_sites(model, gibbs_sites, model_args, model_kwargs):
             f" {e}), so the SG kernel moves every site as the model writes it.", UserWarning,
             stacklevel=3)
         return ()
+
+
+def outside_blankets(model, gibbs_sites, model_args, model_kwargs):
+    """The latent sites outside ``gibbs_sites`` and outside every Gibbs site's Markov blanket
+    (its parents, its children and their other parents: NumPyro's
+    :func:`~numpyro.infer.inspect.get_dependencies`), in the model's order: the sites no
+    data-free draw of a Gibbs site reads. None where NumPyro cannot trace the dependencies."""
+    from numpyro.infer.inspect import get_dependencies
+
+    model_args, model_kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
+    try:
+        parents = get_dependencies(model, model_args, model_kwargs)["prior_dependencies"]
+    except Exception:  # noqa: BLE001  (decentred_sites warns of the same failure)
+        return ()
+    blanket = set(gibbs_sites)
+    for child, up in parents.items():
+        for g in gibbs_sites:
+            if g in up or child == g:
+                blanket |= set(up) | {child}
+    return tuple(name for name, up in parents.items() if name not in blanket
+                 and name in _latent(model, model_args, model_kwargs))
+
+
+def _latent(model, model_args, model_kwargs):
+    trace = handlers.trace(handlers.seed(model, 0)).get_trace(*model_args, **model_kwargs)
+    return {name for name, site in trace.items()
+            if site["type"] == "sample" and not site["is_observed"]}
 
 
 def relabelled_sites(trace, gibbs_sites):

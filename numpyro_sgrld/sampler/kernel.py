@@ -187,13 +187,13 @@ class SGMCMC(MCMCKernel):
         #: The :class:`~numpyro_sgrld.warmup.cycles.Cycles` of a cyclical kernel (``None``: none),
         #: and the step its first cycle begins at (set by :meth:`init`).
         self.cycles, self.cycle_start = cycles, 0
-        self._sample_fn = None
-        self._axis_name = None  # CHAIN_AXIS with vectorised chains: the kernel's own vmap's
+        self._sample_fn, self._axis_name = None, None  # CHAIN_AXIS: the kernel's own vmap's
         self._once = model_host.Once()
         self.run_info = self.judged_values = self.judged_name = None  # the verdict's hooks
-        #: The model keyword arguments holding one value per vectorised chain (set by
-        #: :class:`~numpyro_sgrld.SGGibbs`); the others are shared by the chains.
-        self.chain_kwargs = ()
+        #: Set by :class:`~numpyro_sgrld.SGGibbs`: the model keyword arguments holding one value
+        #: per vectorised chain, and ``(i, warmup_state) -> {site: factor}`` on the metric of
+        #: the sites it steps farther than the rest (``gibbs_bias.full_step``; ``None``: none).
+        self.chain_kwargs, self.site_scale = (), None
         self._settled = {}  # settled gradient estimator -> _AfterWarmup
 
     @property
@@ -301,7 +301,7 @@ class SGMCMC(MCMCKernel):
                              batching=self._batching)
         self._setting = Setting(
             self.algorithm, self.target_bias, parts.step_size_rule(self._schedule, self.cycles),
-            parts.ahead((model_args, model_kwargs)))
+            parts.ahead((model_args, model_kwargs)), self.site_scale)
         self._sample_fn = (partial(parts.sample_vectorized, self._sample_one,
                                    chain_kwargs=chain_kwargs) if vectorized
                            else self._sample_one)

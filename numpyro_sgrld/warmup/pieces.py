@@ -73,12 +73,15 @@ class Setting(NamedTuple):
     :class:`~numpyro_sgrld.LearntSettings`);
     ``ahead``, for data read from the host, ``(idx, next_idx) -> context`` in which a step at
     the minibatch ``idx`` is traced so that it reads the next step's rows while it runs
-    (``None``: nothing to read ahead)."""
+    (``None``: nothing to read ahead); ``site_scale``, ``(i, warmup_state) -> {site: s} or
+    None``, the factor on the metric of the sites a composition steps farther than the rest
+    (:func:`~numpyro_sgrld.core.composition.site_scaled`; ``None``: none)."""
 
     algorithm: Any
     target_bias: float
     step_size: Callable
     ahead: Callable | None = None
+    site_scale: Callable | None = None
 
     def cold(self):
         """The same setting at temperature 0 (an exploration stage's descent)."""

@@ -149,8 +149,9 @@ def _transition(setting, state, target, adapting, keys, idx, batch_state):
     # the rule's value, not the state's copy of it: a given step stays a constant the
     # compiler folds into the step's arithmetic
     step_size = setting.step_size(chain.i, warm, state.step_size)
+    site_scale = None if setting.site_scale is None else setting.site_scale(chain.i, warm)
     if warm is None or adapting is False:  # after warm-up, known when traced: no branches
-        new, info = algorithm.step(chain, key_step, target, idx, step_size)
+        new, info = algorithm.step(chain, key_step, target, idx, step_size, site_scale)
         if warm is None:
             new = settled(algorithm, new, state.equipartition)
         return _record(setting, state, new, info, batch_state, key_next, warm)
@@ -158,7 +159,7 @@ def _transition(setting, state, target, adapting, keys, idx, batch_state):
         adapting = chain.i < warm.num_warmup
     checking = checked(algorithm, adapting,
                        lambda a, b: too_steep(a, b, algorithm.temperature))
-    new, info = checking.step(chain, key_step, target, idx, step_size)
+    new, info = checking.step(chain, key_step, target, idx, step_size, site_scale)
     key_curvature, key_end = random.split(keys[1])
     moment = Moment(chain, info, step_size, target, idx, batch_state, keys[0], key_curvature,
                     warm.num_warmup)
