@@ -92,13 +92,16 @@ def test_sggibbs_sets_the_rule_for_its_own_draws():
 
 
 @pytest.mark.slow
-def test_an_outside_site_stepping_farther_samples_its_closed_form_law():
-    mcmc = MCMC(ns.SGGibbs(ns.SGLD(model), gibbs_sites=["s2"]), num_warmup=2000, num_samples=20000,
+@pytest.mark.parametrize("name", ["SGLD", "SGHMC", "BADODAB"])
+def test_an_outside_site_stepping_farther_samples_its_closed_form_law(name):
+    kernel = ns.SGGibbs(getattr(ns, name)(model), gibbs_sites=["s2"])
+    mcmc = MCMC(kernel, num_warmup=2000, num_samples=20000,
                 num_chains=4, chain_method="vectorized", progress_bar=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         mcmc.run(jax.random.PRNGKey(0), jnp.asarray(Y))
-    own = ns.SGGibbs(ns.SGLD(model), lambda rng_key, gibbs_sites, hmc_sites: gibbs_sites,
+    assert kernel.inner_kernel.site_scale is not None
+    own = ns.SGGibbs(getattr(ns, name)(model), lambda rng_key, gibbs_sites, hmc_sites: gibbs_sites,
                      ["s2"])  # a user's draw may read any site: no site steps farther
     own.init(jax.random.PRNGKey(0), 200, None, (jnp.asarray(Y),), {})
     assert own.inner_kernel.site_scale is None
