@@ -555,8 +555,11 @@ def test_a_networks_decentred_weights_are_judged_as_a_networks(network_start):
     """Within Gibbs the weights under Gibbs-updated scales are moved decentred
     (``"{w}_decentered"``) and judged centred, under their own names: the verdict judges
     them as a network's (function space), not by their weight-space R-hat, under those names,
-    both during the run and in ``check(mcmc)`` (``describe`` of ``SGGibbs``)."""
+    both during the run and in ``check(mcmc)`` (``describe`` of ``SGGibbs``); their
+    equipartition readings, named as the kernel moves them (decentred), below the band are a
+    network's note, not a problem, as a plain kernel's network weights' are."""
     from numpyro_sgrld.sampler.decentring import SUFFIX
+    from numpyro_sgrld.verdict.advice import network_readings
     from numpyro_sgrld.verdict.run import describe
 
     kernel, state, _ = network_start
@@ -566,6 +569,12 @@ def test_a_networks_decentred_weights_are_judged_as_a_networks(network_start):
         assert set(kernel.decentred_sites) <= sites, sites
         assert not any(s.endswith(SUFFIX) for s in sites), sites
         assert sites <= set(state.z), sites  # the names the draws are recorded under
+    run = describe(kernel)
+    weights = kernel.decentred_sites[0] + SUFFIX
+    departed = [(weights, -4.2, 0.4), (f"{weights}[3] (chain 1)", 0.3, 0.05),
+                (f"{weights} (chain 0)", 1.6, 0.1)]  # the last above the band: judged
+    judged, cold = network_readings(departed, run.network_sites, run.judged_name)
+    assert cold == departed[:2] and judged == departed[2:]
 
 
 def test_a_networks_per_unit_scales_are_judged_up_to_relabelling(network_start):

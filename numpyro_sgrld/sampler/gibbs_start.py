@@ -91,14 +91,9 @@ def outside_blankets(model, gibbs_sites, model_args, model_kwargs):
         for g in gibbs_sites:
             if g in up or child == g:
                 blanket |= set(up) | {child}
-    return tuple(name for name, up in parents.items() if name not in blanket
-                 and name in _latent(model, model_args, model_kwargs))
-
-
-def _latent(model, model_args, model_kwargs):
     trace = handlers.trace(handlers.seed(model, 0)).get_trace(*model_args, **model_kwargs)
-    return {name for name, site in trace.items()
-            if site["type"] == "sample" and not site["is_observed"]}
+    return tuple(name for name in parents if name not in blanket and name in trace
+                 and trace[name]["type"] == "sample" and not trace[name]["is_observed"])
 
 
 def relabelled_sites(trace, gibbs_sites):

@@ -24,16 +24,19 @@ def reading_site(name):
     return name.split(" (chain ")[0].split("[")[0]
 
 
-def network_readings(departed, network):
+def network_readings(departed, network, judged_name=None):
     """``(judged, cold)``: the departures of a network's readings (:func:`~numpyro_sgrld.
     equipartition.departures`) split. A network site's reading below the band, or the
     whole position's (every other site's own reading is judged), says the chain has not
     reached its mode's spread in some directions (a horseshoe's scales drift slowly): not
     converged, which the evaluation batch's mixing judges in function space, so it is a note.
     Every other departure, above the band (a step that inflates the law, which chains that
-    agree on predictions do not reveal) or at another site, is judged."""
+    agree on predictions do not reveal) or at another site, is judged. ``judged_name`` maps a
+    reading's site, named as the kernel moves it (a network's weights decentred within
+    Gibbs), to the name ``network`` holds."""
+    name = judged_name or str
     cold = [d for d in departed if d[1] < 1
-            and reading_site(d[0]) in network | {"all coordinates"}]
+            and name(reading_site(d[0])) in network | {"all coordinates"}]
     return [d for d in departed if d not in cold], cold
 
 

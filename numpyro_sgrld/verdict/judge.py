@@ -321,7 +321,7 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
         _ess_per_chain(esss, num_chains))
     departed = [] if temperatures is None else equipartition.departures(temperatures)
     if network and departed:
-        departed, cold = network_readings(departed, network)
+        departed, cold = network_readings(departed, network, run.judged_name)
         if cold:
             notes.append(cold_network_note(cold))
     spread = _step_spread(run, step_size)

@@ -35,6 +35,8 @@ class Run(NamedTuple):
     - **composed_check** – the check such a kernel makes of what it kept in the run monitor:
       ``composed_check(kept, temperatures, run=..., bound=...)``, a list of problems
       (:func:`numpyro_sgrld.sampler.gibbs_bias_check.problems`); ``None`` without.
+    - **judged_name** – the name a site the kernel moves is judged by (within Gibbs, a
+      decentred site's ``"{w}_decentered"`` -> ``w``); ``None``: its own.
     """
 
     given: bool = False
@@ -58,6 +60,7 @@ class Run(NamedTuple):
     bias_hint: Any = None
     warmup_advice: Any = None
     composed_check: Any = None
+    judged_name: Any = None
 
 
 #: The fields a composing kernel's :class:`Run` takes from the kernel it runs (its
@@ -65,7 +68,8 @@ class Run(NamedTuple):
 #: it judges as a network's.
 INNER_CHOICES = ("algorithm", "metric", "integrator", "correction", "temperature",
                  "adapts_step_size", "target_bias", "settings", "cycles", "mixing_hint",
-                 "bias_hint", "warmup_advice", "composed_check", "network_sites")
+                 "bias_hint", "warmup_advice", "composed_check", "network_sites",
+                 "judged_name")
 
 
 def describe(kernel):
