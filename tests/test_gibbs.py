@@ -559,7 +559,7 @@ def test_a_networks_decentred_weights_are_judged_as_a_networks(network_start):
     equipartition readings, named as the kernel moves them (decentred), below the band are a
     network's note, not a problem, as a plain kernel's network weights' are."""
     from numpyro_sgrld.sampler.decentring import SUFFIX
-    from numpyro_sgrld.verdict.advice import network_readings
+    from numpyro_sgrld.verdict.advice import cold_network_note, network_readings
     from numpyro_sgrld.verdict.run import describe
 
     kernel, state, _ = network_start
@@ -575,6 +575,9 @@ def test_a_networks_decentred_weights_are_judged_as_a_networks(network_start):
                 (f"{weights} (chain 0)", 1.6, 0.1)]  # the last above the band: judged
     judged, cold = network_readings(departed, run.network_sites, run.judged_name)
     assert cold == departed[:2] and judged == departed[2:]
+    # within Gibbs a longer warm-up moved the scales off: the note does not advise it
+    assert "warm-up" not in cold_network_note(cold, run.warmup_advice)
+    assert "longer warm-up" in cold_network_note(cold)
 
 
 def test_a_networks_per_unit_scales_are_judged_up_to_relabelling(network_start):

@@ -40,14 +40,17 @@ def network_readings(departed, network, judged_name=None):
     return [d for d in departed if d not in cold], cold
 
 
-def cold_network_note(cold):
+def cold_network_note(cold, warmup_advice=None):
+    """The note for a network's readings below the band. Where a composing kernel advises
+    something else than a longer warm-up (``warmup_advice``: within Gibbs a longer warm-up
+    moved the scales off, docs/benchmarks.md) the note advises no warm-up."""
     name, value, se = cold[0]
     more = f" and {len(cold) - 1} more" if len(cold) > 1 else ""
+    gap = "" if warmup_advice else "; a longer warm-up narrows the gap"
     return (f"The network's equipartition readings are below the band at {name!r} "
             f"({value:.3f} ± {se:.3f}){more}: within its mode each chain is narrower than the "
             "posterior in some weight directions (a prior's scales drift slowly). Its "
-            "predictions are judged on the evaluation batch instead; a longer warm-up "
-            "narrows the gap.")
+            f"predictions are judged on the evaluation batch instead{gap}.")
 
 
 #: The number of training rows below which full-batch NUTS reaches an exact ensemble (its own

@@ -323,7 +323,7 @@ def judgement(rhats, esss, sites, rejected=None, num_steps=None, kernel=None,
     if network and departed:
         departed, cold = network_readings(departed, network, run.judged_name)
         if cold:
-            notes.append(cold_network_note(cold))
+            notes.append(cold_network_note(cold, run.warmup_advice))
     spread = _step_spread(run, step_size)
     if spread > MAX_STEP_SPREAD and temperatures is not None and not departed:
         # measured: each chain's readings say whether its own step inflated its law
