@@ -5,11 +5,11 @@ data, non-centred), each in a fresh Python process, with every XLA compilation t
 ``backend_compile_and_load``, wrapped).
 
 For each run: the wall time of ``MCMC.run``; the kernel's set-up (``SGGibbs.init``) and the
-compilation inside it (its count of programs, those of one operation each that eager code
-compiles, and the largest; NUTS's: everything before its first loop's compilation); the
-sampling loop's compilation (NUTS compiles one per sequential chain) and, for SGGibbs, the
-time between its set-up and that compilation, which traces the loop; and the rest, running
-the loops. Prints a table::
+compilation inside it (its count of programs, the time of those under 0.1 s each, mostly eager
+code's single operations, and the largest; NUTS's: everything before its first loop's
+compilation); the sampling loop's compilation (NUTS compiles one per sequential chain) and,
+for SGGibbs, the time between its set-up and that compilation, which traces the loop; and the
+rest, running the loops. Prints a table::
 
     python benchmarks/record.py docs/results/gibbs_fixed_cost.json -- \\
         python benchmarks/speed/gibbs_fixed_cost.py
