@@ -72,19 +72,52 @@ def tree_normal(key, like):
     return jax.tree.unflatten(treedef, noise)
 
 
+def tree_rademacher(key, like):
+    r"""Rademacher signs (:math:`\pm 1` with probability one half each) with the structure,
+    shapes and dtypes of ``like`` (real floating leaves): **one** draw of random bits over
+    all entries (:func:`tree_normal`'s reason), each sign the top bit of its word."""
+    leaves, treedef = jax.tree.flatten(like)
+    if not leaves:
+        return like
+    sizes = [int(np.size(x)) for x in leaves]
+    bits = random.bits(key, (sum(sizes),), jnp.uint32)
+    ends = np.cumsum(sizes)
+    signs = [
+        (1 - 2 * (bits[end - size : end] >> np.uint32(31)).astype(jnp.result_type(x)))
+        .reshape(jnp.shape(x))
+        for x, size, end in zip(leaves, sizes, ends)
+    ]
+    return jax.tree.unflatten(treedef, signs)
+
+
 _UINT = {16: jnp.uint16, 32: jnp.uint32, 64: jnp.uint64}
+
+
+def uniform_bits(key, shape, dtype):
+    """Unsigned random bits of ``dtype``'s width in ``shape``: one call of the generator, for
+    :func:`uniform_from_bits` and :func:`normal_from_bits`."""
+    return random.bits(key, shape, _UINT[jnp.finfo(dtype).bits])
+
+
+def uniform_from_bits(bits, dtype):
+    r"""Uniforms on :math:`[0, 1)` from unsigned random ``bits`` of ``dtype``'s width, by the
+    construction of ``jax.random.uniform``: the top mantissa bits under the exponent of 1 give
+    a float in :math:`[1, 2)`, less one. Many uniforms cut from one draw of bits cost one
+    threefry hash in the compiled program, where each ``jax.random`` call costs one (and a
+    ``split`` another)."""
+    finfo = jnp.finfo(dtype)
+    uint = bits.dtype.type
+    one = np.array(1.0, dtype).view(uint)
+    return jax.lax.bitcast_convert_type(
+        jax.lax.shift_right_logical(bits, uint(finfo.bits - finfo.nmant)) | one, dtype
+    ) - np.array(1.0, dtype)
 
 
 def normal_from_bits(bits, dtype):
     r"""Standard normals from unsigned random ``bits`` of ``dtype``'s width, by the
     construction of ``jax.random.normal``: the top mantissa bits make :math:`u` uniform on
     :math:`(-1, 1)`, and :math:`\sqrt 2\,\mathrm{erf}^{-1}(u)` is standard normal."""
-    finfo = jnp.finfo(dtype)
-    uint = bits.dtype.type
-    one = np.array(1.0, dtype).view(uint)
-    unit = jax.lax.bitcast_convert_type(
-        jax.lax.shift_right_logical(bits, uint(finfo.bits - finfo.nmant)) | one, dtype
-    ) - np.array(1.0, dtype)
+    unit = uniform_from_bits(bits, dtype)
     low = np.nextafter(np.array(-1.0, dtype), np.array(0.0, dtype))
     u = jax.lax.max(low, unit * (np.array(1.0, dtype) - low) + low)
     return np.array(np.sqrt(2.0), dtype) * jax.lax.erf_inv(u)

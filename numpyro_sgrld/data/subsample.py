@@ -16,7 +16,6 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import numpyro.distributions as dist
 from jax import lax, random
 from numpyro import handlers
 from numpyro.infer.initialization import init_to_uniform
@@ -67,6 +66,28 @@ class _CompiledSubsample(Messenger):
             if subsample_size is not None and subsample_size < size:
                 msg["value"] = _compiled_subsample_fn(size, subsample_size,
                                                       msg["kwargs"]["rng_key"])
+
+
+class UniformSubsample(Messenger):
+    """Handler that draws each subsample plate's indices (those not given) independently and
+    uniformly from ``key``, with replacement (:func:`uniform_indices`): one call of the bit
+    generator a plate, where NumPyro's rule (without replacement) runs a loop of draws in
+    the compiled program. For the library's own probes inside a compiled step (a Hutchinson
+    estimate of a minibatch's curvature), whose expectation is the same under either law:
+    each row is in the scaled minibatch potential with weight :math:`N/n` on average."""
+
+    def __init__(self, fn=None, key=None):
+        self.key = key
+        self.count = 0
+        super().__init__(fn)
+
+    def process_message(self, msg):
+        if msg["type"] == "plate" and msg.get("value") is None:
+            size, subsample_size = msg["args"]
+            if subsample_size is not None and subsample_size < size:
+                key = self.key if self.count == 0 else random.fold_in(self.key, self.count)
+                self.count += 1
+                msg["value"] = uniform_indices(key, (subsample_size,), size)
 
 
 @partial(jax.jit, static_argnums=(0, 1))
@@ -208,28 +229,31 @@ def trace_with_plates(model, model_args=(), model_kwargs=None, spread=False):
     return model_trace, plates
 
 
-def _is_improper(fn):
-    while isinstance(fn, (dist.Independent, dist.ExpandedDistribution, dist.MaskedDistribution)):
-        fn = fn.base_dist
-    return isinstance(fn, dist.ImproperUniform)
-
-
-def _improper_value(site):
-    """A value for a latent site that cannot be sampled (``ImproperUniform``, a flat prior),
-    as NumPyro's own initialisation gives it (``init_to_uniform``); ``None`` for the others,
-    which the seeded trace samples."""
+def _structure_value(site):
+    """A continuous latent site's value in a structural trace: NumPyro's ``init_to_uniform``
+    (uniform on :math:`(-2, 2)` unconstrained, constrained), the only value a flat
+    ``ImproperUniform`` site can take and, for the others, a draw far cheaper to compile
+    than many priors' samplers (a Gamma's rejection loop); ``None`` for discrete sites,
+    which the seeded trace draws."""
     if (site["type"] == "sample" and not site["is_observed"] and site.get("value") is None
-            and _is_improper(site["fn"])):
+            and not site["fn"].support.is_discrete):
         return init_to_uniform(site)
     return None
 
 
 def seeded(model, rng_seed=0):
-    """``model`` seeded for a structural trace: latent sites drawn from their distributions,
-    except flat ``ImproperUniform`` sites, which cannot be drawn and get NumPyro's
-    ``init_to_uniform`` value."""
+    """``model`` seeded for a structural trace (its sites, shapes, plates and dependencies,
+    not its prior's law): continuous latent sites take NumPyro's ``init_to_uniform`` values,
+    discrete ones are drawn from their distributions."""
     return handlers.substitute(handlers.seed(model, rng_seed=rng_seed),
-                               substitute_fn=_improper_value)
+                               substitute_fn=_structure_value)
+
+
+def structural(model, rng_seed=0):
+    """``model`` for a structural trace that needs no minibatch either: :func:`seeded`, its
+    subsample plates given the placeholder indices ``arange(n)``
+    (:func:`placeholder_plates`), so that no indices are drawn."""
+    return placeholder_plates(seeded(model, rng_seed))
 
 
 def trace_model(model, model_args=(), model_kwargs=None, spread=False):

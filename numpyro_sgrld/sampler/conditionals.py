@@ -35,13 +35,14 @@ from jax.flatten_util import ravel_pytree
 from numpyro import handlers
 from numpyro.distributions import biject_to
 
-from numpyro_sgrld.data.subsample import as_jax_array, placeholder_plates
+from numpyro_sgrld.core.tree import uniform_bits, uniform_from_bits
+from numpyro_sgrld.data.subsample import as_jax_array, placeholder_plates, structural
 
 __all__ = ["CONDITIONAL", "Conditional", "DataFreeSite", "automatic_conditionals",
            "check_gibbs_arguments", "check_gibbs_values", "data_free_sites",
            "declared_conditionals", "declared_sweep",
            "finite_or_kept", "independent_elements", "log_conditional", "slice_step",
-           "slice_update"]
+           "slice_step_from", "slice_uniforms", "slice_update"]
 
 #: Stepping-out steps of one slice update, at most (Neal 2003, ``m``): with the initial width
 #: of one unconstrained unit, an interval up to 32 units each side.
@@ -87,27 +88,48 @@ class _Slice(NamedTuple):
     proposal: Any
     accepted: Any
     shrinks: Any
-    key: Any
+
+
+#: Uniforms one slice update reads: its level, its interval's place and split, and one a
+#: shrinkage proposal.
+SLICE_UNIFORMS = 3 + MAX_SHRINKS
+
+
+def slice_uniforms(key, shape, dtype):
+    """The uniforms of slice updates of values of ``dtype`` in ``shape``:
+    ``shape + (SLICE_UNIFORMS,)``, drawn at once. Every ``jax.random`` call is a separate
+    threefry hash in the compiled program (a ``split`` another), each compiled on its own,
+    so the updates of a site's elements read rows of one draw."""
+    return uniform_from_bits(uniform_bits(key, (*shape, SLICE_UNIFORMS), dtype), dtype)
 
 
 def slice_step(key, logp, x, width=1.0):
     r"""One univariate slice-sampling update of ``x`` for the log density ``logp`` (Neal
-    2003): a level :math:`\log p(x) - E`, :math:`E \sim \mathrm{Exp}(1)`; an interval of
-    ``width`` placed uniformly around ``x`` and stepped out (at most :data:`MAX_STEPS`, split
-    at random between the two sides) until both ends lie below the level; proposals drawn
-    uniformly on it, shrinking it towards ``x`` at each rejection. Leaves ``logp``'s law
+    2003): :func:`slice_step_from` with its uniforms drawn from ``key``
+    (:func:`slice_uniforms`)."""
+    return slice_step_from(slice_uniforms(key, (), jnp.result_type(x)), logp, x, width)
+
+
+def slice_step_from(uniforms, logp, x, width=1.0):
+    r"""One univariate slice-sampling update of ``x`` for the log density ``logp`` (Neal
+    2003), reading the :data:`SLICE_UNIFORMS` independent uniforms on :math:`[0, 1)` of
+    ``uniforms``: a level :math:`\log p(x) - E`, :math:`E = -\log(1 - U_0) \sim
+    \mathrm{Exp}(1)`; an interval of ``width`` placed around ``x`` by :math:`U_1` and stepped
+    out (at most :data:`MAX_STEPS`, split between the two sides by :math:`U_2`) until both
+    ends lie below the level; proposals drawn uniformly on it (:math:`U_{3+k}`, the
+    :math:`k`-th), shrinking it towards ``x`` at each rejection. Leaves ``logp``'s law
     invariant; a non-finite ``logp`` counts as below every level, and where ``logp(x)`` itself
     is not finite (a state outside the law's support) ``x`` is kept."""
 
     dtype = jnp.result_type(x)
-    k_level, k_place, k_split, k_shrink = random.split(key, 4)
-    exp = random.exponential(k_level, dtype=dtype)
-    left = x - width * random.uniform(k_place, dtype=dtype)
-    left_steps = jnp.floor(MAX_STEPS * random.uniform(k_split)).astype(jnp.int32)
+    uniforms = uniforms.astype(dtype)
+    exp = -jnp.log1p(-uniforms[0])
+    left = x - width * uniforms[1]
+    left_steps = jnp.floor(MAX_STEPS * uniforms[2]).astype(jnp.int32)
     # one loop, one evaluation of logp a turn (the program holds one copy of it): the current
     # point (phase 0), the left end stepped out (1), the right end (2), the proposals (3)
     start_ = _Slice(jnp.int32(0), left, left + width, left_steps, MAX_STEPS - 1 - left_steps,
-                    jnp.zeros((), dtype), x, jnp.array(False), jnp.int32(0), k_shrink)
+                    jnp.zeros((), dtype), x, jnp.array(False), jnp.int32(0))
 
     def point(c):
         return jnp.select([c.phase == 0, c.phase == 1, c.phase == 2],
@@ -137,14 +159,16 @@ def slice_step(key, logp, x, width=1.0):
         rejected = shrinking & ~above
         left = jnp.where(rejected & (c.proposal < x), c.proposal, left)
         right = jnp.where(rejected & (c.proposal >= x), c.proposal, right)
-        # the next proposal, drawn on the (possibly shrunk) interval once phase 3 is reached
-        key, k = random.split(c.key)
-        drawn = left + (right - left) * random.uniform(k, dtype=dtype)
+        # the next proposal, the k-th, drawn on the (possibly shrunk) interval once phase 3
+        # is reached (k: the proposals evaluated so far; the last one drawn is never read)
+        shrinks = c.shrinks + shrinking
+        u = lax.dynamic_index_in_dim(uniforms, 3 + jnp.minimum(shrinks, MAX_SHRINKS - 1),
+                                     keepdims=False)
+        drawn = left + (right - left) * u
         proposal = jnp.where((phase == 3) & ~accepted, drawn, c.proposal)
-        key = jnp.where(phase == 3, key, c.key)
         return _Slice(phase, left, right, jnp.where(step_left, c.left_steps - 1, c.left_steps),
                       jnp.where(step_right, c.right_steps - 1, c.right_steps),
-                      level, proposal, accepted, c.shrinks + shrinking, key)
+                      level, proposal, accepted, shrinks)
 
     end = lax.while_loop(cond, body, start_)
     # x is kept where logp(x) is not finite (its level is -inf: nothing lies above it)
@@ -157,7 +181,7 @@ def data_free_sites(model, model_args, model_kwargs, exclude=()):
     from numpyro.infer.inspect import get_dependencies
 
     model_args, model_kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
-    trace = handlers.trace(handlers.seed(model, 0)).get_trace(*model_args, **model_kwargs)
+    trace = handlers.trace(structural(model)).get_trace(*model_args, **model_kwargs)
     sites = {name: site for name, site in trace.items() if site["type"] == "sample"}
     subsampled = {name for name, site in trace.items()
                   if site["type"] == "plate" and site["args"][1] is not None
@@ -228,15 +252,16 @@ def slice_update(model, name, site, model_args, model_kwargs, independent):
         values = {**sites, name: value}
         logp = log_conditional(model, name, site, values, model_args, model_kwargs)
         u, unravel = ravel_pytree(site.transform.inv(value))
-        keys = random.split(key, u.size)
+        uniforms = slice_uniforms(key, u.shape, u.dtype)
 
-        def element(i, u, k):
-            return slice_step(k, lambda v: logp(u.at[i].set(v)), u[i])
+        def element(i, u, uniforms):
+            return slice_step_from(uniforms, lambda v: logp(u.at[i].set(v)), u[i])
 
         if independent:
-            new = jax.vmap(element, (0, None, 0))(jnp.arange(u.size), u, keys)
+            new = jax.vmap(element, (0, None, 0))(jnp.arange(u.size), u, uniforms)
         else:
-            new = lax.fori_loop(0, u.size, lambda i, u: u.at[i].set(element(i, u, keys[i])), u)
+            new = lax.fori_loop(0, u.size,
+                                lambda i, u: u.at[i].set(element(i, u, uniforms[i])), u)
         return site.transform(unravel(new))
 
     return draw
@@ -247,7 +272,7 @@ def declared_conditionals(model, key, model_args, model_kwargs):
     (:data:`CONDITIONAL` in their ``infer``), in the model's order, from one trace."""
     from numpyro import handlers
 
-    trace = handlers.trace(handlers.seed(model, key)).get_trace(*model_args, **model_kwargs)
+    trace = handlers.trace(structural(model, key)).get_trace(*model_args, **model_kwargs)
     return {name: site["infer"][CONDITIONAL] for name, site in trace.items()
             if site["type"] == "sample" and not site["is_observed"]
             and CONDITIONAL in site.get("infer", {})}
@@ -271,7 +296,7 @@ def automatic_conditionals(model, sites, key, model_args, model_kwargs):
             "exact update; give a gibbs_fn for others.", UserWarning, stacklevel=4)
         found = {}
     args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
-    trace = handlers.trace(handlers.seed(model, key)).get_trace(*args, **kwargs)
+    trace = handlers.trace(structural(model, key)).get_trace(*args, **kwargs)
     latent = [name for name, site in trace.items()
               if site["type"] == "sample" and not site["is_observed"]]
     names = [n for n in latent if n in declared or n in found] if sites is None else list(sites)

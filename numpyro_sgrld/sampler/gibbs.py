@@ -47,7 +47,12 @@ from numpyro.infer.util import constrain_fn, transform_fn
 from numpyro.util import is_prng_key
 
 from numpyro_sgrld.core.gradients import minibatch
-from numpyro_sgrld.data.subsample import as_jax_array, compiled_subsampling, full_batch
+from numpyro_sgrld.data.subsample import (
+    as_jax_array,
+    compiled_subsampling,
+    full_batch,
+    structural,
+)
 from numpyro_sgrld.sampler import (
     conditionals,
     decentring,
@@ -272,7 +277,7 @@ class SGGibbs(MCMCKernel):
         at_centre = self.control_variates and init_params is None  # values found below
         latent, transforms = gibbs_start.latent_values(
             plain, self.gibbs_sites, init_params, key_trace if at_centre else chains_key_trace,
-            model_args, model_kwargs, None if at_centre else num_chains)
+            model_args, model_kwargs, None if at_centre else num_chains, shapes_only=at_centre)
         if self.interwoven_sites is None:  # the Gibbs sites drawn non-centred too
             self.interwoven_sites, self._non_centred_draws = interweaving.set_up(
                 plain, self.gibbs_sites, self.decentred_sites, transforms, model_args,
@@ -344,7 +349,7 @@ class SGGibbs(MCMCKernel):
         """``inner`` with the control variates' correction."""
         plain = self._plain_model
         args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
-        trace = handlers.trace(handlers.seed(plain, key)).get_trace(*args, **kwargs)
+        trace = handlers.trace(structural(plain, key)).get_trace(*args, **kwargs)
         self._sg_sites = tuple(n for n, s in trace.items() if s["type"] == "sample"
                                and not s["is_observed"] and n not in self.gibbs_sites)
         self._transforms = {n: biject_to(trace[n]["fn"].support) for n in self._sg_sites}

@@ -50,6 +50,7 @@ from numpyro_sgrld.data.subsample import (
     draw_indices,
     find_subsample_plates,
     full_batch,
+    structural,
 )
 from numpyro_sgrld.sampler.decentring import CURVATURE_KWARG, SUFFIX, fully_non_centred
 from numpyro_sgrld.sampler.potentials import minibatch_potential
@@ -97,16 +98,17 @@ def data_loglik(model, values, model_args, model_kwargs, excluded=()):
 
 
 def centre(model, sg_sites, key, model_args, model_kwargs, num_steps=1000, children=()):
-    """The :class:`ModelCentre`: an approximate mode (Adam on minibatches from a prior draw,
-    every latent site unconstrained) and the full-data gradient of the log-likelihood in the SG
-    sites there. The mode is searched with ``children`` (Gaussian sites under Gibbs-updated
-    scales) non-centred, as ``LocScaleReparam(0)`` writes them: a centred hierarchy's density
-    is unbounded where a scale and its children collapse to 0 together, so a mode search in
-    its own coordinates may end there; the non-centred form has no such point."""
+    """The :class:`ModelCentre`: an approximate mode (Adam on minibatches from NumPyro's
+    ``init_to_uniform`` values, every latent site unconstrained) and the full-data gradient of
+    the log-likelihood in the SG sites there. The mode is searched with ``children`` (Gaussian
+    sites under Gibbs-updated scales) non-centred, as ``LocScaleReparam(0)`` writes them: a
+    centred hierarchy's density is unbounded where a scale and its children collapse to 0
+    together, so a mode search in its own coordinates may end there; the non-centred form has
+    no such point."""
     args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
     key_start, key_mode = random.split(key)
     search = fully_non_centred(model, children) if children else model
-    trace = handlers.trace(handlers.seed(search, key_start)).get_trace(*args, **kwargs)
+    trace = handlers.trace(structural(search, key_start)).get_trace(*args, **kwargs)
     latent = {n: s for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"]}
     transforms = {n: biject_to(s["fn"].support) for n, s in latent.items()}
     start = {n: transforms[n].inv(s["value"]) for n, s in latent.items()}
@@ -119,7 +121,7 @@ def centre(model, sg_sites, key, model_args, model_kwargs, num_steps=1000, child
     mode = jax.jit(lambda z, k: find_mode(potential, z, k, draw, num_steps))(start, key_mode)
     values = {n: transforms[n](v) for n, v in mode.items()}
     if children:  # the children's centred values at the mode
-        at_mode = handlers.trace(handlers.seed(handlers.substitute(search, data=values), 0))
+        at_mode = handlers.trace(structural(handlers.substitute(search, data=values)))
         sites = at_mode.get_trace(*args, **kwargs)
         values = {n: v for n, v in values.items() if n not in {c + SUFFIX for c in children}}
         values.update({c: sites[c]["value"] for c in children})
@@ -226,7 +228,7 @@ def check_likelihood_free_of(model, gibbs_sites, model_args, model_kwargs):
     from numpyro.infer.inspect import get_dependencies
 
     args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
-    trace = handlers.trace(handlers.seed(model, 0)).get_trace(*args, **kwargs)
+    trace = handlers.trace(structural(model)).get_trace(*args, **kwargs)
     parents = get_dependencies(model, args, kwargs)["prior_dependencies"]
     for name, site in trace.items():
         if site["type"] == "sample" and site["is_observed"]:

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from numpyro import handlers
 from numpyro.distributions import biject_to
 
-from numpyro_sgrld.data.subsample import as_jax_array
+from numpyro_sgrld.data.subsample import as_jax_array, structural
 from numpyro_sgrld.sampler import decentring
 from numpyro_sgrld.sampler.setup import NETWORK
 
@@ -33,23 +33,27 @@ def mode_start(centre, gibbs_sites, transforms, num_chains=None):
 
 
 def latent_values(model, gibbs_sites, init_params, key, model_args, model_kwargs,
-                  num_chains=None):
+                  num_chains=None, shapes_only=False):
     """Every latent site's first value (``init_params``'s where given for a Gibbs site, else a
     draw from the model's prior: one trace of the model), each Gibbs site checked to be a
     latent site, and their constraining transforms; for ``num_chains`` vectorised chains
-    (``key`` and ``init_params`` with a chain axis), each chain's values."""
+    (``key`` and ``init_params`` with a chain axis), each chain's values. ``shapes_only``:
+    values for the sites' shapes, not a start (a structural trace's,
+    :func:`~numpyro_sgrld.data.subsample.structural`)."""
     given = {} if init_params is None else {k: init_params[k] for k in gibbs_sites
                                             if k in init_params}
     if num_chains is not None:
         first = jax.tree.map(lambda x: x[0], given)
         _, transforms = latent_values(model, gibbs_sites, first, key[0], model_args,
-                                      model_kwargs)
+                                      model_kwargs, shapes_only=True)
         args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
         latent = jax.jit(jax.vmap(lambda k, g: latent_values(model, gibbs_sites, g, k, args,
                                                              kwargs)[0]))(key, given)
         return latent, transforms
-    trace = handlers.trace(handlers.seed(handlers.substitute(model, data=given), key)).get_trace(
-        *model_args, **model_kwargs)
+    substituted = handlers.substitute(model, data=given)
+    seeded_model = (structural(substituted, key) if shapes_only
+                    else handlers.seed(substituted, key))
+    trace = handlers.trace(seeded_model).get_trace(*model_args, **model_kwargs)
     latent = {name for name, site in trace.items()
               if site["type"] == "sample" and not site["is_observed"]}
     missing = [s for s in gibbs_sites if s not in latent]
@@ -91,7 +95,7 @@ def outside_blankets(model, gibbs_sites, model_args, model_kwargs):
         for g in gibbs_sites:
             if g in up or child == g:
                 blanket |= set(up) | {child}
-    trace = handlers.trace(handlers.seed(model, 0)).get_trace(*model_args, **model_kwargs)
+    trace = handlers.trace(structural(model)).get_trace(*model_args, **model_kwargs)
     return tuple(name for name in parents if name not in blanket and name in trace
                  and trace[name]["type"] == "sample" and not trace[name]["is_observed"])
 

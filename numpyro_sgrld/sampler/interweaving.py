@@ -50,7 +50,7 @@ from jax.flatten_util import ravel_pytree
 from numpyro.infer.util import log_density
 
 from numpyro_sgrld.data.subsample import as_jax_array, find_subsample_plates, full_batch
-from numpyro_sgrld.sampler.conditionals import slice_step
+from numpyro_sgrld.sampler.conditionals import slice_step_from, slice_uniforms
 from numpyro_sgrld.sampler.decentring import SUFFIX, fully_non_centred
 from numpyro_sgrld.sampler.gibbs_control_variates import data_loglik
 
@@ -200,10 +200,11 @@ def non_centred_update(nc_model, name, transform, model_args, model_kwargs):
             log_joint, _ = log_density(nc_model, model_args, model_kwargs, {**values, name: x})
             return log_joint + jnp.sum(transform.log_abs_det_jacobian(unconstrained, x))
 
-        keys = random.split(key, u.size)
+        uniforms = slice_uniforms(key, u.shape, u.dtype)
 
         def element(i, u):
-            return u.at[i].set(slice_step(keys[i], lambda v: logp(u.at[i].set(v)), u[i]))
+            return u.at[i].set(slice_step_from(uniforms[i], lambda v: logp(u.at[i].set(v)),
+                                               u[i]))
 
         runs = jnp.logical_not(guarded) | refuses_far(nc_model, name, transform, unravel, u,
                                                       model_args, model_kwargs, values)
