@@ -47,12 +47,7 @@ from numpyro.infer.util import constrain_fn, transform_fn
 from numpyro.util import is_prng_key
 
 from numpyro_sgrld.core.gradients import minibatch
-from numpyro_sgrld.data.subsample import (
-    as_jax_array,
-    compiled_subsampling,
-    full_batch,
-    structural,
-)
+from numpyro_sgrld.data.subsample import as_jax_array, compiled_subsampling, full_batch, structural
 from numpyro_sgrld.sampler import (
     conditionals,
     decentring,
