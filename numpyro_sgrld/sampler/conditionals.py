@@ -215,9 +215,10 @@ def log_conditional(model, name, site, values, model_args, model_kwargs):
     def logp(u):
         unconstrained = unravel(u)
         x = site.transform(unconstrained)
-        # placeholder indices: the site's factors read no data, so no minibatch is drawn
-        substituted = handlers.substitute(handlers.seed(placeholder_plates(model), 0),
-                                          data={**values, name: x})
+        # placeholder indices: the site's factors read no data, so no minibatch is drawn;
+        # the values substituted inside the seed, which then splits no key for them
+        substituted = handlers.seed(handlers.substitute(placeholder_plates(model),
+                                                        data={**values, name: x}), 0)
         trace = handlers.trace(substituted).get_trace(*model_args, **model_kwargs)
         total = jnp.sum(site.transform.log_abs_det_jacobian(unconstrained, x))
         for factor in site.factors:

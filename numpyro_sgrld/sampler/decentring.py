@@ -126,7 +126,7 @@ def loc_scale(model, sites, values, model_args, model_kwargs):
     a missing one is drawn, which only the sites' own values may be)."""
     model_args, model_kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
     # placeholder indices: no minibatch is drawn for a trace that reads only priors
-    substituted = handlers.substitute(handlers.seed(placeholder_plates(model), 0), data=values)
+    substituted = handlers.seed(handlers.substitute(placeholder_plates(model), data=values), 0)
     trace = handlers.trace(substituted).get_trace(*model_args, **model_kwargs)
     out = {}
     for s in sites:

@@ -87,7 +87,7 @@ def data_loglik(model, values, model_args, model_kwargs, excluded=()):
     ``excluded`` (the Gibbs sites, observed under conditioning), at ``values`` (constrained,
     plate indices included), run apart from any enclosing handler."""
     with handlers.block():
-        seeded = handlers.substitute(handlers.seed(model, 0), data=values)
+        seeded = handlers.seed(handlers.substitute(model, data=values), 0)
         trace = handlers.trace(seeded).get_trace(*model_args, **model_kwargs)
     total = jnp.zeros(())
     for name, site in trace.items():
