@@ -1,19 +1,15 @@
-"""The library's own random draws inside a compiled step: uniforms and signs cut from one call
-of the bit generator, the uniform minibatches of its probes, and the slice step's single
-draw of uniforms (each ``jax.random`` call is a separate threefry hash in the compiled
-program, compiled on its own)."""
+"""The library's own random draws inside a compiled step: uniforms cut from one call of the bit
+generator, and the slice step's single draw of uniforms (each ``jax.random`` call is a
+separate threefry hash in the compiled program, compiled on its own)."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
-from conftest import bonferroni_z
 from jax import random
-from numpyro import handlers
 
-from numpyro_sgrld.core.tree import tree_rademacher, uniform_bits, uniform_from_bits
-from numpyro_sgrld.data.subsample import UniformSubsample
+from numpyro_sgrld.core.tree import uniform_bits, uniform_from_bits
 
 
 def test_uniforms_from_bits_are_jaxs_uniforms():
@@ -22,43 +18,6 @@ def test_uniforms_from_bits_are_jaxs_uniforms():
     ours = uniform_from_bits(uniform_bits(key, (1000,), jnp.float32), jnp.float32)
     np.testing.assert_array_equal(ours, random.uniform(key, (1000,)))
     assert float(ours.min()) >= 0.0 and float(ours.max()) < 1.0
-
-
-def test_rademacher_signs_keep_the_tree_and_are_fair():
-    """±1 only, in each leaf's shape and dtype; the share of +1 over 40,000 signs within its
-    binomial error (z against 1/2), and the leaves not copies of one another."""
-    like = {"a": jnp.zeros((100, 200), jnp.float32), "b": jnp.zeros((200, 100), jnp.float32)}
-    signs = tree_rademacher(random.PRNGKey(3), like)
-    for name, x in like.items():
-        assert signs[name].shape == x.shape and signs[name].dtype == x.dtype
-        assert set(np.unique(np.asarray(signs[name]))) == {-1.0, 1.0}
-    flat = np.concatenate([np.ravel(signs["a"]), np.ravel(signs["b"])])
-    z = (np.mean(flat > 0) - 0.5) / np.sqrt(0.25 / flat.size)
-    assert abs(z) < bonferroni_z(1), z
-    assert not np.array_equal(np.ravel(signs["a"]), np.ravel(signs["b"]))
-
-
-def test_uniform_subsample_draws_rows_uniformly_and_scales_the_minibatch():
-    """A probe's minibatch: ``n`` indices in ``0..N-1``, each row equally likely (every row's
-    count over 2,000 minibatches within its binomial error), and the observed site scaled by
-    ``N / n`` as NumPyro scales a subsample plate."""
-    size, n = 50, 10
-
-    def model():
-        with numpyro.plate("rows", size, subsample_size=n) as idx:
-            numpyro.sample("y", dist.Normal(0.0, 1.0), obs=jnp.zeros(size)[idx])
-
-    def indices(key):
-        trace = handlers.trace(UniformSubsample(handlers.seed(model, key), key=key)).get_trace()
-        return trace["rows"]["value"], trace["y"]["scale"]
-
-    idx, scale = jax.jit(jax.vmap(indices))(random.split(random.PRNGKey(0), 2000))
-    assert idx.shape == (2000, n) and int(idx.min()) >= 0 and int(idx.max()) < size
-    np.testing.assert_allclose(scale, size / n)
-    counts = np.bincount(np.ravel(idx), minlength=size)
-    p = 1.0 / size
-    z = (counts - idx.size * p) / np.sqrt(idx.size * p * (1 - p))
-    assert np.all(np.abs(z) < bonferroni_z(size)), z
 
 
 def test_a_sites_slice_update_draws_its_uniforms_in_one_call():

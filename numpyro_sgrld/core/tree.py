@@ -72,24 +72,6 @@ def tree_normal(key, like):
     return jax.tree.unflatten(treedef, noise)
 
 
-def tree_rademacher(key, like):
-    r"""Rademacher signs (:math:`\pm 1` with probability one half each) with the structure,
-    shapes and dtypes of ``like`` (real floating leaves): **one** draw of random bits over
-    all entries (:func:`tree_normal`'s reason), each sign the top bit of its word."""
-    leaves, treedef = jax.tree.flatten(like)
-    if not leaves:
-        return like
-    sizes = [int(np.size(x)) for x in leaves]
-    bits = random.bits(key, (sum(sizes),), jnp.uint32)
-    ends = np.cumsum(sizes)
-    signs = [
-        (1 - 2 * (bits[end - size : end] >> np.uint32(31)).astype(jnp.result_type(x)))
-        .reshape(jnp.shape(x))
-        for x, size, end in zip(leaves, sizes, ends)
-    ]
-    return jax.tree.unflatten(treedef, signs)
-
-
 _UINT = {16: jnp.uint16, 32: jnp.uint32, 64: jnp.uint64}
 
 

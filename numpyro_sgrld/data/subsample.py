@@ -68,28 +68,6 @@ class _CompiledSubsample(Messenger):
                                                       msg["kwargs"]["rng_key"])
 
 
-class UniformSubsample(Messenger):
-    """Handler that draws each subsample plate's indices (those not given) independently and
-    uniformly from ``key``, with replacement (:func:`uniform_indices`): one call of the bit
-    generator a plate, where NumPyro's rule (without replacement) runs a loop of draws in
-    the compiled program. For the library's own probes inside a compiled step (a Hutchinson
-    estimate of a minibatch's curvature), whose expectation is the same under either law:
-    each row is in the scaled minibatch potential with weight :math:`N/n` on average."""
-
-    def __init__(self, fn=None, key=None):
-        self.key = key
-        self.count = 0
-        super().__init__(fn)
-
-    def process_message(self, msg):
-        if msg["type"] == "plate" and msg.get("value") is None:
-            size, subsample_size = msg["args"]
-            if subsample_size is not None and subsample_size < size:
-                key = self.key if self.count == 0 else random.fold_in(self.key, self.count)
-                self.count += 1
-                msg["value"] = uniform_indices(key, (subsample_size,), size)
-
-
 @partial(jax.jit, static_argnums=(0, 1))
 def _compiled_subsample_fn(size, subsample_size, rng_key):
     """NumPyro's subsample indices (``numpyro.primitives._subsample_fn``), compiled."""

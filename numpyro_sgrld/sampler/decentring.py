@@ -36,13 +36,7 @@ import numpyro.distributions as dist
 from numpyro import handlers
 from numpyro.infer.reparam import LocScaleReparam, Reparam
 
-from numpyro_sgrld.core.tree import tree_rademacher
-from numpyro_sgrld.data.subsample import (
-    UniformSubsample,
-    as_jax_array,
-    placeholder_plates,
-    structural,
-)
+from numpyro_sgrld.data.subsample import as_jax_array, placeholder_plates, structural
 
 __all__ = ["CURVATURE_KWARG", "CURVATURE_RATE", "SUFFIX", "PartialDecentring", "centred",
            "curvature_estimate", "decentred", "fully_non_centred", "gaussian_children",
@@ -166,9 +160,8 @@ CURVATURE_RATE = 0.01
 def curvature_estimate(model, sites, values, key, model_args, model_kwargs):
     r"""Hutchinson's estimate of :math:`F` at ``values`` (constrained, every latent site; the
     Gibbs sites conditioned in ``model_kwargs``): :math:`\zeta\odot(H\zeta)`, :math:`H` the
-    Hessian in the ``sites`` of the potential of one minibatch drawn with ``key`` (uniform
-    rows with replacement, :class:`~numpyro_sgrld.data.subsample.UniformSubsample`) less the
-    ``sites``' own Gaussian factors, :math:`\zeta` Rademacher.
+    Hessian in the ``sites`` of the potential of one minibatch the model's subsample plates
+    draw with ``key`` less the ``sites``' own Gaussian factors, :math:`\zeta` Rademacher.
     Those factors are left out of the sum, not subtracted from it: their curvature
     :math:`\sigma^{-2}` reaches :math:`10^{13}` where a shrinkage prior's scale collapses,
     and in single precision a difference of such sums would leave rounding errors of
@@ -177,13 +170,15 @@ def curvature_estimate(model, sites, values, key, model_args, model_kwargs):
 
     model_args, model_kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
     key_batch, key_probe = jax.random.split(key)
-    seeded = UniformSubsample(handlers.seed(model, key_batch), key=key_batch)
+    seeded = handlers.seed(model, key_batch)
 
     def potential(ws):
         log_probs = compute_log_probs(seeded, model_args, model_kwargs, {**values, **ws})[0]
         return -sum((v for k, v in log_probs.items() if k not in ws), start=0.0)
 
     ws = {s: values[s] for s in sites}
-    probe = tree_rademacher(key_probe, ws)
+    keys = dict(zip(sites, jax.random.split(key_probe, len(sites))))
+    probe = {s: jax.random.rademacher(keys[s], jnp.shape(w), jnp.result_type(w))
+             for s, w in ws.items()}
     hvp = jax.jvp(jax.grad(potential), (ws,), (probe,))[1]
     return {s: probe[s] * hvp[s] for s in sites}

@@ -98,8 +98,8 @@ def data_loglik(model, values, model_args, model_kwargs, excluded=()):
 
 
 def centre(model, sg_sites, key, model_args, model_kwargs, num_steps=1000, children=()):
-    """The :class:`ModelCentre`: an approximate mode (Adam on minibatches from NumPyro's
-    ``init_to_uniform`` values, every latent site unconstrained) and the full-data gradient of
+    """The :class:`ModelCentre`: an approximate mode (Adam on minibatches from a prior draw,
+    every latent site unconstrained) and the full-data gradient of
     the log-likelihood in the SG sites there. The mode is searched with ``children`` (Gaussian
     sites under Gibbs-updated scales) non-centred, as ``LocScaleReparam(0)`` writes them: a
     centred hierarchy's density is unbounded where a scale and its children collapse to 0
@@ -108,7 +108,7 @@ def centre(model, sg_sites, key, model_args, model_kwargs, num_steps=1000, child
     args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
     key_start, key_mode = random.split(key)
     search = fully_non_centred(model, children) if children else model
-    trace = handlers.trace(structural(search, key_start)).get_trace(*args, **kwargs)
+    trace = handlers.trace(handlers.seed(search, key_start)).get_trace(*args, **kwargs)
     latent = {n: s for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"]}
     transforms = {n: biject_to(s["fn"].support) for n, s in latent.items()}
     start = {n: transforms[n].inv(s["value"]) for n, s in latent.items()}
