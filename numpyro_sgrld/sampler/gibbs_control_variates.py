@@ -99,12 +99,11 @@ def data_loglik(model, values, model_args, model_kwargs, excluded=()):
 
 def centre(model, sg_sites, key, model_args, model_kwargs, num_steps=1000, children=()):
     """The :class:`ModelCentre`: an approximate mode (Adam on minibatches from a prior draw,
-    every latent site unconstrained) and the full-data gradient of
-    the log-likelihood in the SG sites there. The mode is searched with ``children`` (Gaussian
-    sites under Gibbs-updated scales) non-centred, as ``LocScaleReparam(0)`` writes them: a
-    centred hierarchy's density is unbounded where a scale and its children collapse to 0
-    together, so a mode search in its own coordinates may end there; the non-centred form has
-    no such point."""
+    every latent site unconstrained) and the full-data gradient of the log-likelihood in the SG
+    sites there. The mode is searched with ``children`` (Gaussian sites under Gibbs-updated
+    scales) non-centred, as ``LocScaleReparam(0)`` writes them: a centred hierarchy's density
+    is unbounded where a scale and its children collapse to 0 together, so a mode search in
+    its own coordinates may end there; the non-centred form has no such point."""
     args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
     key_start, key_mode = random.split(key)
     search = fully_non_centred(model, children) if children else model
