@@ -455,16 +455,16 @@ class SGGibbs(MCMCKernel):
             self._transforms_gibbs, self._per_chain, self._vectorized,
             lambda p, g, f: self._centred(p, g, f, model_args, model_kwargs)[1])
         if self.control_variates and self._control_variate == "auto" and self._num_warmup:
-            state = lax.cond(i == first_window_start(self._num_warmup), self._warmup(
-                gibbs_warmup.retest, model_args, model_kwargs), lambda s, g: s,
-                state._replace(sg_state=sg_state), gibbs)
+            retest = self._warmup(gibbs_warmup.retest, model_args, model_kwargs,
+                                  network=bool(self.inner_kernel.network_sites))
+            state = lax.cond(i == first_window_start(self._num_warmup), retest,
+                             lambda s, g: s, state._replace(sg_state=sg_state), gibbs)
             sg_state = state.sg_state
         sg_state = self.inner_kernel.sample(
             sg_state, model_args,
             self._inner_kwargs(model_kwargs, gibbs, state.curvature, state.centre))
-        rng_key = self._per_chain(lambda k: random.split(k)[0])(state.rng_key)
-        state = SGGibbsState(None, sg_state, rng_key, state.curvature, state.centre,
-                             state.children)
+        state = state._replace(sg_state=sg_state, rng_key=self._per_chain(
+            lambda k: random.split(k)[0])(state.rng_key))
         if self.decentred_sites and self._num_warmup > 0:
             learn = self._warmup(gibbs_warmup.learn_curvature, model_args, model_kwargs,
                                  children=self.decentred_sites)

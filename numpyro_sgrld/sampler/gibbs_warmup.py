@@ -39,10 +39,17 @@ def learn_curvature(state, gibbs, *, centred, model, children, model_args, model
                           children=counted)
 
 
-def retest(state, gibbs, *, centred, model, model_args, model_kwargs):
+def retest(state, gibbs, *, centred, model, model_args, model_kwargs, network=False):
     """The chain's control variates kept where they pay at its position
     (:func:`~numpyro_sgrld.sampler.gibbs_control_variates.retested`, the children's
-    :math:`c` at the learnt curvature); the chain's key is read, not advanced."""
+    :math:`c` at the learnt curvature); the chain's key is read, not advanced. A network's
+    (``network``: the SG kernel has sites a network bridge marked) are turned off: its
+    posterior lies far from the mode, where they raise the gradient's noise, and a chain
+    that passed the test near the centre left the posterior later
+    (:func:`~numpyro_sgrld.sampler.gibbs_control_variates.retested`)."""
+    if network:
+        return state._replace(centre=state.centre._replace(
+            on=jnp.zeros_like(state.centre.on)))
     sites, params = centred(kick.position(state.sg_state), gibbs, state.curvature)
     spreads = {s: decentring.spread(p[1], state.curvature[s]) for s, p in params.items()}
     return state._replace(centre=gibbs_cv.retested(
