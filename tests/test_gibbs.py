@@ -606,6 +606,38 @@ def test_a_networks_per_unit_scales_are_judged_up_to_relabelling(network_start):
         assert not np.array_equal(permuted[s], gibbs[s])
 
 
+def test_a_networks_control_variates_are_turned_off_by_the_retest(network_start):
+    """The SG kernel within Gibbs knows a network's sites, and the re-test turns a network's
+    control variates off at the centre, where they cost no noise (the next test, slow: in
+    the compiled step)."""
+    from numpyro_sgrld.sampler import gibbs_warmup
+
+    kernel, state, args = network_start
+    assert kernel.control_variates and bool(state.centre.on)
+    assert kernel.inner_kernel.network_sites
+    gibbs = {k: state.z[k] for k in kernel.gibbs_sites}
+    assert bool(kernel._warmup(gibbs_warmup.retest, args, {})(state, gibbs).centre.on)
+    assert not bool(kernel._warmup(gibbs_warmup.retest, args, {}, network=True)(
+        state, gibbs).centre.on)
+
+
+@pytest.mark.slow
+def test_a_networks_control_variates_are_off_once_warm_ups_approach_ends(network_start):
+    """A network's chains start at the control variates' centre with them on and have them
+    off from the re-test after warm-up's approach, wherever the chain is: its posterior lies
+    far from the mode, and a chain that passed the test near the centre left the posterior
+    later (``docs/gibbs.md``, control variates)."""
+    from numpyro_sgrld.warmup.schedule import first_window_start
+
+    kernel, state, args = network_start
+    assert kernel.control_variates and bool(state.centre.on)
+    step = jax.jit(lambda s: kernel.sample(s, args, {}))
+    for _ in range(first_window_start(10)):
+        state = step(state)
+    assert bool(state.centre.on)  # the approach: on
+    assert not bool(step(state).centre.on)
+
+
 @pytest.mark.slow
 def test_a_networks_gibbs_run_at_its_defaults_stays_finite():
     """A short run of the same network at SGLD's defaults: every draw finite, every site
