@@ -128,9 +128,9 @@ class SGGibbs(MCMCKernel):
         (:mod:`~numpyro_sgrld.sampler.gibbs_control_variates`; found once, by the first
         chain's ``init``, and every chain starts there; each chain keeps them only where they
         do not raise the gradient's noise, tested at a start given by ``init_params`` and
-        after warm-up's approach: ``gibbs_cv.pays``) wherever no observed site depends on a
-        Gibbs site; ``"mode"``: required (refused where one does, never tested); ``None``: the
-        plain minibatch gradient.
+        after warm-up's approach, a network's then off: ``gibbs_cv.pays``) wherever no
+        observed site depends on a Gibbs site; ``"mode"``: required (refused where one does,
+        never tested); ``None``: the plain minibatch gradient.
     :param interweave_every: ``"auto"`` (default): after warm-up, every
         :func:`~numpyro_sgrld.sampler.interweaving.auto_every` steps (reading about as many
         rows as the steps between), each Gibbs site that is a parent of a decentred site is
