@@ -1,7 +1,8 @@
 r"""What :class:`~numpyro_sgrld.SGGibbs` learns in warm-up, each a function of one chain's
 state: the decentred children's data curvature :math:`F` and the step's share of
 ``target_bias`` it sets (every warm-up step), and whether the control variates still pay once
-warm-up's approach has brought the chain to the posterior's bulk (one step).
+warm-up's approach has brought the chain to the posterior's bulk (one step; a network's are
+turned off there).
 
 ``centred(position, gibbs, curvature) -> (sites, params)`` gives the SG sites at the chain's
 position, constrained and centred, and the decentred children's ``(loc, scale)`` there.
