@@ -49,7 +49,7 @@ def run(problem, every, seed):
     try:
         kernel = ns.SGGibbs(ns.SGLD(problem["gibbs_model"]))
         mcmc = MCMC(kernel, num_warmup=2000, num_samples=20_000, num_chains=4, thinning=20,
-                    progress_bar=False)
+                    chain_method="sequential", progress_bar=False)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             start = time.perf_counter()
