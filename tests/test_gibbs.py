@@ -639,6 +639,23 @@ def test_a_networks_control_variates_are_off_once_warm_ups_approach_ends(network
 
 
 @pytest.mark.slow
+def test_without_warm_up_a_networks_control_variates_are_off_from_the_first_step():
+    """With ``num_warmup=0`` there is no approach and no retest after it: a network's chains
+    have them off from the first step (another model's keep them, as before)."""
+    model, args = _network()
+    kernel = ns.SGGibbs(ns.SGLD(model, step_size=1e-3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        state = kernel.init(jax.random.PRNGKey(0), 0, None, args, {})
+    assert bool(state.centre.on)
+    assert not bool(jax.jit(lambda s: kernel.sample(s, args, {}))(state).centre.on)
+    X, y = one_sided_data()
+    other = ns.SGGibbs(ns.SGLD(scaled_logistic, step_size=1e-3))
+    state = other.init(jax.random.PRNGKey(0), 0, None, (X, y), {})
+    assert bool(jax.jit(lambda s: other.sample(s, (X, y), {}))(state).centre.on)
+
+
+@pytest.mark.slow
 def test_a_networks_gibbs_run_at_its_defaults_stays_finite():
     """A short run of the same network at SGLD's defaults: every draw finite, every site
     under its model name."""

@@ -454,15 +454,15 @@ class SGGibbs(MCMCKernel):
             sg_state, gibbs, state.curvature, self.inner_kernel.run_info, self._bias_index,
             self._transforms_gibbs, self._per_chain, self._vectorized,
             lambda p, g, f: self._centred(p, g, f, model_args, model_kwargs)[1])
-        if self.control_variates and self._control_variate == "auto" and self._num_warmup:
-            retest = self._warmup(gibbs_warmup.retest, model_args, model_kwargs,
-                                  network=bool(self.inner_kernel.network_sites))
+        network = bool(self.inner_kernel.network_sites)  # no warm-up: off at step 0
+        if self.control_variates and self._control_variate == "auto" and (
+                self._num_warmup or network):
+            retest = self._warmup(gibbs_warmup.retest, model_args, model_kwargs, network=network)
             state = lax.cond(i == first_window_start(self._num_warmup), retest,
                              lambda s, g: s, state._replace(sg_state=sg_state), gibbs)
             sg_state = state.sg_state
-        sg_state = self.inner_kernel.sample(
-            sg_state, model_args,
-            self._inner_kwargs(model_kwargs, gibbs, state.curvature, state.centre))
+        sg_state = self.inner_kernel.sample(sg_state, model_args, self._inner_kwargs(
+            model_kwargs, gibbs, state.curvature, state.centre))
         state = state._replace(sg_state=sg_state, rng_key=self._per_chain(
             lambda k: random.split(k)[0])(state.rng_key))
         if self.decentred_sites and self._num_warmup > 0:

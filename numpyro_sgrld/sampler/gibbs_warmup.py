@@ -44,9 +44,9 @@ def retest(state, gibbs, *, centred, model, model_args, model_kwargs, network=Fa
     """The chain's control variates kept where they pay at its position
     (:func:`~numpyro_sgrld.sampler.gibbs_control_variates.retested`, the children's
     :math:`c` at the learnt curvature); the chain's key is read, not advanced. A network's
-    (``network``: the SG kernel has sites a network bridge marked) are turned off: its
-    posterior lies far from the mode, where they raise the gradient's noise, and a chain
-    that passed the test near the centre left the posterior later
+    (``network``: the SG kernel has sites a network bridge marked; without warm-up, at step
+    0) are turned off: its posterior lies far from the mode, where they raise the gradient's
+    noise, and a chain that passed the test near the centre left the posterior later
     (:func:`~numpyro_sgrld.sampler.gibbs_control_variates.retested`)."""
     if network:
         return state._replace(centre=state.centre._replace(
