@@ -30,7 +30,9 @@ axis); biases have one.
   :math:`w_{\cdot j} = m\,\tau\,\lambda_j\,z_{\cdot j}`; biases keep the Gaussian prior.
   ``parametrisation="centred"``: :math:`w_{\cdot j} \sim \mathcal N(0, (m\tau\lambda_j)^2)`,
   both scales declaring their exact conditionals given the weights (Makalic & Schmidt's
-  auxiliaries, :func:`half_cauchy_draw`): :class:`~numpyro_sgrld.SGGibbs` draws them.
+  auxiliaries, :func:`half_cauchy_draw`) and the global scale a joint move of both along the
+  ridge :math:`\tau\lambda_j` fixed (:func:`unit_ridge_move`): :class:`~numpyro_sgrld.SGGibbs`
+  makes them.
 - :func:`gaussian`, ``scale="learnt"``: :math:`w \sim \mathcal N(0, \rho^{-1})` with one
   precision :math:`\rho \sim \Gamma(a, b)` per weight matrix and per bias vector (Chen, Fox &
   Guestrin 2014 use :math:`\Gamma(1, 1)` and Gibbs-update it), declaring its conjugate update
@@ -49,10 +51,11 @@ from numpyro.distributions import constraints
 from numpyro.infer import init_to_sample
 
 from numpyro_sgrld.bridges.haiku import fan_in
-from numpyro_sgrld.sampler.conditionals import CONDITIONAL, Conditional
+from numpyro_sgrld.sampler.conditionals import CONDITIONAL, Conditional, JointMove, slice_step
 
 __all__ = ["HORSESHOE_SUFFIXES", "gamma_precision_draw", "gaussian", "half_cauchy_draw",
-           "half_cauchy_scale_draw", "horseshoe", "he_scale", "init_to_unit_scales"]
+           "half_cauchy_scale_draw", "horseshoe", "he_scale", "init_to_unit_scales",
+           "unit_ridge_move"]
 
 HORSESHOE_SUFFIXES = ("_scale", "_global", "_local")
 SOFTPLUS_SUFFIX = "_rho"
@@ -151,6 +154,36 @@ def _unit_global_draw(key, tau, sites, *, weights, lam, base, global_scale):
     return half_cauchy_draw(key, tau, sites[weights], base * sites[lam], global_scale)
 
 
+def unit_ridge_move(key, sites, *, tau, lam, global_scale=1.0):
+    r"""The unit-wise horseshoe's global scale :math:`\tau \sim \mathrm{HalfCauchy}(A)` and
+    its :math:`J` local scales :math:`\lambda_j \sim \mathrm{HalfCauchy}(1)` (the sites
+    ``tau`` and ``lam``) moved together along the ridge that leaves every product
+    :math:`\tau\lambda_j`, hence the weights' density, unchanged:
+    :math:`(\log\tau, \log\lambda) \to (\log\tau + s, \log\lambda - s)`, a translation
+    (unit Jacobian), with :math:`s` updated by a slice step from 0 on its conditional on that
+    line,
+
+    .. math::
+        \log f(s) = -\log\big(1 + \tau^2 e^{2s}/A^2\big)
+            - \sum_j \log\big(1 + \lambda_j^2 e^{-2s}\big) + (1 - J)\,s,
+
+    the priors in log coordinates, with their Jacobians (Liu & Sabatti 2000's generalised
+    Gibbs step for the group of translations). The single-site draws cross this ridge slowly:
+    given the weights and the other scales, :math:`\log\tau`'s conditional has an sd of
+    about :math:`1/\sqrt{2k}` for :math:`k` weights (0.03 for a 30-16 layer), where its
+    posterior's is of order 1. No weights and no data enter."""
+    t, lam_ = sites[tau], sites[lam]
+    log_t, log_lam = jnp.log(t), jnp.log(lam_)
+    units = jnp.size(lam_)
+
+    def logp(s):
+        return (-jnp.logaddexp(0.0, 2.0 * (log_t + s - math.log(global_scale)))
+                - jnp.sum(jnp.logaddexp(0.0, 2.0 * (log_lam - s))) + (1.0 - units) * s)
+
+    s = slice_step(key, logp, jnp.zeros((), jnp.result_type(t)))
+    return {tau: t * jnp.exp(s), lam: lam_ * jnp.exp(-s)}
+
+
 def gamma_precision_draw(key, precision, sites, *, weights, concentration, rate):
     r"""An exact draw of a Gaussian prior's precision :math:`\rho \sim \Gamma(a, b)` from its
     conditional given the :math:`k` weights :math:`w \sim \mathcal N(0, \rho^{-1})` of the site
@@ -220,8 +253,10 @@ def horseshoe(form="layer", scale="he", global_scale=1.0, parametrisation="log")
             return dist.Normal(0.0, _scale(scale, shape)).expand(shape).to_event(len(shape))
         base = _scale(scale, shape)
         tau_name, lam_name = f"{path}_global", f"{path}_local"
+        ridge = JointMove((tau_name, lam_name), partial(
+            unit_ridge_move, tau=tau_name, lam=lam_name, global_scale=global_scale))
         global_draw = Conditional(partial(_unit_global_draw, weights=path, lam=lam_name,
-                                          base=base, global_scale=global_scale))
+                                          base=base, global_scale=global_scale), ridge)
         local_draw = Conditional(partial(_unit_local_draw, weights=path, tau=tau_name,
                                          base=base))
         tau = numpyro.sample(tau_name, dist.HalfCauchy(global_scale),

@@ -41,7 +41,7 @@ from numpyro_sgrld.core.tree import uniform_bits, uniform_from_bits
 from numpyro_sgrld.data.subsample import as_jax_array, placeholder_plates, structural
 
 __all__ = ["CONDITIONAL", "Conditional", "DataFreeSite", "automatic_conditionals",
-           "check_gibbs_arguments", "check_gibbs_values", "data_free_sites",
+           "JointMove", "check_gibbs_arguments", "check_gibbs_values", "data_free_sites",
            "declared_conditionals", "declared_sweep",
            "finite_or_kept", "independent_elements", "log_conditional", "slice_step",
            "slice_step_from", "slice_uniforms", "slice_update"]
@@ -65,9 +65,23 @@ class Conditional(NamedTuple):
     """An exact draw of a latent site from its conditional given the others, which involves no
     data: ``draw(key, value, sites) -> value``, with ``value`` the site's current constrained
     value and ``sites`` the constrained values of every latent site (for instance
-    :func:`numpyro_sgrld.bridges.priors.half_cauchy_scale_draw`)."""
+    :func:`numpyro_sgrld.bridges.priors.half_cauchy_scale_draw`).
+
+    ``joint``, optional: a :class:`JointMove` of this site and others made after ``draw``
+    where the sweep updates all of them (a move along a direction that the single-site draws
+    cross slowly, such as the unit-wise horseshoe's global-local ridge)."""
 
     draw: Callable
+    joint: Any = None
+
+
+class JointMove(NamedTuple):
+    """A move of several latent sites at once that leaves their joint conditional invariant
+    and involves no data: ``move(key, sites) -> {name: value}`` for each name of ``sites``
+    (``sites`` the constrained values of every latent site)."""
+
+    sites: tuple
+    move: Callable
 
 
 class DataFreeSite(NamedTuple):
@@ -338,13 +352,22 @@ def automatic_conditionals(model, sites, key, model_args, model_kwargs):
 
 def declared_sweep(conditionals):
     """A ``gibbs_fn`` drawing each site of ``conditionals`` in turn from its
-    :class:`Conditional`, given the others' latest values."""
+    :class:`Conditional`, given the others' latest values, each followed by its joint move
+    where every site that moves is among ``conditionals`` (else the move is not made: it would
+    change a site the sweep does not own)."""
+
+    joint = {name: c.joint for name, c in conditionals.items()
+             if c.joint is not None and set(c.joint.sites) <= set(conditionals)}
 
     def gibbs_fn(rng_key, gibbs_sites, hmc_sites):
         values = {**hmc_sites, **gibbs_sites}
         for key, (name, conditional) in zip(random.split(rng_key, len(conditionals)),
                                              conditionals.items()):
+            if name in joint:
+                key, key_joint = random.split(key)
             values[name] = conditional.draw(key, values[name], values)
+            if name in joint:
+                values.update(joint[name].move(key_joint, values))
         return {name: values[name] for name in conditionals}
 
     return gibbs_fn
