@@ -51,27 +51,29 @@ def initialised(kernel, X, y, num_warmup=20):
         return kernel.init(jax.random.PRNGKey(0), num_warmup, None, (X, y), {})
 
 
-def test_the_auto_rate_reads_about_as_many_rows_as_the_steps_between_draws():
-    """``max(10, ceil(elements * N / n))`` over the largest subsample ratio; 1 without a
+def test_the_auto_rate_reads_about_four_times_the_rows_of_the_steps_between_draws():
+    """``max(10, ceil(elements * N / (4 n)))`` over the largest subsample ratio; 1 without a
     subsample plate (the set-up's schedule from ``SGGibbs.init`` in the slow set, next)."""
     from types import SimpleNamespace as Plate
 
-    assert interweaving.auto_every(2, [Plate(size=200, subsample_size=20)]) == 20
-    assert interweaving.auto_every(3, [Plate(size=200, subsample_size=20),
-                                       Plate(size=50, subsample_size=25)]) == 30
-    assert interweaving.auto_every(2, [Plate(size=200, subsample_size=100)]) == 10
-    assert interweaving.auto_every(17, [Plate(size=400, subsample_size=32)]) == 213
+    assert interweaving.AUTO_ROWS == 4
+    assert interweaving.auto_every(8, [Plate(size=200, subsample_size=20)]) == 20
+    assert interweaving.auto_every(13, [Plate(size=200, subsample_size=20),
+                                        Plate(size=50, subsample_size=25)]) == 33
+    assert interweaving.auto_every(3, [Plate(size=200, subsample_size=20)]) == 10
+    assert interweaving.auto_every(17, [Plate(size=400, subsample_size=32)]) == 54
+    assert interweaving.auto_every(26, [Plate(size=1000, subsample_size=100)]) == 65
     assert interweaving.auto_every(1, []) == interweaving.AUTO_MIN_EVERY
 
 
 @pytest.mark.slow  # the rate's formula: the test above, in the default run
 def test_auto_interweaves_after_warm_up_at_the_rate_of_its_cost():
-    """``elements * N / n`` steps between draws, at least 10, from the end of warm-up; a
+    """``elements * N / (4 n)`` steps between draws, at least 10, from the end of warm-up; a
     number ``k`` every ``k``-th step in warm-up and after it on the sweeps' steps; ``None`` and
     a model without decentred children: none."""
-    X, y = data()
-    cases = [(partial(regression, subsample_size=20), "auto", Schedule(20, 30)),  # 2 x 10
-             (partial(regression, subsample_size=100), "auto", Schedule(10, 30)),  # 2 x 2
+    X, y = data(columns=16)  # 8 scale elements
+    cases = [(partial(regression, subsample_size=20), "auto", Schedule(20, 30)),  # 8 x 10 / 4
+             (partial(regression, subsample_size=100), "auto", Schedule(10, 30)),  # 8 x 2 / 4
              (regression, "auto", Schedule(10, 30)),  # no subsample plate: N / n = 1
              (partial(regression, subsample_size=20), 3, Schedule(3, 30, 3)),
              (partial(regression, subsample_size=20), None, None)]

@@ -132,8 +132,8 @@ class SGGibbs(MCMCKernel):
         observed site depends on a Gibbs site; ``"mode"``: required (refused where one does,
         never tested); ``None``: the plain minibatch gradient.
     :param interweave_every: ``"auto"`` (default): after warm-up, every
-        :func:`~numpyro_sgrld.sampler.interweaving.auto_every` steps (reading about as many
-        rows as the steps between), each Gibbs site that is a parent of a decentred site is
+        :func:`~numpyro_sgrld.sampler.interweaving.auto_every` steps (four times the rows of
+        the steps between), each Gibbs site that is a parent of a decentred site is
         drawn again given the children's non-centred values ``(w - mu) / sigma`` and all the
         data (Yu & Meng 2011; :mod:`~numpyro_sgrld.sampler.interweaving`): a scale and its
         children move together across the funnel the centred update crosses slowly; ``k``:

@@ -29,11 +29,11 @@ other site fixed. It is drawn by univariate slice steps (Neal 2003) on each elem
 a few full-data evaluations of the likelihood per element.
 
 By default (``interweave_every="auto"``) the draws run after warm-up only, every
-:func:`auto_every` steps, so that they read about as many data rows as the SG steps between
-them. A draw in warm-up (``interweave_every`` a number) runs only where the data refuse the
-site far out (:func:`refuses_far`): on a network whose units saturate, the likelihood given
-:math:`\tilde w` stays bounded as a scale grows, and a draw far out, where the units'
-gradient vanishes, drives the step-size adaptation to a vanishing step that freezes the
+:func:`auto_every` steps, so that they read about four times the data rows of the SG steps
+between them. A draw in warm-up (``interweave_every`` a number) runs only where the data
+refuse the site far out (:func:`refuses_far`): on a network whose units saturate, the
+likelihood given :math:`\tilde w` stays bounded as a scale grows, and a draw far out, where
+the units' gradient vanishes, drives the step-size adaptation to a vanishing step that freezes the
 chain. Whether it runs depends on :math:`\tilde w` and the other sites only, never on
 :math:`g`, so the draw-or-keep leaves the joint posterior invariant as the draw does. After
 warm-up the step is fixed and every due draw runs: on the unit-horseshoe network of
@@ -54,13 +54,16 @@ from numpyro_sgrld.sampler.conditionals import slice_step_from, slice_uniforms
 from numpyro_sgrld.sampler.decentring import SUFFIX, fully_non_centred
 from numpyro_sgrld.sampler.gibbs_control_variates import data_loglik
 
-__all__ = ["AUTO_MIN_EVERY", "FAR", "SATURATION_DROP", "Schedule", "auto_every", "changed",
-           "check_every", "due", "interweave", "interwoven_sites", "mixing_hint", "non_centred",
-           "non_centred_model", "non_centred_update", "on_sweeps", "refuses_far", "schedule",
-           "set_up", "warmup_advice"]
+__all__ = ["AUTO_MIN_EVERY", "AUTO_ROWS", "FAR", "SATURATION_DROP", "Schedule", "auto_every",
+           "changed", "check_every", "due", "interweave", "interwoven_sites", "mixing_hint",
+           "non_centred", "non_centred_model", "non_centred_update", "on_sweeps", "refuses_far",
+           "schedule", "set_up", "warmup_advice"]
 
 #: The fewest SG steps between two non-centred draws that ``interweave_every="auto"`` picks.
 AUTO_MIN_EVERY = 10
+#: How many times the rows of the SG steps between them the non-centred draws of
+#: ``interweave_every="auto"`` read, by the row count (:func:`auto_every`).
+AUTO_ROWS = 4
 #: How far out (unconstrained units) :func:`refuses_far` reads the data's log-likelihood.
 FAR = 16.0
 #: By how much the data's log-likelihood must fall there for the non-centred draw to run.
@@ -96,11 +99,13 @@ def auto_every(elements, plates):
     ``elements`` unconstrained scale elements read about :math:`6 \times` ``elements`` full
     passes of the data (a slice step each), an SG step about :math:`6 n` rows (the gradient,
     about three passes' work, at the minibatch and at the control variates' centre), so every
-    :math:`\max(10, \lceil \mathrm{elements} \cdot N / n \rceil)` steps the draws read about
-    as many rows as the steps between them (:math:`N / n` the largest over the subsample
-    ``plates``; 1 without one)."""
+    :math:`\max(10, \lceil \mathrm{elements} \cdot N / (R\,n) \rceil)` steps the draws read
+    about :data:`AUTO_ROWS` :math:`= R` times as many rows as the steps between them
+    (:math:`N / n` the largest over the subsample ``plates``; 1 without one). A step's cost
+    is mostly not its rows but its fixed work (the sweep, the warm-up's machinery, the
+    control flow), so the draws cost little at that rate (docs/gibbs.md, interweaving)."""
     ratio = max((p.size / p.subsample_size for p in plates), default=1.0)
-    return max(AUTO_MIN_EVERY, math.ceil(elements * ratio))
+    return max(AUTO_MIN_EVERY, math.ceil(elements * ratio / AUTO_ROWS))
 
 
 def schedule(interweave_every, sites, values, model, model_args, model_kwargs, num_warmup,
