@@ -52,7 +52,7 @@ def declared(ridge=True):
     return found if ridge else {k: c._replace(joint=None) for k, c in found.items()}
 
 
-@pytest.mark.parametrize("update", ["ridge", "sweep"])
+@pytest.mark.parametrize("update", ["ridge", pytest.param("sweep", marks=pytest.mark.slow)])
 def test_the_ridge_move_leaves_the_horseshoes_scales_law_invariant(update):
     """The move alone, and the declared sweep (the global scale's draw, the move, the local
     scales' draw), ``SWEEPS`` times from exact draws: the marginals stay exact."""
@@ -97,6 +97,7 @@ def test_the_ridge_move_keeps_every_product_and_runs_only_with_both_scales_swept
     np.testing.assert_array_equal(out["w_global"], plain)
 
 
+@pytest.mark.slow  # 15 s: the half-Cauchy draws' Gamma samplers over 32,000 sweeps
 def test_the_ridge_move_mixes_the_global_scale_given_the_weights():
     """Given a 30-16 layer's weights, the single-site draws cross the ridge by steps of about
     ``1 / sqrt(2 * 480)`` in ``log tau``; with the move, ``log tau``'s ESS over the same
