@@ -7,7 +7,9 @@ defaults, 4 sequential chains of 2,000 warm-up and 20,000 draws, minibatch 32.
 Judged as the network presets are (``benchmarks/references/presets.py``): the test-set
 predictive's total variation to NUTS's ensemble ``a`` and agreement of top classes, against
 the floor (ensemble ``a`` to ``b``) and its band (``within_band``: TV at most twice the floor
-or the floor plus 0.01, agreement at most 0.01 below the floor's); and the scales: each log
+or the floor plus 0.01, agreement at most 0.01 below the floor's; the test points whose top
+class differs from ``a``'s beside the number the two ensembles' Monte Carlo errors alone
+flip on average, ``beyond_noise``, the run's from its chains' ensembles); and the scales: each log
 scale's mean error in reference sds and sd ratio, with the Monte Carlo errors of both runs
 (ESS-based) and the distance between NUTS's two ensembles as the floor; and the same for each
 draw's unit scales sorted (the scales' law up to relabelling the units, which a network's
@@ -41,7 +43,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import numpyro  # noqa: E402
 from numpyro.infer import MCMC  # noqa: E402
-from presets import distances, reference  # noqa: E402
+from presets import beyond_noise, distances, reference  # noqa: E402
 from reference_moments import interweave_label, interweave_option  # noqa: E402
 
 import numpyro_sgrld as ns  # noqa: E402
@@ -159,11 +161,13 @@ def main():
             seconds = time.perf_counter() - start
         warned = [str(w.message) for w in caught if "cannot be trusted" in str(w.message)]
         by_chain = mcmc.get_samples(group_by_chain=True)
-        samples = {k: v for k, v in mcmc.get_samples().items() if k.startswith("net/")}
-        pred = P.predictive(problem if a.non_centred else {**problem,
-                                                           "full": problem["gibbs_full"]},
-                            samples)
+        judged_problem = problem if a.non_centred else {**problem, "full": problem["gibbs_full"]}
+        parts = [P.predictive(judged_problem, {k: v[c] for k, v in by_chain.items()
+                                               if k.startswith("net/")})["probs"]
+                 for c in range(chains)]  # the chains' ensembles; theirs the run's
+        pred = {"chain_probs": np.stack(parts), "probs": np.mean(parts, axis=0)}
         d = distances(problem, pred, ref)
+        noise = beyond_noise(pred, ref)
         run = {s: np.log(np.asarray(by_chain[s], np.float64)) for s in sites}
         err = scale_errors(run, ref_a, ref_b)
         top, floor_top, z, ratios, floor_ratios, ess = worst(err)
@@ -178,6 +182,9 @@ def main():
               f"| {ratios[0]:.2f}–{ratios[1]:.2f} "
               f"({floor_ratios[0]:.2f}–{floor_ratios[1]:.2f}) | {ess:.0f} "
               f"| {'warned' if warned else 'quiet'} | {seconds:.0f} |", flush=True)
+        print(f"  test points whose top class differs from NUTS a's: {noise['flips']} (the two "
+              f"ensembles' Monte Carlo errors alone flip {noise['expected_flips']:.1f} on "
+              "average)")
         for site in sites:  # where each chain's single scales sit, against NUTS's law
             if run[site][0, 0].size == 1:
                 a_ = ref_a[site]
