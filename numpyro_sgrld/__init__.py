@@ -82,7 +82,7 @@ from numpyro_sgrld.sampler.compat import (
     enable_fast_sampling_loop,
     fast_sampling_loop,
 )
-from numpyro_sgrld.sampler.conditionals import CONDITIONAL, Conditional
+from numpyro_sgrld.sampler.conditionals import CONDITIONAL, Conditional, JointMove
 from numpyro_sgrld.sampler.gibbs import SGGibbs, SGGibbsState
 from numpyro_sgrld.sampler.kernel import SGMCMC, SGState
 from numpyro_sgrld.sampler.potentials import auxiliary, minibatch_potential
@@ -99,6 +99,7 @@ __all__ = [
     "SGGibbsState",
     "CONDITIONAL",
     "Conditional",
+    "JointMove",
     "Algorithm",
     "ChainState",
     "Cycles",
