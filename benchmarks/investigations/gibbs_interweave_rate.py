@@ -13,8 +13,6 @@ chain's mean, the per-unit scales' smallest ESS, the predictive's TV and agreeme
 
 import argparse
 import sys
-import time
-import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +21,6 @@ import problems as P  # noqa: E402  (first: it limits XLA to one thread before j
 
 # isort: split
 
-import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import numpyro  # noqa: E402
 from numpyro.infer import MCMC  # noqa: E402
@@ -50,12 +47,7 @@ def run(problem, every, seed):
         kernel = ns.SGGibbs(ns.SGLD(problem["gibbs_model"]))
         mcmc = MCMC(kernel, num_warmup=2000, num_samples=20_000, num_chains=4, thinning=20,
                     chain_method="sequential", progress_bar=False)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            start = time.perf_counter()
-            mcmc.run(jax.random.PRNGKey(seed), *problem["train"])
-            jax.block_until_ready(mcmc.get_samples())
-            seconds = time.perf_counter() - start
+        seconds = P.timed_run(mcmc, seed, problem)
     finally:
         interweaving.schedule = original
     return mcmc, kernel, seconds

@@ -14,8 +14,6 @@ and of ``log tau - log ||W||``; the within-chain correlation of ``log tau`` with
 
 import argparse
 import sys
-import time
-import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +22,6 @@ import problems as P  # noqa: E402  (first: it limits XLA to one thread before j
 
 # isort: split
 
-import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import numpyro  # noqa: E402
 from numpyro.infer import MCMC  # noqa: E402
@@ -57,12 +54,7 @@ def run(problem, ridge, seed):
     kernel = ns.SGGibbs(ns.SGLD(model))
     mcmc = MCMC(kernel, num_warmup=2000, num_samples=20_000, num_chains=4, thinning=5,
                 chain_method="vectorized", progress_bar=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        start = time.perf_counter()
-        mcmc.run(jax.random.PRNGKey(seed), *problem["train"])
-        jax.block_until_ready(mcmc.get_samples())
-        seconds = time.perf_counter() - start
+    seconds = P.timed_run(mcmc, seed, problem)
     s = mcmc.get_samples(group_by_chain=True)
     log_tau = np.log(np.asarray(s[f"{LAYER}_global"], np.float64)).reshape(4, -1)
     log_lam = np.log(np.asarray(s[f"{LAYER}_local"], np.float64))
