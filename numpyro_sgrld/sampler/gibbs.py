@@ -39,19 +39,18 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 from jax import lax, random
-from numpyro import handlers
-from numpyro.distributions import biject_to
 from numpyro.infer.hmc_gibbs import GIBBS_SITES_KWARG, conditioned, with_conditioning
 from numpyro.infer.mcmc import MCMCKernel
-from numpyro.infer.util import constrain_fn, transform_fn
+from numpyro.infer.util import transform_fn
 from numpyro.util import is_prng_key
 
 from numpyro_sgrld.core.gradients import minibatch
-from numpyro_sgrld.data.subsample import as_jax_array, compiled_subsampling, full_batch, structural
+from numpyro_sgrld.data.subsample import as_jax_array, compiled_subsampling
 from numpyro_sgrld.sampler import (
     conditionals,
     decentring,
     gibbs_bias,
+    gibbs_settings,
     gibbs_start,
     gibbs_warmup,
     interweaving,
@@ -108,7 +107,9 @@ class SGGibbs(MCMCKernel):
         it moves every latent site but the Gibbs sites. Its model is conditioned on them in
         place; an adapted step (``step_size=None``) aims at a share of its ``target_bias``
         that falls with the number of children the data say little about
-        (:mod:`~numpyro_sgrld.sampler.gibbs_bias`).
+        (:mod:`~numpyro_sgrld.sampler.gibbs_bias`); built with ``settings=`` from
+        ``learnt_settings`` of an ``SGGibbs`` run, the chains start as that run ended, in its
+        coordinates (:mod:`~numpyro_sgrld.sampler.gibbs_settings`), and nothing is learnt.
     :param gibbs_fn: ``gibbs_fn(rng_key, gibbs_sites, hmc_sites) -> gibbs_sites``, a draw of
         the Gibbs sites (a dict of constrained values) from their conditional given the other
         sites' constrained values, as for NumPyro's ``HMCGibbs``; ``None`` (default): the
@@ -186,6 +187,7 @@ class SGGibbs(MCMCKernel):
                 "gradients at a centre, which the Gibbs sites' moves make stale every sweep: "
                 "build the kernel with gradient=numpyro_sgrld.gradients.minibatch() (the "
                 "default with a given step_size).")
+        self._settings = gibbs_settings.taken(inner_kernel)  # learnt within Gibbs, or None
         if gradient.activate is not None:  # step_size=None's default: the plain minibatch
             algorithm = inner_kernel.algorithm._replace(gradient=minibatch())
             inner_kernel.algorithm, inner_kernel.gradient = algorithm, algorithm.gradient
@@ -267,6 +269,11 @@ class SGGibbs(MCMCKernel):
                 inner = self._with_correction(inner, key_trace, model_args, model_kwargs)
             self.inner_kernel.model = inner
         self._num_warmup = int(num_warmup)
+        learnt = None  # given settings: their start, coordinates and centre; nothing learnt
+        if self._settings is not None:
+            init_params, learnt = gibbs_settings.start(
+                self._settings, init_params, num_chains, self.decentred_sites,
+                self.gibbs_sites, self.control_variates)
         self.inner_kernel.chain_kwargs = (GIBBS_SITES_KWARG, decentring.CURVATURE_KWARG,
                                           gibbs_cv.CV_KWARG)
         at_centre = self.control_variates and init_params is None  # values found below
@@ -281,7 +288,9 @@ class SGGibbs(MCMCKernel):
             self.interweave_every, self.interwoven_sites, latent, plain, model_args,
             model_kwargs, num_warmup, self.gibbs_every)
         centre = None
-        if self.control_variates:  # one centre for the run's chains, where they start
+        if learnt is not None:
+            centre = learnt.centre
+        elif self.control_variates:  # one centre for the run's chains, where they start
             if self._centre is None:
                 self._centre = gibbs_cv.centre(plain, self._sg_sites,
                                                random.fold_in(key_trace, 1), model_args,
@@ -307,7 +316,7 @@ class SGGibbs(MCMCKernel):
             self.gibbs_sites, self.interweave_schedule, self.decentred_sites, self.gibbs_every)
         self.inner_kernel.warmup_advice = interweaving.warmup_advice(self.interweave_schedule)
         curvature = {s: jnp.zeros(jnp.shape(latent[s]), jnp.result_type(latent[s]))
-                     for s in self.decentred_sites}
+                     for s in self.decentred_sites} if learnt is None else learnt.curvature
         sg_params = None
         if init_params is not None:
             sg_params = {k: v for k, v in init_params.items() if k not in self.gibbs_sites}
@@ -315,11 +324,11 @@ class SGGibbs(MCMCKernel):
                 sg_params = self._per_chain(partial(self._decentred_start, model_args=model_args,
                                                     model_kwargs=model_kwargs))(
                     sg_params, latent, curvature)
-        # without the control variates' factor: the kernel's set-up and data checks run the
-        # model as written (the factor's gradient at the centre is no part of them)
+        # the kernel's set-up and data checks run the model without the control variates' factor
         sg_state = self.inner_kernel.init(key_init, num_warmup, sg_params or None, model_args,
                                           self._inner_kwargs(model_kwargs, gibbs, curvature))
         sg_state, children = gibbs_bias.start(sg_state, curvature, num_chains)
+        children = children if learnt is None else learnt.children
         sg_state, self._prior_gradient = kick.armed(sg_state, self.inner_kernel)
         sg_state, self._bias_index, self.inner_kernel.composed_check = bias_check.arm(
             sg_state, gibbs, self._transforms_gibbs, self.decentred_sites, num_chains)
@@ -342,13 +351,11 @@ class SGGibbs(MCMCKernel):
 
     def _with_correction(self, inner, key, model_args, model_kwargs):
         """``inner`` with the control variates' correction."""
-        plain = self._plain_model
         args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
-        trace = handlers.trace(structural(plain, key)).get_trace(*args, **kwargs)
-        self._sg_sites = tuple(n for n, s in trace.items() if s["type"] == "sample"
-                               and not s["is_observed"] and n not in self.gibbs_sites)
-        self._transforms = {n: biject_to(trace[n]["fn"].support) for n in self._sg_sites}
-        return gibbs_cv.corrected(inner, plain, self._sg_sites, args, kwargs)
+        self._transforms = gibbs_start.sg_transforms(self._plain_model, self.gibbs_sites, key,
+                                                     args, kwargs)
+        self._sg_sites = tuple(self._transforms)
+        return gibbs_cv.corrected(inner, self._plain_model, self._sg_sites, args, kwargs)
 
     def _inner_kwargs(self, model_kwargs, gibbs, curvature, centre=None):
         """The SG kernel's keyword arguments: Gibbs values, curvature, control variates' centre."""
@@ -438,8 +445,7 @@ class SGGibbs(MCMCKernel):
                                ({k: state.z[k] for k in self.gibbs_sites}, state.sg_state))
 
     def sample(self, state, model_args, model_kwargs):
-        # vectorised chains step in lockstep: the step's index is one value, and every
-        # branch on it stays a branch (under vmap a batched predicate runs both)
+        # vectorised chains step in lockstep: one index, so a branch on it stays a branch
         i = state.sg_state.i[0] if self._vectorized else state.sg_state.i
         interweave = (interweaving.due(i, self.interweave_schedule)
                       if self.interweave_schedule else None)
@@ -456,7 +462,7 @@ class SGGibbs(MCMCKernel):
             lambda p, g, f: self._centred(p, g, f, model_args, model_kwargs)[1])
         network = bool(self.inner_kernel.network_sites)  # no warm-up: off at step 0
         if self.control_variates and self._control_variate == "auto" and (
-                self._num_warmup or network):
+                self._num_warmup or network) and self._settings is None:
             retest = self._warmup(gibbs_warmup.retest, model_args, model_kwargs, network=network)
             state = lax.cond(i == first_window_start(self._num_warmup), retest,
                              lambda s, g: s, state._replace(sg_state=sg_state), gibbs)
@@ -465,7 +471,7 @@ class SGGibbs(MCMCKernel):
             model_kwargs, gibbs, state.curvature, state.centre))
         state = state._replace(sg_state=sg_state, rng_key=self._per_chain(
             lambda k: random.split(k)[0])(state.rng_key))
-        if self.decentred_sites and self._num_warmup > 0:
+        if self.decentred_sites and self._num_warmup > 0 and self._settings is None:
             learn = self._warmup(gibbs_warmup.learn_curvature, model_args, model_kwargs,
                                  children=self.decentred_sites)
             i = sg_state.i[0] if self._vectorized else sg_state.i
@@ -482,18 +488,12 @@ class SGGibbs(MCMCKernel):
     def postprocess_fn(self, model_args, model_kwargs):
         """Constrained values under the model's own names (and its deterministic sites,
         computed on the full data), as ``NUTS`` on ``full_batch(model)`` returns them."""
-        model_kwargs = {} if model_kwargs is None else model_kwargs
-        model = full_batch(conditioned(self._plain_model))
-        args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
+        return gibbs_start.constrainer(self._plain_model, self.gibbs_sites, model_args,
+                                       model_kwargs)
 
-        def constrain(z):
-            gibbs = {k: z[k] for k in self.gibbs_sites}
-            rest = {k: v for k, v in z.items() if k not in self.gibbs_sites}
-            values = constrain_fn(model, args, with_conditioning(kwargs, gibbs), rest,
-                                  return_deterministic=True)
-            return {**gibbs, **values}
-
-        return constrain
+    def learnt_settings(self, state):
+        """Its run's settings (:func:`~numpyro_sgrld.sampler.gibbs_settings.read`)."""
+        return gibbs_settings.read(self, state)
 
     def get_diagnostics_str(self, state):
         return self.inner_kernel.get_diagnostics_str(state.sg_state)

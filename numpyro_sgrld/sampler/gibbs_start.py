@@ -8,13 +8,15 @@ import jax
 import jax.numpy as jnp
 from numpyro import handlers
 from numpyro.distributions import biject_to
+from numpyro.infer.hmc_gibbs import conditioned, with_conditioning
+from numpyro.infer.util import constrain_fn
 
-from numpyro_sgrld.data.subsample import as_jax_array, structural
+from numpyro_sgrld.data.subsample import as_jax_array, full_batch, structural
 from numpyro_sgrld.sampler import decentring
 from numpyro_sgrld.sampler.setup import NETWORK
 
-__all__ = ["decentred_sites", "latent_values", "mode_start", "outside_blankets",
-           "relabelled_sites", "repeated"]
+__all__ = ["constrainer", "decentred_sites", "latent_values", "mode_start", "outside_blankets",
+           "relabelled_sites", "repeated", "sg_transforms"]
 
 
 def repeated(tree, num_chains):
@@ -107,3 +109,30 @@ def relabelled_sites(trace, gibbs_sites):
     judges up to relabelling (:func:`~numpyro_sgrld.sampler.run_verdict.up_to_relabelling`)."""
     return tuple(sorted(name for name in gibbs_sites if name in trace
                         and (trace[name].get("infer") or {}).get(NETWORK)))
+
+
+def sg_transforms(model, gibbs_sites, key, model_args, model_kwargs):
+    """``{site: transform}``: the constraining transform of each latent site not among the
+    ``gibbs_sites`` (the SG kernel's), from a structural trace of ``model``."""
+    trace = handlers.trace(structural(model, key)).get_trace(*model_args, **model_kwargs)
+    return {n: biject_to(s["fn"].support) for n, s in trace.items()
+            if s["type"] == "sample" and not s["is_observed"] and n not in gibbs_sites}
+
+
+def constrainer(model, gibbs_sites, model_args, model_kwargs):
+    """``z -> values``: a recorded draw of :class:`~numpyro_sgrld.SGGibbs` (the Gibbs sites
+    constrained, the others unconstrained) constrained under the model's own names, with its
+    deterministic sites computed on the full data, as ``NUTS`` on ``full_batch(model)``
+    returns them."""
+    model = full_batch(conditioned(model))
+    args, kwargs = jax.tree.map(as_jax_array, (model_args, {} if model_kwargs is None
+                                                            else model_kwargs))
+
+    def constrain(z):
+        gibbs = {k: z[k] for k in gibbs_sites}
+        rest = {k: v for k, v in z.items() if k not in gibbs_sites}
+        values = constrain_fn(model, args, with_conditioning(kwargs, gibbs), rest,
+                              return_deterministic=True)
+        return {**gibbs, **values}
+
+    return constrain

@@ -51,8 +51,8 @@ from numpyro_sgrld.warmup.steps import init_warmup
 __all__ = ["algorithm", "check_target_bias", "check_algorithm", "check_gradient",
            "check_init_strategy", "check_aux", "check_num_data", "gradient_estimator",
            "with_gradient", "step_size_rule", "target", "init_state", "ahead", "draw",
-           "sample_vectorized", "check_settings", "learnt_algorithm", "chains_init",
-           "kwargs_axes", "first_chain_kwargs",
+           "sample_vectorized", "check_settings", "check_not_gibbs_settings",
+           "learnt_algorithm", "chains_init", "kwargs_axes", "first_chain_kwargs",
            "settings_axis", "start", "diagnostics_str"]
 
 
@@ -303,6 +303,17 @@ def check_settings(settings, step_size, cycles):
     return settings
 
 
+def check_not_gibbs_settings(settings):
+    """Refuse, in a kernel on its own, ``settings`` learnt within
+    :class:`~numpyro_sgrld.SGGibbs` (``SGGibbs`` takes their Gibbs part off the kernel it
+    wraps)."""
+    if settings is not None and settings.gibbs is not None:
+        raise ValueError(
+            "These learnt settings come from a run within SGGibbs: their metric is in the "
+            "coordinates its warm-up learnt for the Gibbs sites' children. Give them back "
+            "within Gibbs, as the run that learnt them: SGGibbs(K(model, settings=learnt)).")
+
+
 def learnt_algorithm(algorithm, settings):
     """``algorithm`` for a kernel given ``settings``: its gradient estimator in the settled
     form the settings' state selects (:attr:`~numpyro_sgrld.core.gradients.GradientEstimator.
@@ -317,7 +328,9 @@ def chains_init(init_one, settings, num_chains, chain_kwargs=()):
     """``init_one(z, key, args, kwargs, num_warmup, settings)`` over ``num_chains``
     vectorised chains (``vmap``; ``None``: one chain started on its own, as is), the
     ``settings`` mapped along their chain axis (:func:`settings_axis`), the keyword arguments
-    named in ``chain_kwargs`` along theirs (:func:`kwargs_axes`)."""
+    named in ``chain_kwargs`` along theirs (:func:`kwargs_axes`); settings learnt within
+    Gibbs refused (:func:`check_not_gibbs_settings`)."""
+    check_not_gibbs_settings(settings)
     axis = settings_axis(settings, num_chains)
     if num_chains is None:
         return init_one

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-__all__ = ["LearntSettings", "learnt_settings"]
+__all__ = ["LearntSettings", "check_adapted", "learnt_settings"]
 
 
 class LearntSettings(NamedTuple):
@@ -50,6 +50,15 @@ class LearntSettings(NamedTuple):
       starts there where ``MCMC.run`` is given no ``init_params``; without a warm-up, a start
       drawn by ``init_strategy`` in the tails would put the way in among the draws.
       ``settings._replace(position=None)`` starts from ``init_strategy``.
+    - **gibbs** – for a run of :class:`~numpyro_sgrld.SGGibbs`, what its warm-up learnt
+      beside the SG kernel's step and metric (the decentred children's data curvature, which
+      fixes the coordinates the metric is learnt in, the control variates' centre, the
+      weakly informed children's count: :mod:`~numpyro_sgrld.sampler.gibbs_settings`), and
+      ``position`` is then as ``SGGibbs`` records it (the Gibbs sites constrained); ``None``
+      for a kernel on its own.
+      Such settings go to ``SGGibbs(K(model, settings=learnt))`` built as the run that learnt
+      them; a kernel on its own refuses them, and ``SGGibbs`` refuses settings learnt outside
+      it.
 
     Give it to a kernel composed as the one that learnt it: ``SGLD(model, settings=learnt)``
     (``step_size`` not given). A kernel of ``C`` chains given the settings of ``C`` chains
@@ -62,6 +71,7 @@ class LearntSettings(NamedTuple):
     metric: Any
     gradient: Any = None
     position: Any = None
+    gibbs: Any = None
 
     @property
     def num_chains(self):
@@ -78,19 +88,35 @@ class LearntSettings(NamedTuple):
         return jax.tree.map(lambda x: x[k], self)
 
 
-def learnt_settings(run):
-    """The :class:`LearntSettings` of a finished run with ``step_size=None``: ``run`` a
-    ``numpyro.infer.MCMC`` (its ``last_state``) or a stochastic-gradient kernel's state
-    (:class:`~numpyro_sgrld.SGState`, e.g. ``mcmc.post_warmup_state``). The step is the one
-    frozen at warm-up's end (for a cyclical preset, the peak of its cycles)."""
-    kernel = getattr(run, "sampler", None)
-    state = getattr(run, "last_state", run)
+def check_adapted(kernel):
+    """Refuse to read settings from a run of ``kernel`` whose step was given: its warm-up
+    learnt nothing."""
     if kernel is not None and getattr(kernel, "settings", None) is None and not getattr(
             kernel, "adapts_step_size", True):
         raise ValueError(
             "This run's step was given (step_size=...): warm-up learnt nothing, and the metric "
             "ran as composed. Run the kernel with step_size=None (the default) to learn the "
             "step and the preconditioner, then read them with learnt_settings(mcmc).")
+
+
+def learnt_settings(run):
+    """The :class:`LearntSettings` of a finished run with ``step_size=None``: ``run`` a
+    ``numpyro.infer.MCMC`` (its ``last_state``) or a stochastic-gradient kernel's state
+    (:class:`~numpyro_sgrld.SGState`, e.g. ``mcmc.post_warmup_state``). The step is the one
+    frozen at warm-up's end (for a cyclical preset, the peak of its cycles). A run of
+    :class:`~numpyro_sgrld.SGGibbs` gives its settings with their Gibbs part
+    (:func:`numpyro_sgrld.sampler.gibbs_settings.read`); read them from the ``MCMC`` run,
+    whose kernel knows the Gibbs sites' transforms."""
+    kernel = getattr(run, "sampler", None)
+    state = getattr(run, "last_state", run)
+    reader = getattr(kernel, "learnt_settings", None)
+    if reader is not None and state is not None:
+        return reader(state)
+    if hasattr(state, "sg_state"):
+        raise TypeError(
+            "This is the state of an SGGibbs run: read its settings from the run, "
+            "learnt_settings(mcmc), whose kernel gives the Gibbs sites' part of them.")
+    check_adapted(kernel)
     if state is None or not all(hasattr(state, f) for f in ("sampler_state", "step_size", "i")):
         raise TypeError(
             "learnt_settings reads a finished numpyro.infer.MCMC run of a stochastic-gradient "
