@@ -286,7 +286,7 @@ class SGGibbs(MCMCKernel):
                 model_kwargs, self.interweave_every)
         self.interweave_schedule = interweaving.schedule(
             self.interweave_every, self.interwoven_sites, latent, plain, model_args,
-            model_kwargs, num_warmup, self.gibbs_every)
+            model_kwargs, num_warmup, self.gibbs_every, None if at_centre else num_chains)
         centre = None
         if learnt is not None:
             centre = learnt.centre

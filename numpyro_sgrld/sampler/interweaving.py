@@ -109,9 +109,10 @@ def auto_every(elements, plates):
 
 
 def schedule(interweave_every, sites, values, model, model_args, model_kwargs, num_warmup,
-             gibbs_every=1):
+             gibbs_every=1, num_chains=None):
     """The :class:`Schedule` of ``interweave_every`` for the interwoven ``sites`` of ``model``
-    (``values``: their values, for their sizes), or ``None``: ``"auto"`` draws after warm-up
+    (``values``: their values, for their sizes; each of ``num_chains`` vectorised chains' along
+    a leading axis, ``None``: one chain's), or ``None``: ``"auto"`` draws after warm-up
     only, every :func:`auto_every` steps rounded up to a multiple of ``gibbs_every`` (the
     draws run within the sweeps, which run every ``gibbs_every``-th step after warm-up); a
     number ``k`` every ``k``-th step in warm-up (a sweep every step) and after it every
@@ -119,7 +120,7 @@ def schedule(interweave_every, sites, values, model, model_args, model_kwargs, n
     if not sites or interweave_every is None:
         return None
     if interweave_every == "auto":
-        elements = sum(int(jnp.size(values[s])) for s in sites)
+        elements = sum(int(jnp.size(values[s])) for s in sites) // (num_chains or 1)
         plates = find_subsample_plates(model, *jax.tree.map(as_jax_array,
                                                             (model_args, model_kwargs)))
         return Schedule(on_sweeps(auto_every(elements, plates), gibbs_every), int(num_warmup))
