@@ -66,17 +66,12 @@ def check_joint(draws):
     assert np.all(np.abs(z) < bonferroni_z(z.size)), z
 
 
-def test_a_users_gibbs_fn_with_sgld_at_its_defaults_samples_the_joint_posterior():
-    """Half the slow set's run of every preset (whose SGLD case is this at full length)."""
-    check_joint(run(ns.SGLD(model), num_samples=2000))
-
-
 #: BNPSGLD's metric reads a network's layer inputs, which this model has none of
 #: (tests/test_bnp.py runs it on networks)
 PRESETS = sorted(set(KERNELS) - {"BNPSGLD"})
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # SGLD's at half length in the default run: tests/test_gibbs_settings.py
 @pytest.mark.parametrize("name", PRESETS)
 def test_a_users_gibbs_fn_works_with_every_preset(name):
     check_joint(run(KERNELS[name](model)))

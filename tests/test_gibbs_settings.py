@@ -110,23 +110,20 @@ def test_the_folded_metric_is_the_site_scaled_one():
             np.testing.assert_allclose(got[k], want[k], rtol=1e-5, err_msg=f"{name} {k}")
 
 
-@pytest.fixture(scope="module")
-def hierarchy_run():
-    """The conjugate hierarchy with a user's ``gibbs_fn``: 4 vectorised chains at the
-    defaults, after warm-up."""
+def test_a_users_gibbs_fn_at_the_defaults_and_its_settings_given_back_sample_the_joint_law():
+    """SGLD within Gibbs at its defaults (4 vectorised chains of 1,000 + 2,000 steps: half the
+    slow set's run of every preset, ``test_gibbs.py``), and its settings given back
+    (``num_warmup=0``): each run's means of ``mu`` and ``x`` and ``mu``'s sd within Bonferroni
+    z of the closed form, the given-back run at the curvature the first learnt. Settings
+    learnt on one side of Gibbs are refused on the other, and by an ``SGGibbs`` built
+    otherwise (one run serves both: a fixture would run once per test worker)."""
     mcmc = MCMC(ns.SGGibbs(ns.SGLD(gaussian_hierarchy), gibbs_fn, ["mu"]), num_warmup=1000,
-                num_samples=100, num_chains=4, chain_method="vectorized", progress_bar=False)
+                num_samples=2000, num_chains=4, chain_method="vectorized", progress_bar=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         mcmc.run(jax.random.PRNGKey(0), Y)
-    return mcmc
-
-
-def test_settings_learnt_within_gibbs_sample_the_joint_posterior_without_warm_up(
-        hierarchy_run):
-    """The default run's settings given back, ``num_warmup=0``: the means of ``mu`` and ``x``
-    and ``mu``'s sd within Bonferroni z of the closed form, the curvature the run learnt."""
-    learnt = ns.learnt_settings(hierarchy_run)
+    check_joint(mcmc.get_samples(group_by_chain=True))
+    learnt = ns.learnt_settings(mcmc)
     again = MCMC(ns.SGGibbs(ns.SGLD(gaussian_hierarchy, settings=learnt), gibbs_fn, ["mu"]),
                  num_warmup=0, num_samples=4000, num_chains=4, chain_method="vectorized",
                  progress_bar=False)
@@ -134,9 +131,6 @@ def test_settings_learnt_within_gibbs_sample_the_joint_posterior_without_warm_up
     np.testing.assert_array_equal(again.last_state.curvature["x"], learnt.gibbs.curvature["x"])
     check_joint(again.get_samples(group_by_chain=True))
 
-
-def test_settings_learnt_on_one_side_of_gibbs_are_refused_on_the_other(hierarchy_run):
-    learnt = ns.learnt_settings(hierarchy_run)
     with pytest.raises(ValueError, match="within SGGibbs"):  # a kernel on its own
         MCMC(ns.SGLD(gaussian_hierarchy, settings=learnt), num_warmup=0, num_samples=5,
              num_chains=4, chain_method="vectorized", progress_bar=False).run(
@@ -149,4 +143,4 @@ def test_settings_learnt_on_one_side_of_gibbs_are_refused_on_the_other(hierarchy
     with pytest.raises(ValueError, match="decentred sites"):
         kernel.init(jax.random.split(jax.random.PRNGKey(0), 4), 0, None, (Y,), {})
     with pytest.raises(TypeError, match="from the run"):
-        ns.learnt_settings(hierarchy_run.last_state)
+        ns.learnt_settings(mcmc.last_state)
