@@ -4,8 +4,8 @@ regression (the centred model of ``benchmarks/accuracy/gibbs_sparse_logistic.py`
 For each seed, the default run (4 vectorised chains of 2,000 + 20,000 from that one point) and
 the same kernel run again with a full warm-up from four points apart (``init_params``: the
 first run's four last positions, each a draw of the posterior), each with its smallest bulk
-ESS over ``log tau``, ``log lam`` and ``w`` (and on each half of its draws) and its largest
-split R-hat::
+ESS over ``log tau``, ``log lam`` and ``w`` (and on each half of its draws), its largest
+split R-hat and how many chains kept their control variates (``state.centre.on``)::
 
     python benchmarks/record.py docs/results/gibbs_common_start_ess.json -- \\
         python benchmarks/investigations/gibbs_common_start_ess.py --seeds 0 1 2
@@ -48,8 +48,9 @@ def main():
     X, y = lr.load_german_credit()
     X, y = jnp.asarray(X), jnp.asarray(y)
     model = partial(centred, subsample_size=100)
-    print("| seed | start | min bulk ESS (coordinate) | first half | second half | max R-hat |")
-    print("|---|---|---|---|---|---|")
+    print("| seed | start | min bulk ESS (coordinate) | first half | second half | max R-hat "
+          "| chains with control variates |")
+    print("|---|---|---|---|---|---|---|")
     for seed in a.seeds:
         last = None
         for label in ("one point (the default)", "four points apart"):
@@ -60,8 +61,9 @@ def main():
                 mcmc.run(jax.random.PRNGKey(seed if last is None else seed + 200), X, y,
                          init_params=last)
             ess, where, first, second, rhat = readings(mcmc)
+            on = int(np.sum(np.asarray(mcmc.last_state.centre.on)))
             print(f"| {seed} | {label} | {ess:.0f} ({where}) | {first:.0f} | {second:.0f} | "
-                  f"{rhat:.3f} |", flush=True)
+                  f"{rhat:.3f} | {on} of 4 |", flush=True)
             last = mcmc.last_state.z
 
 
