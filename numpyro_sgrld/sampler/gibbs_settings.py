@@ -82,10 +82,9 @@ def read(kernel, state):
     :class:`~numpyro_sgrld.SGGibbs` ``kernel`` (its last ``state``): the SG kernel's, with the
     outside sites' step factors written into a learnt constant metric, the position as the
     run records it and the :class:`GibbsSettings`."""
-    inner = kernel.inner_kernel
+    inner, sg = kernel.inner_kernel, state.sg_state
     check_adapted(inner)
-    settings = learnt_settings(state.sg_state)
-    sg = state.sg_state
+    settings = learnt_settings(sg)
     metric = settings.metric
     if inner.site_scale is not None:  # after warm-up: 1 / bias_share on the outside sites
         factors = inner.site_scale(sg.i, sg.warmup)
