@@ -137,6 +137,40 @@ SLOW = frozenset(
         "tests/test_adapter.py::test_progress_bar_diagnostics_string",
         "tests/test_chains.py::test_jit_model_args_gives_the_same_samples",
         "tests/test_adapter.py::test_potential_fn_interface",
+        "tests/test_gibbs.py::test_a_networks_decentred_weights_are_judged_as_a_networks",
+        "tests/test_gibbs.py::test_a_networks_per_unit_scales_are_judged_up_to_relabelling",
+        "tests/test_gibbs.py::test_a_networks_control_variates_are_turned_off_by_the_retest",
+        "tests/test_gibbs.py::test_without_a_gibbs_fn_the_updates_the_priors_declare_run",
+        "tests/test_gibbs.py::test_the_verdict_notes_what_it_cannot_see_within_gibbs",
+        "tests/test_gibbs.py::test_warm_up_retests_the_control_variates_after_its_approach",
+        "tests/test_sampling_loop.py::"
+        "test_the_loop_over_steps_has_a_known_trip_count_and_no_branch[SGLD]",
+        "tests/test_interweave_schedule.py::"
+        "test_the_auto_rate_counts_one_chains_elements_with_vectorised_chains",
+        "tests/test_composition.py::"
+        "test_the_step_takes_its_step_size_as_an_input_and_its_state_holds_no_warm_up",
+        "tests/test_gibbs_kick.py::test_the_half_kick_is_carried_for_a_model_given_numpy_data",
+        "tests/test_gibbs_kick.py::"
+        "test_a_step_without_a_sweep_leaves_the_closing_half_kick_as_its_own",
+        "tests/test_adapter.py::test_extra_fields_and_thinning",
+        "tests/test_one_verdict.py::test_a_run_of_four_chains_gets_one_verdict[vectorized]",
+        "tests/test_verdict_rules.py::test_mixed_runs_pass_the_rhat_rule_at_its_family_error[4]",
+        "tests/test_gibbs.py::"
+        "test_chains_started_away_from_the_centre_keep_control_variates_only_where_they_pay[mode]",
+        "tests/test_gibbs.py::"
+        "test_the_control_variates_centre_is_searched_with_the_children_non_centred",
+        "tests/test_composition.py::test_an_algorithm_value_gives_the_draws_of_its_pieces",
+        "tests/test_interweave_schedule.py::"
+        "test_a_sweep_draws_non_centred_after_warm_up_whatever_the_far_test_says[True]",
+        "tests/test_interweave_schedule.py::"
+        "test_a_number_of_steps_interweaves_on_the_sweeps_after_warm_up[10-4-31]",
+        "tests/test_interweave_schedule.py::"
+        "test_a_number_of_steps_interweaves_on_the_sweeps_after_warm_up[7-1-30]",
+        "tests/test_verdict_rules.py::test_runs_far_below_the_trusted_ess_fail[4]",
+        "tests/test_adaptation.py::"
+        "test_the_frozen_step_is_the_bias_target_on_a_noiseless_gaussian[baoab]",
+        "tests/test_equipartition.py::"
+        "test_readings_and_their_errors_agree_with_exact_values_over_replicates[0.95]",
     ]
 )
 
