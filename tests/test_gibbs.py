@@ -794,6 +794,31 @@ def test_warm_up_retests_the_control_variates_after_its_approach(monkeypatch):
     np.testing.assert_array_equal(np.asarray(mcmc.last_state.centre.on), [False, False])
 
 
+def signed_modes(y):
+    """``th ~ N(0, s)``, ``y_i ~ N(th^2, 1)`` in 4 coordinates: the data set ``th^2`` near 4,
+    so the posterior has 16 modes, one for each pattern of signs, ``s`` a Gibbs site."""
+    s = numpyro.sample("s", dist.HalfNormal(5.0))
+    th = numpyro.sample("th", dist.Normal(0.0, s).expand([4]).to_event(1))
+    with numpyro.plate("data", y.shape[0], subsample_size=20) as idx:
+        numpyro.sample("y", dist.Normal(th ** 2, 1.0).to_event(1), obs=y[idx])
+
+
+def test_each_chain_searches_its_own_centre_so_that_chains_in_other_modes_are_seen():
+    """Each chain's control variates' centre is a mode searched from its own prior draw, and
+    the chain starts there: on a posterior of 16 modes (:func:`signed_modes`) four chains find
+    more than one (all four in one mode has probability 16^-3), and the verdict says the
+    draws cannot be trusted. With one centre for every chain, every chain started in one
+    mode and the run was quiet, its means 2 sd from the posterior's 0."""
+    y = np.asarray(jax.random.normal(jax.random.PRNGKey(3), (200, 4)) + 4.0)
+    mcmc = MCMC(ns.SGGibbs(ns.SGLD(signed_modes)), num_warmup=200, num_samples=300,
+                num_chains=4, chain_method="vectorized", progress_bar=False)
+    with pytest.warns(UserWarning, match="cannot be trusted"):
+        mcmc.run(jax.random.PRNGKey(0), y)
+    signs = np.sign(np.asarray(mcmc.last_state.centre.values["th"]))
+    assert len({tuple(row) for row in signs}) > 1, signs
+    assert np.all(np.asarray(mcmc.last_state.centre.on))
+
+
 def test_control_variates_at_the_centre_are_the_plain_gradients_where_off():
     """A chain whose control variates are off steps with the plain minibatch gradient: the
     SG kernel's model gives the same gradient as without the centre."""

@@ -208,7 +208,7 @@ class SGGibbs(MCMCKernel):
         self._control_variate = control_variate
         #: Whether the SG kernel's gradient has control variates (known after :meth:`init`).
         self.control_variates = None
-        self._centre = None  # the control variates' centre, found by the first chain's init
+        self._centre_search = None  # key -> a chain's control variates' centre
         self._decentre = bool(decentre)
         #: The Gibbs sites' Gaussian children the SG kernel moves partially non-centred
         #: (known after :meth:`init`; :mod:`numpyro_sgrld.sampler.decentring`).
@@ -290,19 +290,19 @@ class SGGibbs(MCMCKernel):
         centre = None
         if learnt is not None:
             centre = learnt.centre
-        elif self.control_variates:  # one centre for the run's chains, where they start
-            if self._centre is None:
-                self._centre = gibbs_cv.centre(plain, self._sg_sites,
-                                               random.fold_in(key_trace, 1), model_args,
-                                               model_kwargs, children=self.decentred_sites)
-            centre = self._centre
+        elif self.control_variates:  # each chain's own centre, searched from its prior draw
+            if self._centre_search is None:
+                self._centre_search = gibbs_cv.centre_search(
+                    plain, self._sg_sites, model_args, model_kwargs,
+                    children=self.decentred_sites)
+            centre = jax.jit(self._per_chain(self._centre_search))(
+                self._per_chain(lambda k: random.fold_in(k, 1))(chains_key_trace))
             if init_params is None:
                 init_params = gibbs_start.mode_start(centre, self.gibbs_sites,
-                                                     self._transforms, num_chains)
+                                                     self._transforms)
                 latent, _ = gibbs_start.latent_values(
                     plain, self.gibbs_sites, init_params, chains_key_trace, model_args,
                     model_kwargs, num_chains)
-            centre = gibbs_start.repeated(centre, num_chains)  # each chain's state holds it
             if not at_centre and self._control_variate == "auto":  # kept where they pay
                 centre = self._per_chain(partial(
                     gibbs_cv.at_start, plain, transforms=transforms, model_args=model_args,

@@ -56,8 +56,8 @@ from numpyro_sgrld.sampler.decentring import CURVATURE_KWARG, SUFFIX, fully_non_
 from numpyro_sgrld.sampler.potentials import minibatch_potential
 
 __all__ = ["CV_KWARG", "FACTOR", "NOISE_LIMIT", "ModelCentre", "applies", "at_start", "centre",
-           "check_likelihood_free_of", "check_option", "corrected", "data_loglik", "noise",
-           "pays", "retested"]
+           "centre_search", "check_likelihood_free_of", "check_option", "corrected",
+           "data_loglik", "noise", "pays", "retested"]
 
 #: The keyword argument that carries the :class:`ModelCentre` to the SG kernel's model.
 CV_KWARG = "_sgrld_model_centre"
@@ -97,38 +97,51 @@ def data_loglik(model, values, model_args, model_kwargs, excluded=()):
     return total
 
 
-def centre(model, sg_sites, key, model_args, model_kwargs, num_steps=1000, children=()):
-    """The :class:`ModelCentre`: an approximate mode (Adam on minibatches from a prior draw,
-    every latent site unconstrained) and the full-data gradient of the log-likelihood in the SG
-    sites there. The mode is searched with ``children`` (Gaussian sites under Gibbs-updated
-    scales) non-centred, as ``LocScaleReparam(0)`` writes them: a centred hierarchy's density
-    is unbounded where a scale and its children collapse to 0 together, so a mode search in
-    its own coordinates may end there; the non-centred form has no such point."""
+def centre_search(model, sg_sites, model_args, model_kwargs, num_steps=1000, children=()):
+    """``key -> ModelCentre``, a pure function (``jax.jit`` and ``jax.vmap`` it): from the
+    key's prior draw, an approximate mode (Adam on minibatches, every latent site
+    unconstrained) and the full-data gradient of the log-likelihood in the SG sites there.
+    The mode is searched with ``children`` (Gaussian sites under Gibbs-updated scales)
+    non-centred, as ``LocScaleReparam(0)`` writes them: a centred hierarchy's density is
+    unbounded where a scale and its children collapse to 0 together, so a mode search in its
+    own coordinates may end there; the non-centred form has no such point."""
     args, kwargs = jax.tree.map(as_jax_array, (model_args, model_kwargs))
-    key_start, key_mode = random.split(key)
     search = fully_non_centred(model, children) if children else model
-    trace = handlers.trace(handlers.seed(search, key_start)).get_trace(*args, **kwargs)
-    latent = {n: s for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"]}
-    transforms = {n: biject_to(s["fn"].support) for n, s in latent.items()}
-    start = {n: transforms[n].inv(s["value"]) for n, s in latent.items()}
     plates = find_subsample_plates(model, args, kwargs)
     potential = minibatch_potential(search, args, kwargs)
 
     def draw(k):  # with replacement: O(n) a draw, not a permutation of all N rows
         return draw_indices(k, plates, None)[0]
 
-    mode = jax.jit(lambda z, k: find_mode(potential, z, k, draw, num_steps))(start, key_mode)
-    values = {n: transforms[n](v) for n, v in mode.items()}
-    if children:  # the children's centred values at the mode
-        at_mode = handlers.trace(structural(handlers.substitute(search, data=values)))
-        sites = at_mode.get_trace(*args, **kwargs)
-        values = {n: v for n, v in values.items() if n not in {c + SUFFIX for c in children}}
-        values.update({c: sites[c]["value"] for c in children})
-    theta = {n: values[n] for n in sg_sites}
-    rest = {n: v for n, v in values.items() if n not in sg_sites}
-    grad = jax.jit(jax.grad(lambda t: data_loglik(full_batch(model), {**rest, **t}, args,
-                                                  kwargs)))(theta)
-    return ModelCentre(theta, grad, values, jnp.ones((), bool))
+    def found(key):
+        key_start, key_mode = random.split(key)
+        trace = handlers.trace(handlers.seed(search, key_start)).get_trace(*args, **kwargs)
+        latent = {n: s for n, s in trace.items()
+                  if s["type"] == "sample" and not s["is_observed"]}
+        transforms = {n: biject_to(s["fn"].support) for n, s in latent.items()}
+        start = {n: transforms[n].inv(s["value"]) for n, s in latent.items()}
+        mode = find_mode(potential, start, key_mode, draw, num_steps)
+        values = {n: transforms[n](v) for n, v in mode.items()}
+        if children:  # the children's centred values at the mode
+            at_mode = handlers.trace(structural(handlers.substitute(search, data=values)))
+            sites = at_mode.get_trace(*args, **kwargs)
+            values = {n: v for n, v in values.items()
+                      if n not in {c + SUFFIX for c in children}}
+            values.update({c: sites[c]["value"] for c in children})
+        theta = {n: values[n] for n in sg_sites}
+        rest = {n: v for n, v in values.items() if n not in sg_sites}
+        grad = jax.grad(lambda t: data_loglik(full_batch(model), {**rest, **t}, args,
+                                              kwargs))(theta)
+        return ModelCentre(theta, grad, values, jnp.ones((), bool))
+
+    return found
+
+
+def centre(model, sg_sites, key, model_args, model_kwargs, num_steps=1000, children=()):
+    """The :class:`ModelCentre` that :func:`centre_search` finds from ``key``: one compiled
+    program."""
+    return jax.jit(centre_search(model, sg_sites, model_args, model_kwargs, num_steps,
+                                 children))(key)
 
 
 def noise(model, centre, values, spreads, key, model_args, model_kwargs):

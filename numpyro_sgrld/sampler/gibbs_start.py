@@ -26,12 +26,11 @@ def repeated(tree, num_chains):
     return jax.tree.map(lambda x: jnp.broadcast_to(x, (num_chains, *jnp.shape(x))), tree)
 
 
-def mode_start(centre, gibbs_sites, transforms, num_chains=None):
+def mode_start(centre, gibbs_sites, transforms):
     """The control variates' centre's mode as ``init_params`` (the Gibbs sites constrained,
-    the SG sites unconstrained by ``transforms``, as ``SGGibbs.init`` reads them), for
-    ``num_chains`` vectorised chains."""
-    start = {k: v if k in gibbs_sites else transforms[k].inv(v) for k, v in centre.mode.items()}
-    return repeated(start, num_chains)
+    the SG sites unconstrained by ``transforms``, as ``SGGibbs.init`` reads them); each
+    chain's, where the centre holds one per chain."""
+    return {k: v if k in gibbs_sites else transforms[k].inv(v) for k, v in centre.mode.items()}
 
 
 def latent_values(model, gibbs_sites, init_params, key, model_args, model_kwargs,
