@@ -15,12 +15,13 @@ non-centred as the reference writes the model; every 25th draw: 8 a chain)::
     python benchmarks/record.py docs/results/gibbs_network_stationarity.json -- \\
         python benchmarks/investigations/gibbs_network_stationarity.py
 
-It also prints, for the default's start (the control variates' mode search, where
-every chain starts without ``init_params``), the first layer's weight norm there, the norm
+It also prints, for the default's start (the control variates' mode search, each chain's
+own, where the chain starts without ``init_params``; the first chain's), the first layer's
+weight norm there, the norm
 its scales make typical a priori, and the global log scale the first sweep draws given those
 weights (``priors.half_cauchy_draw``, 1,000 draws): why the default's chains leave that
 start at once. A second table gives, at each start, the control variates' gradient noise
-(centred at the default's mode search) over the plain minibatch gradient's
+(centred at the chain's own mode search) over the plain minibatch gradient's
 (``gibbs_control_variates.noise``), whether the chain kept them (``SGGibbs`` keeps them where
 that is at most a quarter), and the chain's mean global log scale over its draws. The
 error's standard error takes the 32 chains as independent draws (the starts are 25 NUTS
@@ -54,11 +55,12 @@ GLOBAL, LOCAL = "net/mlp/linear_0/w_global", "net/mlp/linear_0/w_local"
 WEIGHTS = "net/mlp/linear_0/w"
 
 
-def mode_start(kernel):
-    """The default's start (the centre's mode) as a line: the first layer's weight norm, the
-    norm its scales make typical (``E|w|^2 = sum (m tau lam_j)^2`` over the weights), and the
-    global log scale the first sweep draws given the weights (mean and sd of 1,000 draws)."""
-    mode = kernel._centre.mode
+def mode_start(centre):
+    """A default chain's start (``centre``'s mode, one chain's) as a line: the first layer's
+    weight norm, the norm its scales make typical (``E|w|^2 = sum (m tau lam_j)^2`` over the
+    weights), and the global log scale the first sweep draws given the weights (mean and sd
+    of 1,000 draws)."""
+    mode = centre.mode
     w, tau, lam = (np.asarray(mode[k], np.float64) for k in (WEIGHTS, GLOBAL, LOCAL))
     base = ns.priors.he_scale(w.shape)
     typical = np.sqrt(np.sum((base * tau * np.broadcast_to(lam, w.shape)) ** 2))
@@ -126,8 +128,9 @@ def main():
         warm = mcmc.get_samples(group_by_chain=True)
         mcmc.run(mcmc.post_warmup_state.rng_key, *problem["train"])
     draws = mcmc.get_samples(group_by_chain=True)
-    if kernel._centre is not None:
-        print(mode_start(kernel))
+    centres = mcmc.last_state.centre if kernel.control_variates else None  # each chain's
+    if centres is not None:
+        print(mode_start(jax.tree.map(lambda x: x[0], centres)) + " (the first chain's)")
     print(f"SGGibbs(SGLD){'' if a.control_variate == 'auto' else ', control_variate=None'}, "
           f"{chains} vectorised chains from the NUTS draws")
     print("| stage | steps | global log scale mean | error (NUTS sd) ± se | sd ratio "
@@ -144,8 +147,7 @@ def main():
     pooled = np.log(np.asarray(draws[GLOBAL]))
     print(f"  every chain's mean global log scale over its draws: min {pooled.mean(1).min():.2f}"
           f", max {pooled.mean(1).max():.2f}")
-    centre = kernel._centre  # the default's mode search, found at init
-    kept = np.asarray(mcmc.last_state.centre.on) if centre is not None else np.zeros(chains)
+    kept = np.asarray(centres.on) if centres is not None else np.zeros(chains)
     print("each start's gradient noise with control variates over the plain gradient's")
     print("| chain | start's global log scale | noise ratio | control variates "
           "| mean global log scale |")
@@ -153,7 +155,8 @@ def main():
     for c in range(chains):
         values = {k: v[c] for k, v in init.items()}
         ratio = np.nan
-        if centre is not None:
+        if centres is not None:
+            centre = jax.tree.map(lambda x, c=c: x[c], centres)
             scales = decentring.loc_scale(problem["gibbs_model"], kernel.decentred_sites,
                                           values, problem["train"], {})
             plain, centred = gibbs_cv.noise(

@@ -126,9 +126,9 @@ class SGGibbs(MCMCKernel):
         every step; every step in warm-up whatever it is).
     :param control_variate: ``"auto"`` (default): the SG kernel's gradient has control
         variates centred at a mode in the model's own coordinates
-        (:mod:`~numpyro_sgrld.sampler.gibbs_control_variates`; found once, by the first
-        chain's ``init``, and every chain starts there; each chain keeps them only where they
-        do not raise the gradient's noise, tested at a start given by ``init_params`` and
+        (:mod:`~numpyro_sgrld.sampler.gibbs_control_variates`; each chain's own, searched
+        from its own prior draw, and the chain starts there; each chain keeps them only where
+        they do not raise the gradient's noise, tested at a start given by ``init_params`` and
         after warm-up's approach, a network's then off: ``gibbs_cv.pays``) wherever no
         observed site depends on a Gibbs site; ``"mode"``: required (refused where one does,
         never tested); ``None``: the plain minibatch gradient.

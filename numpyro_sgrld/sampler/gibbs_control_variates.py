@@ -14,7 +14,7 @@ decentred sites are :math:`u = (w - \mu)/c`), so a centre held there would need 
 full-data gradient every sweep. In the model's coordinates :math:`\theta` (the SG sites'
 constrained values, the weights :math:`w` themselves) the log-likelihood does not depend on a
 Gibbs site that no observed site depends on — the data-free sites :class:`~numpyro_sgrld.SGGibbs`
-finds — so one centre and one full-data gradient serve the whole run. The correction
+finds — so one centre and one full-data gradient serve a chain's whole run. The correction
 :math:`\Delta = \nabla\ell(\theta_0) - \nabla\ell_B(\theta_0)` (the step's minibatch) enters the
 SG kernel's model as the factor :math:`\langle\Delta, \theta(u)\rangle` with :math:`\Delta` held
 constant, whose gradient in the kernel's coordinates is :math:`J(u)^\top\Delta`: the
@@ -22,7 +22,9 @@ correction mapped through the coordinates' Jacobian (:math:`\mathrm{diag}(c)` fo
 site). Each step costs a second minibatch gradient, at the centre.
 
 The centre is an approximate posterior mode (:func:`~numpyro_sgrld.core.estimators.find_mode`:
-Adam on minibatch gradients of the model's potential over every latent site, unconstrained).
+Adam on minibatch gradients of the model's potential over every latent site, unconstrained),
+each chain's own, searched from the chain's own prior draw (:func:`centre_search`), where the
+chain starts: chains that find other modes start apart, and R-hat sees them.
 The estimator is unbiased wherever the chain is, but its noise grows with the chain's distance
 from the centre (Baker et al. 2019), and a network's posterior lies far from its mode: on the
 unit-horseshoe MLP of ``docs/benchmarks.md`` control variates at the mode leave the noise at
