@@ -1,7 +1,8 @@
 """Whether the chains' common start moves what the verdict reads: on German credit's sparse
 regression (the centred model of ``benchmarks/accuracy/gibbs_sparse_logistic.py``),
-``SGGibbs(SGLD(model))`` at its defaults starts every chain at the control variates' mode.
-For each seed, the default run (4 vectorised chains of 2,000 + 20,000 from that one point) and
+``SGGibbs(SGLD(model))`` at its defaults starts each chain at its own control variates'
+mode search (before commit 04f80bb: every chain at one mode, the record at 3a9496e).
+For each seed, the default run (4 vectorised chains of 2,000 + 20,000 from those points) and
 the same kernel run again with a full warm-up from four points apart (``init_params``: the
 first run's four last positions, each a draw of the posterior), each with its smallest bulk
 ESS over ``log tau``, ``log lam`` and ``w`` (and on each half of its draws), its largest
