@@ -819,6 +819,44 @@ def test_each_chain_searches_its_own_centre_so_that_chains_in_other_modes_are_se
     assert np.all(np.asarray(mcmc.last_state.centre.on))
 
 
+def test_a_second_init_on_other_data_searches_the_centres_on_them():
+    """``init`` again with other data sets up again what was set up from the data: each
+    chain's control variates' centre and its full-data gradient are a fresh kernel's (before,
+    the first data's centre stayed, and its gradient biased every step of the second run)."""
+    X, y = one_sided_data()
+    kernel = ns.SGGibbs(ns.SGLD(scaled_logistic, step_size=1e-3))
+    kernel.init(jax.random.PRNGKey(0), 10, None, (X, y), {})
+    again = kernel.init(jax.random.PRNGKey(1), 10, None, (X, 1 - y), {})
+    fresh = ns.SGGibbs(ns.SGLD(scaled_logistic, step_size=1e-3)).init(
+        jax.random.PRNGKey(1), 10, None, (X, 1 - y), {})
+    for a, b in zip(jax.tree.leaves((again.centre, again.z)),
+                    jax.tree.leaves((fresh.centre, fresh.z))):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert np.all(np.asarray(again.centre.values["w"]) < 0)  # every label 0: weights negative
+
+
+@pytest.mark.slow
+def test_a_second_run_on_other_data_draws_what_a_fresh_kernel_draws():
+    """``mcmc.run`` again with other data sets up again what was set up from the data: the
+    control variates' centres (their full-data gradients), the non-centred draws. Before, the
+    second run kept the first data's centre, and on a Gaussian likelihood that gradient gave
+    back the first data's posterior exactly."""
+    X, y = one_sided_data()
+    other = 1 - np.asarray(y)
+    runs = []
+    for first in (y, None):
+        mcmc = MCMC(ns.SGGibbs(ns.SGLD(scaled_logistic, step_size=1e-3)), num_warmup=20,
+                    num_samples=50, progress_bar=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if first is not None:
+                mcmc.run(jax.random.PRNGKey(0), X, first)
+            mcmc.run(jax.random.PRNGKey(1), X, other)
+        runs.append(np.asarray(mcmc.get_samples()["w"]))
+    np.testing.assert_allclose(runs[0], runs[1], rtol=1e-5, atol=1e-6)
+    assert np.all(runs[0] < 0)  # every label 0 now: the weights negative
+
+
 def test_control_variates_at_the_centre_are_the_plain_gradients_where_off():
     """A chain whose control variates are off steps with the plain minibatch gradient: the
     SG kernel's model gives the same gradient as without the centre."""

@@ -208,7 +208,7 @@ class SGGibbs(MCMCKernel):
         self._control_variate = control_variate
         #: Whether the SG kernel's gradient has control variates (known after :meth:`init`).
         self.control_variates = None
-        self._centre_search = None  # key -> a chain's control variates' centre
+        self._centre_search = self._data = None  # a chain's centre search; the last init's data
         self._decentre = bool(decentre)
         #: The Gibbs sites' Gaussian children the SG kernel moves partially non-centred
         #: (known after :meth:`init`; :mod:`numpyro_sgrld.sampler.decentring`).
@@ -240,6 +240,9 @@ class SGGibbs(MCMCKernel):
     @compiled_subsampling
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
         model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
+        if gibbs_start.other_data(self._data, model_args, model_kwargs):  # set up for them
+            self.decentred_sites = self.interwoven_sites = self._centre_search = None
+        self._data = jax.tree.leaves((model_args, model_kwargs))
         self._vectorized = not is_prng_key(rng_key)
         if self._vectorized:  # a key per chain: (chains, 2)
             keys = jax.vmap(partial(random.split, num=3))(rng_key)
@@ -291,10 +294,8 @@ class SGGibbs(MCMCKernel):
         if learnt is not None:
             centre = learnt.centre
         elif self.control_variates:  # each chain's own centre, searched from its prior draw
-            if self._centre_search is None:
-                self._centre_search = gibbs_cv.centre_search(
-                    plain, self._sg_sites, model_args, model_kwargs,
-                    children=self.decentred_sites)
+            self._centre_search = self._centre_search or gibbs_cv.centre_search(
+                plain, self._sg_sites, model_args, model_kwargs, children=self.decentred_sites)
             centre = jax.jit(self._per_chain(self._centre_search))(
                 self._per_chain(lambda k: random.fold_in(k, 1))(chains_key_trace))
             if init_params is None:
@@ -395,8 +396,7 @@ class SGGibbs(MCMCKernel):
             self.inner_kernel.setup.trace, self.gibbs_sites))}
 
     def _recorded(self, state, gibbs, model_args, model_kwargs):
-        """What ``MCMC`` records: the Gibbs sites, the SG sites (unconstrained, decentred ones
-        centred)."""
+        """What ``MCMC`` records: the Gibbs sites, the SG sites (unconstrained, centred)."""
         z = state.sg_state.z
         if self.decentred_sites:
             sites = transform_fn(self.inner_kernel.setup.inv_transforms, z)

@@ -15,8 +15,8 @@ from numpyro_sgrld.data.subsample import as_jax_array, full_batch, structural
 from numpyro_sgrld.sampler import decentring
 from numpyro_sgrld.sampler.setup import NETWORK
 
-__all__ = ["constrainer", "decentred_sites", "latent_values", "mode_start", "outside_blankets",
-           "relabelled_sites", "repeated", "sg_transforms"]
+__all__ = ["constrainer", "decentred_sites", "latent_values", "mode_start", "other_data",
+           "outside_blankets", "relabelled_sites", "repeated", "sg_transforms"]
 
 
 def repeated(tree, num_chains):
@@ -24,6 +24,16 @@ def repeated(tree, num_chains):
     if num_chains is None:
         return tree
     return jax.tree.map(lambda x: jnp.broadcast_to(x, (num_chains, *jnp.shape(x))), tree)
+
+
+def other_data(seen, model_args, model_kwargs):
+    """Whether ``model_args`` and ``model_kwargs`` hold other arrays than ``seen`` (an earlier
+    init's leaves; ``None``: none yet), so that what ``SGGibbs`` set up from the data (the
+    decentred sites and control variates' model, the non-centred draws, the centres' search)
+    is set up again: a centre's full-data gradient from other data biases every gradient."""
+    leaves = jax.tree.leaves((model_args, model_kwargs))
+    return seen is not None and (len(seen) != len(leaves)
+                                 or any(a is not b for a, b in zip(seen, leaves)))
 
 
 def mode_start(centre, gibbs_sites, transforms):
