@@ -32,7 +32,7 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 #: Tests that run only in the slow set (``pytest -m slow``), besides those marked where they
-#: are written: each takes about 6 s or more in one process (``pytest -p no:xdist
+#: are written: each takes about 4 s or more in one process (``pytest -p no:xdist
 #: --durations=60``), most of it compiling, and the default run must stay under five minutes
 #: on two cores. The modules they test keep faster tests in
 #: the default run.
