@@ -13,7 +13,7 @@ from numpyro.infer.util import constrain_fn
 
 from numpyro_sgrld.data.subsample import as_jax_array, full_batch, structural
 from numpyro_sgrld.sampler import decentring
-from numpyro_sgrld.sampler.setup import NETWORK
+from numpyro_sgrld.sampler.setup import NETWORK, same_leaves
 
 __all__ = ["constrainer", "decentred_sites", "latent_values", "mode_start", "other_data",
            "outside_blankets", "relabelled_sites", "repeated", "sg_transforms"]
@@ -31,9 +31,7 @@ def other_data(seen, model_args, model_kwargs):
     init's leaves; ``None``: none yet), so that what ``SGGibbs`` set up from the data (the
     decentred sites and control variates' model, the non-centred draws, the centres' search)
     is set up again: a centre's full-data gradient from other data biases every gradient."""
-    leaves = jax.tree.leaves((model_args, model_kwargs))
-    return seen is not None and (len(seen) != len(leaves)
-                                 or any(a is not b for a, b in zip(seen, leaves)))
+    return seen is not None and not same_leaves(seen, jax.tree.leaves((model_args, model_kwargs)))
 
 
 def mode_start(centre, gibbs_sites, transforms):

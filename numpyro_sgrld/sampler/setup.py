@@ -38,6 +38,7 @@ __all__ = [
     "infer_num_data",
     "network_sites",
     "note_full_data",
+    "same_leaves",
     "same_objects",
     "steps_per_epoch",
 ]
@@ -276,12 +277,12 @@ def find_valid_batched(model, init_strategy, keys, prototype, model_args, model_
 
 def same_objects(a, b):
     """``(model, plates, leaves)`` of two runs: the same model, plates and array objects."""
-    return (
-        a[0] is b[0]
-        and a[1] == b[1]
-        and len(a[2]) == len(b[2])
-        and all(x is y for x, y in zip(a[2], b[2]))
-    )
+    return a[0] is b[0] and a[1] == b[1] and same_leaves(a[2], b[2])
+
+
+def same_leaves(a, b):
+    """Whether two sequences of leaves (of model arguments) are the same objects."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
 
 
 def concrete(tree):
