@@ -808,7 +808,7 @@ def test_each_chain_searches_its_own_centre_so_that_chains_in_other_modes_are_se
     the chain starts there: on a posterior of 16 modes (:func:`signed_modes`) four chains find
     more than one (all four in one mode has probability 16^-3), and the verdict says the
     draws cannot be trusted. With one centre for every chain, every chain started in one
-    mode and the run was quiet, its means 2 sd from the posterior's 0."""
+    mode and the run was quiet, its means at +-2 where the posterior's are 0."""
     y = np.asarray(jax.random.normal(jax.random.PRNGKey(3), (200, 4)) + 4.0)
     mcmc = MCMC(ns.SGGibbs(ns.SGLD(signed_modes)), num_warmup=200, num_samples=300,
                 num_chains=4, chain_method="vectorized", progress_bar=False)
