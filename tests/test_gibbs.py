@@ -835,6 +835,38 @@ def test_a_second_init_on_other_data_searches_the_centres_on_them():
     assert np.all(np.asarray(again.centre.values["w"]) < 0)  # every label 0: weights negative
 
 
+def grouped(g, y, num_groups):
+    """Group means ``a ~ N(mu, s)`` over ``num_groups`` groups, ``y_i ~ N(a[g_i], 1)``."""
+    mu = numpyro.sample("mu", dist.Normal(0.0, 10.0))
+    s = numpyro.sample("s", dist.HalfNormal(2.0))
+    with numpyro.plate("groups", num_groups):
+        a = numpyro.sample("a", dist.Normal(mu, s))
+    with numpyro.plate("data", y.shape[0], subsample_size=20) as idx:
+        numpyro.sample("y", dist.Normal(a[g[idx]], 1.0), obs=y[idx])
+
+
+@pytest.mark.slow
+def test_a_second_init_on_data_of_other_shapes_sets_up_as_a_fresh_kernel():
+    """``init`` again on data with another number of groups finds the Gibbs sites'
+    conditionals again and starts where a fresh kernel starts (before, the first data's
+    conditionals stayed and the second run failed with a broadcasting error naming shapes
+    (20,) and (10,))."""
+    def data(num_groups, seed):
+        g = jax.random.randint(jax.random.PRNGKey(seed), (200,), 0, num_groups)
+        return g, jax.random.normal(jax.random.PRNGKey(seed + 1), (200,)) + 3.0, num_groups
+
+    kernel = ns.SGGibbs(ns.SGLD(grouped, step_size=1e-3))
+    kernel.init(jax.random.PRNGKey(0), 10, None, data(20, 0), {})
+    again = kernel.init(jax.random.PRNGKey(1), 10, None, data(10, 2), {})
+    fresh = ns.SGGibbs(ns.SGLD(grouped, step_size=1e-3)).init(
+        jax.random.PRNGKey(1), 10, None, data(10, 2), {})
+    assert again.z["a"].shape == (10,)
+    for a, b in zip(jax.tree.leaves((again.centre, again.z)),
+                    jax.tree.leaves((fresh.centre, fresh.z))):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    kernel.sample(again, data(10, 2), {})  # the sweep's conditionals are the new data's
+
+
 @pytest.mark.slow
 def test_a_second_run_on_other_data_draws_what_a_fresh_kernel_draws():
     """``mcmc.run`` again with other data sets up again what was set up from the data: the

@@ -144,3 +144,18 @@ def test_a_users_gibbs_fn_at_the_defaults_and_its_settings_given_back_sample_the
         kernel.init(jax.random.split(jax.random.PRNGKey(0), 4), 0, None, (Y,), {})
     with pytest.raises(TypeError, match="from the run"):
         ns.learnt_settings(mcmc.last_state)
+
+
+def test_settings_learnt_on_data_of_other_shapes_are_refused_naming_the_site():
+    """A decentred site's learnt curvature of another shape than the site has here (settings
+    learnt on 20 groups given to a run on 10) is refused naming the site and both shapes
+    (without the check, the SG kernel's set-up failed with a broadcasting error naming
+    neither); of the same shape it is the start, and with nothing learnt the start is 0."""
+    latent = {"a": jnp.ones((2, 10))}
+    learnt = gibbs_settings.GibbsSettings(curvature={"a": jnp.full((2, 20), 3.0)})
+    with pytest.raises(ValueError, match=r"site 'a' has shape \(2, 20\).*\(2, 10\)"):
+        gibbs_settings.curvature(learnt, latent, ("a",))
+    same = learnt._replace(curvature={"a": jnp.full((2, 10), 3.0)})
+    np.testing.assert_array_equal(gibbs_settings.curvature(same, latent, ("a",))["a"], 3.0)
+    np.testing.assert_array_equal(gibbs_settings.curvature(None, latent, ("a",))["a"],
+                                  np.zeros((2, 10)))

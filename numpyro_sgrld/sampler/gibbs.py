@@ -37,7 +37,6 @@ from functools import partial
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 from jax import lax, random
 from numpyro.infer.hmc_gibbs import GIBBS_SITES_KWARG, conditioned, with_conditioning
 from numpyro.infer.mcmc import MCMCKernel
@@ -196,9 +195,9 @@ class SGGibbs(MCMCKernel):
         inner_kernel.bias_hint = gibbs_bias.bias_hint(inner_kernel.adapts_step_size)
         #: The stochastic-gradient kernel (its model conditioned on the Gibbs sites).
         self.inner_kernel = inner_kernel
-        self._gibbs_fn = gibbs_fn
+        self._given = gibbs_fn, None if gibbs_sites is None else tuple(gibbs_sites)
         #: The sites the Gibbs sweep updates (the automatic ones known after :meth:`init`).
-        self.gibbs_sites = None if gibbs_sites is None else tuple(gibbs_sites)
+        self._gibbs_fn, self.gibbs_sites = self._given
         if isinstance(gibbs_every, bool) or not isinstance(gibbs_every, int) or gibbs_every < 1:
             raise ValueError(
                 f"`gibbs_every` must be a whole number of SG steps >= 1, got {gibbs_every!r}.")
@@ -213,7 +212,6 @@ class SGGibbs(MCMCKernel):
         #: The Gibbs sites' Gaussian children the SG kernel moves partially non-centred
         #: (known after :meth:`init`; :mod:`numpyro_sgrld.sampler.decentring`).
         self.decentred_sites = None
-        self._num_warmup = 0
         interweaving.check_every(interweave_every)
         #: The SG steps between non-centred draws as given; the run's :class:`~.interweaving.
         #: Schedule` (``None``: no draws) is ``interweave_schedule``, known after :meth:`init`.
@@ -221,7 +219,7 @@ class SGGibbs(MCMCKernel):
         #: The Gibbs sites also drawn non-centred (known after :meth:`init`; ``interweaving``).
         self.interwoven_sites = None
         self._non_centred_draws = {}
-        self._vectorized = False  # chain_method="vectorized": init's key has a chain axis
+        self._num_warmup, self._vectorized = 0, False  # vectorized: a key per chain at init
 
     @property
     def model(self):
@@ -240,7 +238,8 @@ class SGGibbs(MCMCKernel):
     @compiled_subsampling
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
         model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
-        if gibbs_start.other_data(self._data, model_args, model_kwargs):  # set up for them
+        if gibbs_start.other_data(self._data, model_args, model_kwargs):  # set up afresh
+            self._gibbs_fn, self.gibbs_sites = self._given  # their structure may differ too
             self.decentred_sites = self.interwoven_sites = self._centre_search = None
         self._data = jax.tree.leaves((model_args, model_kwargs))
         self._vectorized = not is_prng_key(rng_key)
@@ -316,8 +315,7 @@ class SGGibbs(MCMCKernel):
         self.inner_kernel.mixing_hint = interweaving.mixing_hint(
             self.gibbs_sites, self.interweave_schedule, self.decentred_sites, self.gibbs_every)
         self.inner_kernel.warmup_advice = interweaving.warmup_advice(self.interweave_schedule)
-        curvature = {s: jnp.zeros(jnp.shape(latent[s]), jnp.result_type(latent[s]))
-                     for s in self.decentred_sites} if learnt is None else learnt.curvature
+        curvature = gibbs_settings.curvature(learnt, latent, self.decentred_sites)
         sg_params = None
         if init_params is not None:
             sg_params = {k: v for k, v in init_params.items() if k not in self.gibbs_sites}

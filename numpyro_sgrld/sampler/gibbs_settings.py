@@ -137,6 +137,23 @@ def check_given(settings, decentred_sites, gibbs_sites, control_variates):
             "of the run that learnt them.")
 
 
+def curvature(learnt, latent, decentred_sites):
+    """Each decentred site's curvature :math:`F` to start from: ``learnt``'s (a
+    :class:`GibbsSettings`; ``None``: zeros, nothing learnt yet), refused where the site's
+    value in ``latent`` has another shape (settings learnt on data of other shapes)."""
+    if learnt is None:
+        return {s: jnp.zeros(jnp.shape(latent[s]), jnp.result_type(latent[s]))
+                for s in decentred_sites}
+    for s in decentred_sites:
+        if jnp.shape(learnt.curvature[s]) != jnp.shape(latent[s]):
+            raise ValueError(
+                f"The learnt settings' curvature of site {s!r} has shape "
+                f"{jnp.shape(learnt.curvature[s])} and the site here has "
+                f"{jnp.shape(latent[s])}: settings learnt on data of other shapes (another "
+                "number of groups or units) do not apply; run a warm-up on these data.")
+    return learnt.curvature
+
+
 def start(settings, init_params, num_chains, decentred_sites, gibbs_sites, control_variates):
     """``(init_params, gibbs)`` for :class:`~numpyro_sgrld.SGGibbs` given ``settings`` (from
     :func:`taken`; checked by :func:`check_given`): ``init_params`` where given, else the

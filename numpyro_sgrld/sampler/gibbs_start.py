@@ -29,8 +29,9 @@ def repeated(tree, num_chains):
 def other_data(seen, model_args, model_kwargs):
     """Whether ``model_args`` and ``model_kwargs`` hold other arrays than ``seen`` (an earlier
     init's leaves; ``None``: none yet), so that what ``SGGibbs`` set up from the data (the
-    decentred sites and control variates' model, the non-centred draws, the centres' search)
-    is set up again: a centre's full-data gradient from other data biases every gradient."""
+    automatic conditionals, the decentred sites and control variates' model, the non-centred
+    draws, the centres' search) is set up again: a centre's full-data gradient from other
+    data biases every gradient, and other shapes (a number of groups) other conditionals."""
     return seen is not None and not same_leaves(seen, jax.tree.leaves((model_args, model_kwargs)))
 
 
