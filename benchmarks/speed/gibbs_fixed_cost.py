@@ -13,8 +13,14 @@ rest, running the loops. Prints a table::
 
     python benchmarks/record.py docs/results/gibbs_fixed_cost.json -- \\
         python benchmarks/speed/gibbs_fixed_cost.py
+
+``--plain`` adds, on the same centred model and data, runs of the same length whose cost
+shows how much of SGGibbs's is its SG kernel's: plain ``SGLD`` at its defaults (no Gibbs
+sweep; it does not mix this posterior, so only its cost is read), ``SGLD`` at a given step
+``STEP`` (warm-up learns no step), and ``SGGibbs`` of that ``SGLD``.
 """
 
+import argparse
 import multiprocessing
 import sys
 import time
@@ -22,10 +28,12 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+STEP = 1e-4  # the given step of --plain's runs (their cost is read, not their accuracy)
 
 
 def measured(which):
-    """``which`` ("sg" or "nuts") in this process: a dict of the times."""
+    """``which`` ("nuts", or one of :func:`plain_or_gibbs`) in this process: a dict of the
+    times."""
     sys.path.insert(0, str(ROOT / "benchmarks" / "accuracy"))
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import jax.numpy as jnp
@@ -46,12 +54,13 @@ def measured(which):
     import gibbs_sparse_logistic as g
     from numpyro_sgrld.models import logistic_regression as lr
 
-    from numpyro_sgrld.sampler import gibbs
+    from numpyro_sgrld.sampler import gibbs, kernel
 
     X, y = lr.load_german_credit()
     X, y = jnp.asarray(X), jnp.asarray(y)
     set_up = []
-    init = gibbs.SGGibbs.init
+    owner = kernel.SGMCMC if which.startswith("sgld") else gibbs.SGGibbs
+    init = owner.init
 
     def timed_init(self, *args, **kwargs):
         start = time.perf_counter()
@@ -59,14 +68,13 @@ def measured(which):
         set_up.append((start - t0[0], time.perf_counter() - t0[0]))
         return out
 
-    gibbs.SGGibbs.init = timed_init
+    owner.init = timed_init
     events.clear()
     t0[0] = time.perf_counter()
-    if which == "sg":
-        _, seconds, _, _ = g.sg_gibbs("SGLD", X, y, 1000, 8000, seed=2,
-                                      chain_method="vectorized")
-    else:
+    if which == "nuts":
         _, seconds = g.nuts(X, y, 500, 2)
+    else:
+        seconds = plain_or_gibbs(which, X, y)
     loops = [e for e in events if e[2] == "jit__fori_collect_loop"]
     first_loop = loops[0][0] if loops else seconds
     # NUTS's set-up: everything before its first loop's compilation (its tracing included)
@@ -81,14 +89,49 @@ def measured(which):
             "compile": sum(e[1] for e in events)}
 
 
+def plain_or_gibbs(which, X, y):
+    """The seconds of ``MCMC.run`` of ``which``: "sg" (the race's default SGGibbs run),
+    "sg_step" (SGGibbs of SGLD at ``STEP``), "sgld" or "sgld_step" (plain SGLD at its
+    defaults or at ``STEP``), 4 vectorised chains of 1,000 + 8,000 steps."""
+    import warnings
+    from functools import partial
+
+    import gibbs_sparse_logistic as g
+    import jax
+    from numpyro.infer import MCMC
+
+    import numpyro_sgrld as ns
+
+    if which == "sg":
+        return g.sg_gibbs("SGLD", X, y, 1000, 8000, seed=2, chain_method="vectorized")[1]
+    step = {"step_size": STEP} if which.endswith("_step") else {}
+    sgld = ns.SGLD(partial(g.centred, subsample_size=100), **step)
+    mcmc = MCMC(sgld if which.startswith("sgld") else ns.SGGibbs(sgld), num_warmup=1000,
+                num_samples=8000, num_chains=4, chain_method="vectorized", progress_bar=False)
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcmc.run(jax.random.PRNGKey(2), X, y)
+    return time.perf_counter() - start
+
+
 def fresh(which):
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         return pool.submit(measured, which).result()
 
 
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--plain", action="store_true",
+                        help="add plain SGLD (defaults, given step) and SGGibbs at a given step")
+    args = parser.parse_args()
     rows = {"SGGibbs(SGLD), 4 vectorised, 1,000 + 8,000": fresh("sg"),
             "NUTS, 4 sequential, 1,000 + 500": fresh("nuts")}
+    if args.plain:
+        rows.update({
+            "SGLD alone at its defaults, 4 vectorised, 1,000 + 8,000": fresh("sgld"),
+            f"SGLD alone at step {STEP:g}, the same": fresh("sgld_step"),
+            f"SGGibbs(SGLD at step {STEP:g}), the same": fresh("sg_step")})
     print("| run | MCMC.run (s) | set-up (s) | its compilation (s; programs; one-op "
           "programs' s) | the loop's tracing (s) | the loop's compilation (s; loops) | "
           "all compilation (s) | the rest: running (s) |")
