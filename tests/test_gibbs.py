@@ -1067,3 +1067,14 @@ def test_a_scale_held_by_its_prior_and_weakly_informed_children_matches_its_exac
     draws = np.log(np.asarray(mcmc.get_samples(group_by_chain=True)["tau"], np.float64))
     z_mean, z_sd = moment_z_scores(draws[..., None], mean, sd)
     assert np.all(np.abs(np.concatenate([z_mean, z_sd])) < bonferroni_z(2))
+
+
+def test_init_inside_a_jax_transformation_is_refused_naming_the_chain_methods_that_run():
+    """``MCMC(chain_method="parallel")`` on several devices calls ``init`` inside ``pmap``,
+    where the set-up's trace of the model met the values it had computed there and failed
+    with JAX's ``UnexpectedTracerError``; refused first, naming the chain methods that run
+    (here under ``vmap``, the same kind of trace)."""
+    kernel = ns.SGGibbs(ns.SGLD(model, step_size=1e-3), gibbs_fn, ["mu"])
+    with pytest.raises(ValueError, match="chain_method='vectorized'.*'sequential'"):
+        jax.vmap(lambda k: kernel.init(k, 10, None, (Y,), {}).z)(
+            jax.random.split(jax.random.PRNGKey(0), 2))

@@ -43,6 +43,7 @@ __all__ = [
     "enable_fast_sampling_loop",
     "fast_sampling_loop",
     "fast_sampling_loop_enabled",
+    "judged_on_own_loop",
 ]
 
 # The (major, minor) releases whose ``MCMC`` -> ``fori_collect`` call the dispatcher was tested
@@ -89,11 +90,25 @@ def _check_numpyro():
         )
 
 
-def _is_sg_run(body_fun):
-    """Whether ``body_fun`` is ``MCMC``'s step function for a stochastic-gradient kernel (a
-    ``functools.partial`` with the kernel as its ``sampler`` keyword)."""
-    sampler = getattr(body_fun, "keywords", {}).get("sampler")
-    return getattr(type(sampler), "own_sampling_loop", False) is True
+def _own_loop(sampler, progbar, num_chains):
+    """Whether the dispatcher runs ``sampler``'s chains on the kernels' own loop, given
+    ``progbar`` and ``num_chains`` as ``MCMC`` passes them to ``fori_collect`` (more than 1
+    only for parallel chains): a kernel that has it (``own_sampling_loop``: the
+    :class:`~numpyro_sgrld.SGMCMC` kernels, not ``SGGibbs``), and none of what only NumPyro's
+    loop does (per-chain progress bars of parallel chains, control flow disabled)."""
+    return (getattr(type(sampler), "own_sampling_loop", False) is True
+            and not (progbar and num_chains > 1) and not _control_flow_disabled())
+
+
+def judged_on_own_loop(mcmc):
+    """Whether ``mcmc.run`` will run on the kernels' own loop outside ``pmap``, which judges
+    the kept draws itself (:func:`numpyro_sgrld.sampler.loop_report.judge`), so that the
+    kernel keeps no moments for the verdict: the opt-in on, a kernel the dispatcher sends
+    there, and chains that are not parallel (each parallel chain's loop is traced inside
+    ``pmap``, where the kept draws cannot be judged)."""
+    parallel = callable(mcmc.chain_method) or mcmc.chain_method == "parallel"
+    return (fast_sampling_loop_enabled() and not parallel
+            and _own_loop(mcmc.sampler, mcmc.progress_bar, 1))
 
 
 def _control_flow_disabled():
@@ -116,12 +131,8 @@ def _fori_collect(lower, upper, body_fun, init_val, *args, **kwargs):
     """``numpyro.infer.mcmc.fori_collect`` while the opt-in is on: our loop for our kernels
     except for what only NumPyro's loop does (per-chain progress bars of parallel chains,
     control flow disabled for debugging); NumPyro's function, called as is, for the rest."""
-    own = (
-        _is_sg_run(body_fun)
-        and not args
-        and not _control_flow_disabled()
-        and not (kwargs.get("progbar", True) and kwargs.get("num_chains", 1) > 1)
-    )
+    own = not args and _own_loop(getattr(body_fun, "keywords", {}).get("sampler"),
+                                 kwargs.get("progbar", True), kwargs.get("num_chains", 1))
     if not own:
         return _numpyro_fori_collect(lower, upper, body_fun, init_val, *args, **kwargs)
     kwargs.pop("num_chains", None)

@@ -237,6 +237,7 @@ class SGGibbs(MCMCKernel):
 
     @compiled_subsampling
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
+        gibbs_start.check_not_traced(rng_key)
         model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
         if gibbs_start.other_data(self._data, model_args, model_kwargs):  # set up afresh
             self._gibbs_fn, self.gibbs_sites = self._given  # their structure may differ too

@@ -13,7 +13,7 @@ from numpyro.infer.util import constrain_fn
 
 from numpyro_sgrld.data.subsample import as_jax_array, full_batch, structural
 from numpyro_sgrld.sampler import decentring
-from numpyro_sgrld.sampler.setup import NETWORK, same_leaves
+from numpyro_sgrld.sampler.setup import NETWORK, concrete, same_leaves
 
 __all__ = ["constrainer", "decentred_sites", "latent_values", "mode_start", "other_data",
            "outside_blankets", "relabelled_sites", "repeated", "sg_transforms"]
@@ -24,6 +24,18 @@ def repeated(tree, num_chains):
     if num_chains is None:
         return tree
     return jax.tree.map(lambda x: jnp.broadcast_to(x, (num_chains, *jnp.shape(x))), tree)
+
+
+def check_not_traced(rng_key):
+    """Refuse an ``init`` inside a JAX transformation (``MCMC(chain_method="parallel")`` calls
+    it inside ``pmap``): ``SGGibbs``'s set-up traces the model with the values it computes
+    (the Gibbs sites', the control variates' centres), which are then tracers of that
+    transformation."""
+    if not concrete(rng_key):
+        raise ValueError(
+            "SGGibbs cannot set up inside a JAX transformation, as MCMC(chain_method="
+            "'parallel') calls init inside pmap: use chain_method='vectorized' (every chain "
+            "in one compiled loop on one device) or 'sequential'.")
 
 
 def other_data(seen, model_args, model_kwargs):

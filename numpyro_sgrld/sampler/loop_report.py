@@ -101,7 +101,8 @@ def is_traced(tree):
 
 def judge(collection, kept, val, body_fun, num_steps):
     """The run's :func:`~numpyro_sgrld.verdict.judge.verdict` on its kept draws, warned when they
-    cannot be trusted."""
+    cannot be trusted; nothing where the kernel kept the run's moments for its own verdict
+    (``run_verdict.arm``: not one run judged twice)."""
     from numpyro_sgrld.verdict.judge import (
         leaves_by_chain,
         temperatures_of,
@@ -112,7 +113,8 @@ def judge(collection, kept, val, body_fun, num_steps):
 
     draws = collection[0] if isinstance(collection, (list, tuple)) else collection
     state = state_of(val)
-    if not isinstance(draws, dict) or kept < 4 or not hasattr(state, "diverging"):
+    if (not isinstance(draws, dict) or kept < 4 or not hasattr(state, "diverging")
+            or getattr(state, "monitor", None) is not None):
         return
     chain_axis = 1 if np.ndim(state.i) == 1 else None
     draws = leaves_by_chain({k: np.asarray(x)[:kept] for k, x in draws.items()}, chain_axis)

@@ -26,7 +26,7 @@ from numpyro.infer.mcmc import MCMC
 
 from numpyro_sgrld.core import equipartition
 from numpyro_sgrld.sampler import setup as _setup
-from numpyro_sgrld.sampler.compat import fast_sampling_loop_enabled
+from numpyro_sgrld.sampler.compat import judged_on_own_loop
 from numpyro_sgrld.sampler.loop_report import sequential_chain
 from numpyro_sgrld.sampler.parts import first_chain_kwargs, kwargs_axes
 from numpyro_sgrld.verdict import evaluation, monitor
@@ -94,12 +94,17 @@ def arm(kernel, state, num_warmup, vectorized, model_args=(), model_kwargs=None)
     """With ``MCMC``'s own loop driving the kernel: moments in the state for the verdict
     at the run's end (:mod:`numpyro_sgrld.verdict.monitor`). ``MCMC`` passes the run's length to
     no kernel, so it is read from the ``MCMC`` that called the kernel's ``init``; without one,
-    or with the kernels' own loop (which judges the kept draws), or for a run of fewer than 4
-    steps, nothing is kept. The judged values are :func:`judged`'s."""
+    where the kernels' own loop judges the kept draws
+    (:func:`~numpyro_sgrld.sampler.compat.judged_on_own_loop`; not for ``SGGibbs``, which
+    runs on NumPyro's loop, nor for parallel chains), inside a trace other than parallel
+    chains' ``pmap``, or for a run of fewer than 4 steps, nothing is kept. Each parallel
+    chain reports its moments from its device and the verdict comes once every chain has.
+    The judged values are :func:`judged`'s."""
     previous, kernel.run_info = kernel.run_info, None
     mcmc = _calling_mcmc()
-    if (mcmc is None or fast_sampling_loop_enabled() or not _setup.concrete(state.i)
-            or mcmc.num_samples < 4):
+    if mcmc is None or judged_on_own_loop(mcmc) or mcmc.num_samples < 4:
+        return state
+    if not _setup.concrete(state.i) and mcmc.chain_method != "parallel":
         return state
     first = jax.tree.map(lambda x: x[0], state.z) if vectorized else state.z
     first = judged(kernel, first, model_args,
