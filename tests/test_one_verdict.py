@@ -156,3 +156,26 @@ def _to_digits(texts, digits=6):
 
     return [re.sub(r"\d+(\.\d+)?", lambda m: f"{float(m.group()):.{digits}g}", t)
             for t in texts]
+
+
+def test_which_runs_the_kernels_own_loop_judges():
+    """The own loop judges the kept draws of an SG kernel's run with the opt-in on: one chain
+    whatever its ``chain_method`` (NumPyro's default, "parallel", maps no single chain), and
+    "parallel" chains where NumPyro draws them one after another (fewer devices than
+    chains); not an ``SGGibbs`` run (NumPyro's loop), nor any run with the opt-in off. There
+    the kernel keeps the moments itself (``run_verdict.arm``)."""
+    from numpyro_sgrld.sampler.compat import judged_on_own_loop
+
+    sgld = ns.SGLD(partial(lr.model, subsample_size=30))
+
+    def mcmc(kernel, **options):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # not enough devices for parallel chains
+            return MCMC(kernel, num_warmup=10, num_samples=10, progress_bar=False, **options)
+
+    one, many = mcmc(sgld), mcmc(sgld, num_chains=jax.local_device_count() + 1)
+    gibbs = mcmc(ns.SGGibbs(ns.SGLD(_hierarchy), _mu_given_x, ["mu"]))
+    assert not judged_on_own_loop(one)
+    with ns.fast_sampling_loop():
+        assert judged_on_own_loop(one) and judged_on_own_loop(many)
+        assert not judged_on_own_loop(gibbs)

@@ -105,8 +105,10 @@ def judged_on_own_loop(mcmc):
     the kept draws itself (:func:`numpyro_sgrld.sampler.loop_report.judge`), so that the
     kernel keeps no moments for the verdict: the opt-in on, a kernel the dispatcher sends
     there, and chains that are not parallel (each parallel chain's loop is traced inside
-    ``pmap``, where the kept draws cannot be judged)."""
-    parallel = callable(mcmc.chain_method) or mcmc.chain_method == "parallel"
+    ``pmap``, where the kept draws cannot be judged; one chain is never mapped, and NumPyro
+    runs "parallel" chains one after another where there are fewer devices than chains)."""
+    parallel = mcmc.num_chains > 1 and (callable(mcmc.chain_method)
+                                        or mcmc.chain_method == "parallel")
     return (fast_sampling_loop_enabled() and not parallel
             and _own_loop(mcmc.sampler, mcmc.progress_bar, 1))
 
