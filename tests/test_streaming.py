@@ -5,6 +5,7 @@ import warnings
 from functools import partial
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
@@ -272,3 +273,11 @@ def test_a_run_that_would_recompile_every_segment_is_warned_about():
         _warn_if_recompiling(_mcmc(jit_model_args=False), 1)  # one segment compiles once
         with numpyro_sgrld.fast_sampling_loop():  # the SG kernels' own loop keeps one program
             _warn_if_recompiling(_mcmc(jit_model_args=False), 3)
+    # mapped chains (a callable chain_method, as "parallel"'s pmap) compile again on either
+    # loop: warned, and the opt-in is not offered as the fix
+    with numpyro_sgrld.fast_sampling_loop(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _warn_if_recompiling(_mcmc(jit_model_args=False, num_chains=2, chain_method=jax.vmap),
+                             3)
+    said = [str(w.message) for w in caught]
+    assert len(said) == 1 and said[0].endswith("jit_model_args=True)."), said

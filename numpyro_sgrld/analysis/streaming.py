@@ -82,7 +82,11 @@ from numpyro_sgrld.analysis.checkpoint import (
 )
 from numpyro_sgrld.analysis.inference_data import load_netcdf, sample_stats_of
 from numpyro_sgrld.core.checks import integer
-from numpyro_sgrld.sampler.compat import fast_sampling_loop_enabled
+from numpyro_sgrld.sampler.compat import (
+    fast_sampling_loop_enabled,
+    judged_on_own_loop,
+    parallel_chains,
+)
 from numpyro_sgrld.sampler.kernel import SGMCMC
 
 __all__ = [
@@ -314,17 +318,21 @@ def _set_num_samples(mcmc, num_samples):
 
 
 def _warn_if_recompiling(mcmc, num_segments):
-    """Warn when each of ``num_segments > 1`` segments would compile NumPyro's loop anew with
-    the data as constants (``jit_model_args=False`` and not the fast loop for an SG kernel)."""
-    fast = fast_sampling_loop_enabled() and isinstance(mcmc.sampler, SGMCMC)
-    if num_segments > 1 and not getattr(mcmc, "_jit_model_args", True) and not fast:
+    """Warn when each of ``num_segments > 1`` segments would compile its loop anew with the
+    data as constants (``jit_model_args=False`` and not the SG kernels' own loop outside
+    ``pmap``, which keeps one program: NumPyro's loop, and the own loop traced for parallel
+    chains, compile again), with the opt-in as a fix only where it would be one."""
+    if (num_segments > 1 and not getattr(mcmc, "_jit_model_args", True)
+            and not judged_on_own_loop(mcmc)):
+        helps = (isinstance(mcmc.sampler, SGMCMC) and not parallel_chains(mcmc)
+                 and not fast_sampling_loop_enabled())
         warnings.warn(
             "run_streaming: `mcmc` was built with jit_model_args=False, so NumPyro compiles "
             "each segment again with the model's arguments (the data) baked into the program "
             "as constants, and the programs it keeps grow memory by about the data's size per "
             "segment. Build it with MCMC(..., jit_model_args=True)"
-            + ("." if fast or not isinstance(mcmc.sampler, SGMCMC) else
-               ", or call numpyro_sgrld.enable_fast_sampling_loop() first."),
+            + (", or call numpyro_sgrld.enable_fast_sampling_loop() first." if helps
+               else "."),
             UserWarning,
             stacklevel=3,
         )

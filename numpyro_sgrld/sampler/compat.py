@@ -44,6 +44,7 @@ __all__ = [
     "fast_sampling_loop",
     "fast_sampling_loop_enabled",
     "judged_on_own_loop",
+    "parallel_chains",
 ]
 
 # The (major, minor) releases whose ``MCMC`` -> ``fori_collect`` call the dispatcher was tested
@@ -100,6 +101,14 @@ def _own_loop(sampler, progbar, num_chains):
             and not (progbar and num_chains > 1) and not _control_flow_disabled())
 
 
+def parallel_chains(mcmc):
+    """Whether ``mcmc``'s chains run mapped by ``chain_method`` (``"parallel"``: one per device
+    inside ``pmap``; or a callable), which NumPyro does only for more than one chain (and sets
+    "sequential" where there are fewer devices than chains)."""
+    return mcmc.num_chains > 1 and (callable(mcmc.chain_method)
+                                    or mcmc.chain_method == "parallel")
+
+
 def judged_on_own_loop(mcmc):
     """Whether ``mcmc.run`` will run on the kernels' own loop outside ``pmap``, which judges
     the kept draws itself (:func:`numpyro_sgrld.sampler.loop_report.judge`), so that the
@@ -107,9 +116,7 @@ def judged_on_own_loop(mcmc):
     there, and chains that are not parallel (each parallel chain's loop is traced inside
     ``pmap``, where the kept draws cannot be judged; one chain is never mapped, and NumPyro
     runs "parallel" chains one after another where there are fewer devices than chains)."""
-    parallel = mcmc.num_chains > 1 and (callable(mcmc.chain_method)
-                                        or mcmc.chain_method == "parallel")
-    return (fast_sampling_loop_enabled() and not parallel
+    return (fast_sampling_loop_enabled() and not parallel_chains(mcmc)
             and _own_loop(mcmc.sampler, mcmc.progress_bar, 1))
 
 
