@@ -207,7 +207,7 @@ class SGGibbs(MCMCKernel):
         self._control_variate = control_variate
         #: Whether the SG kernel's gradient has control variates (known after :meth:`init`).
         self.control_variates = None
-        self._centre_search = self._data = None  # a chain's centre search; the last init's data
+        self._centre_search = self._data = None  # (vectorized, compiled search); last data
         self._decentre = bool(decentre)
         #: The Gibbs sites' Gaussian children the SG kernel moves partially non-centred
         #: (known after :meth:`init`; :mod:`numpyro_sgrld.sampler.decentring`).
@@ -290,13 +290,13 @@ class SGGibbs(MCMCKernel):
         self.interweave_schedule = interweaving.schedule(
             self.interweave_every, self.interwoven_sites, latent, plain, model_args,
             model_kwargs, num_warmup, self.gibbs_every, None if at_centre else num_chains)
-        centre = None
-        if learnt is not None:
-            centre = learnt.centre
-        elif self.control_variates:  # each chain's own centre, searched from its prior draw
-            self._centre_search = self._centre_search or gibbs_cv.centre_search(
-                plain, self._sg_sites, model_args, model_kwargs, children=self.decentred_sites)
-            centre = jax.jit(self._per_chain(self._centre_search))(
+        centre = None if learnt is None else learnt.centre
+        if learnt is None and self.control_variates:  # each chain's own, from its prior draw
+            if self._centre_search is None or self._centre_search[0] != self._vectorized:
+                self._centre_search = self._vectorized, jax.jit(self._per_chain(  # once a run
+                    gibbs_cv.centre_search(plain, self._sg_sites, model_args, model_kwargs,
+                                           children=self.decentred_sites)))
+            centre = self._centre_search[1](
                 self._per_chain(lambda k: random.fold_in(k, 1))(chains_key_trace))
             if init_params is None:
                 init_params = gibbs_start.mode_start(centre, self.gibbs_sites,
