@@ -293,7 +293,7 @@ class SGGibbs(MCMCKernel):
         centre = None if learnt is None else learnt.centre
         if learnt is None and self.control_variates:  # each chain's own, from its prior draw
             if self._centre_search is None or self._centre_search[0] != self._vectorized:
-                self._centre_search = self._vectorized, jax.jit(self._per_chain(  # once a run
+                self._centre_search = self._vectorized, jax.jit(self._per_chain(  # once: data
                     gibbs_cv.centre_search(plain, self._sg_sites, model_args, model_kwargs,
                                            children=self.decentred_sites)))
             centre = self._centre_search[1](
