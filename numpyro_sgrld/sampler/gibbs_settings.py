@@ -45,7 +45,7 @@ from numpyro_sgrld.core.metrics import LearntState
 from numpyro_sgrld.sampler import parts
 from numpyro_sgrld.warmup.settings import check_adapted, learnt_settings
 
-__all__ = ["GibbsSettings", "check_given", "read", "start", "taken"]
+__all__ = ["GibbsSettings", "check_given", "curvature", "read", "start", "taken"]
 
 
 class GibbsSettings(NamedTuple):

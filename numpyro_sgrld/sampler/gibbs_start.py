@@ -15,8 +15,8 @@ from numpyro_sgrld.data.subsample import as_jax_array, full_batch, structural
 from numpyro_sgrld.sampler import decentring
 from numpyro_sgrld.sampler.setup import NETWORK, concrete, same_leaves
 
-__all__ = ["constrainer", "decentred_sites", "latent_values", "mode_start", "other_data",
-           "outside_blankets", "relabelled_sites", "repeated", "sg_transforms"]
+__all__ = ["check_not_traced", "constrainer", "decentred_sites", "latent_values", "mode_start",
+           "other_data", "outside_blankets", "relabelled_sites", "repeated", "sg_transforms"]
 
 
 def repeated(tree, num_chains):
